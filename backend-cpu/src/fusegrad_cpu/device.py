@@ -1,0 +1,136 @@
+"""Host memory as aligned numpy arrays; kernels as shared objects loaded from memory, via ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import tempfile
+import time
+import weakref
+
+import numpy as np
+
+from fusegrad.device import Allocator
+
+#: Alignment of every allocation: a cache line, and enough for any vector load.
+ALIGNMENT = 64
+
+
+class CPUAllocator(Allocator):
+    """Memory is a numpy ``uint8`` array whose first byte is 64-byte aligned."""
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        """Over-allocate by ``ALIGNMENT`` bytes; the aligned slice keeps the whole array alive."""
+        raw = np.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        start = -raw.ctypes.data % ALIGNMENT
+        return raw[start : start + nbytes]
+
+    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+        """Copy host bytes into ``handle``; their sizes must match."""
+        if src.nbytes != handle.nbytes:
+            raise ValueError(f"copyin of {src.nbytes} bytes into a {handle.nbytes}-byte allocation")
+        handle[:] = np.frombuffer(src, dtype=np.uint8)
+
+    def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
+        """Copy ``handle``'s bytes into host memory; their sizes must match."""
+        if dest.nbytes != handle.nbytes:
+            raise ValueError(
+                f"copyout of a {handle.nbytes}-byte allocation into {dest.nbytes} bytes"
+            )
+        np.frombuffer(dest, dtype=np.uint8)[:] = handle
+
+
+# numpy takes about a microsecond to say where an array's data is, more than the kernel call
+# itself; so addresses are remembered, keyed by id and checked through a weak reference (an id
+# is reused once its array is gone, and the weak reference's callback forgets it then).
+_addresses: dict[int, tuple[weakref.ref, int]] = {}
+
+
+def address_of(handle: np.ndarray) -> int:
+    """The address of ``handle``'s first byte."""
+    entry = _addresses.get(id(handle))
+    if entry is not None and entry[0]() is handle:
+        return entry[1]
+    key = id(handle)
+    _addresses[key] = (weakref.ref(handle, lambda ref: _forget(key, ref)), handle.ctypes.data)
+    return _addresses[key][1]
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    if (entry := _addresses.get(key)) is not None and entry[0] is ref:
+        del _addresses[key]
+
+
+_loads = itertools.count()
+
+
+def load_library(binary: bytes) -> ctypes.CDLL:
+    """Load a shared object from its bytes, keeping them in memory where the system allows it.
+
+    glibc hands back the library it already loaded when asked for the same path again, and the
+    N of ``/proc/self/fd/N`` is reused once closed; so each library is opened through a path
+    used only once: a symlink to an in-memory file (Linux's memfd), or else the file itself.
+    Both go with their folder once loaded; the loaded code stays mapped.
+    """
+    with tempfile.TemporaryDirectory(prefix="fusegrad-so-") as folder:
+        path = os.path.join(folder, f"kernel-{next(_loads)}.so")
+        if not hasattr(os, "memfd_create"):
+            with open(path, "wb") as f:
+                f.write(binary)
+            return ctypes.CDLL(path)
+        fd = os.memfd_create("fusegrad-kernel", os.MFD_CLOEXEC)
+        try:
+            with open(fd, "wb", closefd=False) as f:
+                f.write(binary)
+            os.symlink(f"/proc/self/fd/{fd}", path)
+            return ctypes.CDLL(path)
+        finally:
+            os.close(fd)
+
+
+class CPUProgram:
+    """A compiled kernel, ``void name(T* data0, ..., int var0, ...)``, called through ctypes."""
+
+    def __init__(self, name: str, binary: bytes):
+        self.name = name
+        self.library = load_library(binary)
+        self.function = getattr(self.library, name)
+        self.function.restype = None
+        #: (buffers, vals) the argument types were declared for, on the first call
+        self.arity: tuple[int, int] | None = None
+
+    def __call__(
+        self,
+        *buffers: np.ndarray,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None:
+        """Run on allocator handles and integer ``vals``; the seconds it took if ``wait``.
+
+        The kernel loops over its output itself, so ``global_size`` and ``local_size`` are unused.
+        """
+        if self.arity != (len(buffers), len(vals)):
+            self.declare(len(buffers), len(vals))
+        args = [address_of(b) for b in buffers]
+        if not wait:
+            self.function(*args, *vals)
+            return None
+        start = time.perf_counter()
+        self.function(*args, *vals)
+        return time.perf_counter() - start
+
+    def declare(self, buffers: int, vals: int) -> None:
+        """Declare the C argument types; once, since the kernel's signature never changes."""
+        if self.arity is not None:
+            raise TypeError(
+                f"kernel {self.name} takes {self.arity[0]} buffers and {self.arity[1]} ints, "
+                f"called with {buffers} and {vals}"
+            )
+        self.function.argtypes = [ctypes.c_void_p] * buffers + [ctypes.c_int] * vals
+        self.arity = (buffers, vals)
+
+    def __repr__(self) -> str:
+        return f"<CPUProgram {self.name}>"

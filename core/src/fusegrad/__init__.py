@@ -1,0 +1,13 @@
+"""fusegrad: lazy tensors, fused kernels, every device a plugin.
+
+``import fusegrad`` loads no backend and starts no subprocess; devices are discovered on first use.
+"""
+
+from fusegrad.device import Device
+from fusegrad.dtype import DType, dtypes
+from fusegrad.engine.realize import GlobalCounters
+from fusegrad.helpers import Context, context
+from fusegrad.tensor import Tensor
+
+__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "context", "dtypes"]
+__version__ = "0.1.0"

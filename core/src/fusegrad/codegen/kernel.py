@@ -1,0 +1,84 @@
+"""From a kernel AST to source text: lower, simplify, decompose, linearise, render."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusegrad.codegen.decompose import decompose
+from fusegrad.codegen.linearize import linearize
+from fusegrad.codegen.lower import lower_kernel
+from fusegrad.helpers import Context
+from fusegrad.renderer import Renderer
+from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
+from fusegrad.uop.pattern import graph_rewrite
+from fusegrad.uop.symbolic import SIMPLIFY
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A rendered kernel and how to launch it."""
+
+    name: str
+    source: str
+    program: tuple[UOp, ...]
+    global_size: tuple[int, ...] | None
+    n_buffers: int
+    flops: int
+
+
+def kernel_name(ast: UOp) -> str:
+    """``E_4_5`` for an elementwise kernel over a (4, 5) output, ``r_...`` when it reduces."""
+    value = ast.src[0].src[1]
+    nodes = toposort([value])
+    reduces = [u for u in nodes if u.op is Ops.REDUCE_AXIS]
+    shape = value.shape or (1,)
+    dims = "_".join(str(s) for s in shape)
+    if reduces:
+        red = reduces[0]
+        reduced = [red.src[0].shape[a] for a in red.arg[1]]
+        return f"r_{dims}_{'_'.join(map(str, reduced))}"
+    return f"E_{dims}"
+
+
+def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
+    if Context.DEBUG >= 4:
+        print(f"--- {title} ---")
+        if isinstance(graph, list):
+            for i, u in enumerate(graph):
+                print(f"{i:4d} {u.op.name:<12s} {u.dtype.name:<8s} {[graph.index(s) if s in graph else '-' for s in u.src]} {u.arg!r}")
+        else:
+            print(graph)
+
+
+def generate(ast: UOp, renderer: Renderer) -> KernelSource:
+    """Turn a kernel AST into source for ``renderer``."""
+    _debug_stage("kernel AST", ast)
+    graph = lower_kernel(ast, grid=renderer.grid_dims is not None)
+    _debug_stage("lowered", graph)
+    graph = graph_rewrite(graph, SIMPLIFY)
+    graph = decompose(graph, renderer)
+    _debug_stage("simplified and decomposed", graph)
+    program = linearize(graph)
+    _debug_stage("linear program", program)
+    name = kernel_name(ast)
+    source = renderer.render(name, program)
+    special = [u for u in program if u.op is Ops.SPECIAL]
+    global_size = tuple(u.arg[1] for u in special) if special else None
+    flops = count_flops(program)
+    n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
+    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops)
+
+
+def count_flops(program: list[UOp]) -> int:
+    """Floating-point ALU ops the kernel executes: each op times the trips of its loops."""
+    trips, total = [1], 0
+    for u in program:
+        if u.op is Ops.RANGE:
+            trips.append(trips[-1] * u.src[0].arg)
+        elif u.op is Ops.END:
+            trips.pop()
+        elif u.op is Ops.SPECIAL:
+            trips[-1] *= u.arg[1]
+        elif u.op in GroupOp.ALU and u.dtype.is_float:
+            total += trips[-1] * (2 if u.op is Ops.MULACC else 1)
+    return total

@@ -1,0 +1,246 @@
+"""Buffers, the four objects a backend provides, and the ``Device`` registry.
+
+A backend provides an ``Allocator`` (memory), a ``Renderer`` (linear UOps -> source), a
+``Compiler`` (source -> bytes) and a ``Program`` class (bytes -> callable). ``Device[name]``
+asks the plugins for them through hooks (see ``plugin/hookspecs.py``) the first time a device is
+used, and keeps them in a ``Runtime``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from fusegrad.dtype import DType
+from fusegrad.errors import DeviceNotFound, DeviceUnavailable, PluginError
+from fusegrad.helpers import cache_dir
+
+if TYPE_CHECKING:
+    from fusegrad.renderer import Renderer
+
+
+class Allocator:
+    """Device memory. Subclasses implement the four methods; handles are opaque to core."""
+
+    def alloc(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def free(self, handle: Any, nbytes: int) -> None:
+        """Release memory; the default lets the garbage collector do it."""
+
+    def copyin(self, handle: Any, src: memoryview) -> None:
+        raise NotImplementedError
+
+    def copyout(self, dest: memoryview, handle: Any) -> None:
+        raise NotImplementedError
+
+
+class Compiler:
+    """Turns source into bytes. ``compile_cached`` keeps results on disk, keyed by source + identity."""
+
+    #: Changes whenever the output for the same source would change (compiler version, flags).
+    identity: str = ""
+    #: Set False for compilers too cheap to be worth a disk round trip (the PYTHON device's).
+    disk_cache: bool = True
+
+    def compile(self, source: str) -> bytes:
+        raise NotImplementedError
+
+    def compile_cached(self, source: str) -> bytes:
+        """Compile, or read a previous result; entries are written atomically, never half."""
+        if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
+            return self.compile(source)
+        key = hashlib.sha256(f"{self.identity}\0{source}".encode()).hexdigest()
+        folder = os.path.join(cache_dir(), "kernels")
+        path = os.path.join(folder, key)
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            pass
+        binary = self.compile(source)  # raises before anything is written
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(binary)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache only costs speed
+        return binary
+
+
+class Program(Protocol):
+    """A compiled kernel: ``Program(name, binary)`` then ``program(*handles, ...)``."""
+
+    def __call__(
+        self,
+        *buffers: Any,
+        global_size: tuple[int, ...] | None = None,
+        local_size: tuple[int, ...] | None = None,
+        vals: tuple[int, ...] = (),
+        wait: bool = False,
+    ) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """A device a plugin offers: its name, its priority for ``Device.DEFAULT``, and a probe.
+
+    ``probe()`` returns None when the device can be used here, else the reason it cannot
+    ("pyopencl not installed"). It must be cheap and must not import heavy runtimes eagerly
+    unless that is the only way to know.
+    """
+
+    name: str
+    priority: int
+    probe: Any  # Callable[[], str | None]
+    count: int = 1  # how many instances (NAME:0 ... NAME:count-1)
+
+
+@dataclass
+class Runtime:
+    """An opened device: the four backend objects, asked for once."""
+
+    name: str
+    allocator: Allocator
+    renderer: Renderer
+    compiler: Compiler
+    program: type
+
+
+class Buffer:
+    """A 1-d array of ``size`` elements of ``dtype`` on ``device``; memory is allocated on first use."""
+
+    __slots__ = ("device", "size", "dtype", "_handle", "_allocator", "__weakref__")
+
+    def __init__(self, device: str, size: int, dtype: DType):
+        self.device, self.size, self.dtype = device, size, dtype
+        self._handle: Any = None
+        self._allocator: Allocator | None = None
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def handle(self) -> Any:
+        """The backend's memory handle, allocating it on first use."""
+        if self._handle is None:
+            self._allocator = Device[self.device].allocator
+            self._handle = self._allocator.alloc(max(self.nbytes, 1))
+        return self._handle
+
+    @property
+    def is_allocated(self) -> bool:
+        return self._handle is not None
+
+    def copyin(self, data: np.ndarray) -> Buffer:
+        """Copy a host array in (its bytes must match this buffer's size)."""
+        flat = np.ascontiguousarray(data).reshape(-1)
+        if flat.nbytes != self.nbytes:
+            raise ValueError(f"copyin of {flat.nbytes} bytes into a {self.nbytes}-byte buffer")
+        if self.nbytes:
+            Device[self.device].allocator.copyin(self.handle, memoryview(flat).cast("B"))
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A host copy of the contents."""
+        out = np.empty(self.size, dtype=self.dtype.np)
+        if self.nbytes:
+            Device[self.device].allocator.copyout(memoryview(out).cast("B"), self.handle)
+        return out
+
+    def __del__(self) -> None:
+        if self._handle is not None and self._allocator is not None:
+            try:
+                self._allocator.free(self._handle, max(self.nbytes, 1))
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+
+class _DeviceRegistry:
+    """``Device[name]`` opens a device; ``Device.DEFAULT`` is the best available one."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, Runtime] = {}
+        self._default: str | None = None
+
+    def canonicalize(self, name: str) -> str:
+        """``"cpu"`` -> ``"CPU"``, ``"opencl:1"`` -> ``"OPENCL:1"``, ``"CPU:0"`` -> ``"CPU"``."""
+        base, _, index = name.partition(":")
+        base = base.upper()
+        return base if index in ("", "0") else f"{base}:{index}"
+
+    def specs(self) -> dict[str, DeviceSpec]:
+        from fusegrad.plugin.manager import plugins
+
+        return plugins().device_specs()
+
+    def __getitem__(self, name: str) -> Runtime:
+        if (rt := self._open.get(name)) is not None:
+            return rt
+        canonical = self.canonicalize(name)
+        if (rt := self._open.get(canonical)) is None:
+            rt = self._open[canonical] = self._open_device(canonical)
+        self._open[name] = rt
+        return rt
+
+    def _open_device(self, name: str) -> Runtime:
+        from fusegrad.plugin.manager import plugins
+
+        base = name.partition(":")[0]
+        specs = self.specs()
+        if base not in specs:
+            found = ", ".join(sorted(specs)) or "none"
+            raise DeviceNotFound(
+                f"no installed backend provides {base!r} (found: {found}); "
+                f"install it with `pip install fusegrad[{base.lower()}]` or run `fusegrad devices`"
+            )
+        spec = specs[base]
+        if (why := spec.probe()) is not None:
+            raise DeviceUnavailable(f"device {base} is installed but cannot be used here: {why}")
+        index = int(name.partition(":")[2] or 0)
+        if index >= spec.count:
+            raise DeviceNotFound(f"{name}: {base} has {spec.count} device(s), numbered 0..{spec.count - 1}")
+        hook = plugins().hook
+        parts = {
+            "allocator": hook.fusegrad_allocator(device=name),
+            "renderer": hook.fusegrad_renderer(device=name),
+            "compiler": hook.fusegrad_compiler(device=name),
+            "program": hook.fusegrad_program(device=name),
+        }
+        missing = [k for k, v in parts.items() if v is None]
+        if missing:
+            raise PluginError(f"device {name}: no plugin returned its {', '.join(missing)}")
+        return Runtime(name, **parts)
+
+    @property
+    def DEFAULT(self) -> str:  # noqa: N802 - tinygrad-compatible name
+        """``DEV=NAME[:N]`` if set, else the available device of highest priority."""
+        if self._default is None:
+            if dev := os.environ.get("DEV"):
+                self._default = self.canonicalize(dev)
+                self[self._default]  # fail now, clearly, if it cannot be opened
+            else:
+                usable = [s for s in self.specs().values() if s.probe() is None]
+                if not usable:
+                    raise DeviceNotFound("no device is available; run `fusegrad devices` to see why")
+                self._default = max(usable, key=lambda s: s.priority).name
+        return self._default
+
+    @DEFAULT.setter
+    def DEFAULT(self, name: str) -> None:  # noqa: N802
+        self[name]
+        self._default = self.canonicalize(name)
+
+
+Device = _DeviceRegistry()

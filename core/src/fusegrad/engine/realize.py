@@ -1,0 +1,129 @@
+"""Running schedules: compile kernels once, bind buffers, launch, count.
+
+The hot path, for a graph whose structure was seen before: ``abstract`` (one walk collecting the
+buffers), one dictionary lookup to the ``Plan``, allocate its new buffers, and call each step's
+prebuilt runner. No rewrite, no disk, no subprocess.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fusegrad.codegen.kernel import KernelSource, generate
+from fusegrad.device import Buffer, Device
+from fusegrad.helpers import Context
+from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
+from fusegrad.uop.ops import UOp
+
+
+class GlobalCounters:
+    """Process-wide counters tests and benchmarks read: kernels launched, flops, kernel time."""
+
+    kernel_count: int = 0
+    global_ops: int = 0
+    time_sum_s: float = 0.0
+    compiles: int = 0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.compiles = 0
+        GlobalCounters.time_sum_s = 0.0
+
+
+@dataclass
+class Runner:
+    """A compiled kernel ready to launch on one device."""
+
+    kernel: KernelSource
+    program: Any
+    device: str
+
+    def __call__(self, handles: list[Any], wait: bool = False) -> float | None:
+        return self.program(*handles, global_size=self.kernel.global_size, wait=wait)
+
+
+_runners: dict[tuple[UOp, str], Runner] = {}
+
+
+def get_runner(ast: UOp, device: str) -> Runner:
+    """The compiled kernel for ``ast`` on ``device`` (compiled once per process)."""
+    key = (ast, device)
+    if (runner := _runners.get(key)) is not None:
+        return runner
+    rt = Device[device]
+    kernel = generate(ast, rt.renderer)
+    if Context.DEBUG >= 3:
+        print(kernel.source)
+    start = time.perf_counter()
+    binary = rt.compiler.compile_cached(kernel.source)
+    seconds = time.perf_counter() - start
+    GlobalCounters.compiles += 1
+    from fusegrad.plugin.manager import plugins
+
+    plugins().hook.fusegrad_kernel_compiled(
+        name=kernel.name, device=device, source=kernel.source, seconds=seconds
+    )
+    runner = _runners[key] = Runner(kernel, rt.program(kernel.name, binary), device)
+    return runner
+
+
+def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
+    """Execute ``plan`` with ``inputs`` bound to its first slots; return every slot's buffer."""
+    buffers = inputs + [Buffer(dev, size, dtype) for size, dtype, dev in plan.new_slots]
+    timing = Context.DEBUG >= 2
+    start = time.perf_counter()
+    for step in plan.steps:
+        if type(step) is KernelStep:
+            if step.runner is None:
+                step.runner = get_runner(step.ast, step.device)
+            seconds = step.runner([buffers[s].handle for s in step.slots], wait=timing)
+            GlobalCounters.kernel_count += 1
+            GlobalCounters.global_ops += step.runner.kernel.flops
+            if timing:
+                _report(step.runner, seconds)
+        else:
+            _copy(buffers[step.dest], buffers[step.source])
+    if Context.DEBUG >= 1:
+        elapsed = time.perf_counter() - start
+        GlobalCounters.time_sum_s += elapsed
+        kernels = sum(type(s) is KernelStep for s in plan.steps)
+        print(f"realized {kernels} kernel(s) in {elapsed * 1e3:.3f} ms")
+    return buffers
+
+
+def _report(runner: Runner, seconds: float | None) -> None:
+    k = runner.kernel
+    ms = f"{seconds * 1e3:8.3f} ms" if seconds is not None else "       ? ms"
+    gflops = f"{k.flops / seconds * 1e-9:8.2f} GFLOP/s" if seconds else ""
+    print(f"  {runner.device:<8s} {k.name:<32s} {ms} {gflops}")
+
+
+def _copy(dest: Buffer, source: Buffer) -> None:
+    """Move bytes between devices through the host."""
+    dest.copyin(source.numpy())
+
+
+_plans: dict[tuple, Plan] = {}
+
+
+def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer]]:
+    abstract_roots, inputs = abstract(roots)
+    key = (abstract_roots, tuple(devices), tuple(b.device for b in inputs))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plans[key] = make_plan(abstract_roots, list(devices), [b.device for b in inputs])
+    return plan, inputs
+
+
+def plan_for(roots: list[UOp], devices: list[str]) -> Plan:
+    """The (cached) plan that would realize ``roots``."""
+    return _plan(roots, devices)[0]
+
+
+def realize_uops(roots: list[UOp], devices: list[str]) -> list[Buffer]:
+    """Compute ``roots`` (tensor-graph nodes on ``devices``); return one 1-d buffer for each."""
+    plan, inputs = _plan(roots, devices)
+    buffers = run_plan(plan, inputs)
+    return [buffers[s] for s in plan.outputs]

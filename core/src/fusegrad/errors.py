@@ -1,0 +1,33 @@
+"""The typed exceptions a user can meet. Each message says what was wrong and how to fix it."""
+
+
+class FusegradError(Exception):
+    """Base class of every error fusegrad raises on purpose."""
+
+
+class ShapeError(FusegradError, ValueError):
+    """Shapes that do not fit the operation (broadcasting, reshape, axes)."""
+
+
+class DTypeError(FusegradError, TypeError):
+    """An unknown dtype, or one a device cannot hold."""
+
+
+class DeviceNotFound(FusegradError, LookupError):
+    """No installed and available backend provides the requested device."""
+
+
+class DeviceUnavailable(FusegradError, RuntimeError):
+    """The device exists but cannot be used on this machine (its probe says why)."""
+
+
+class UnsupportedOp(FusegradError, NotImplementedError):
+    """The device cannot run an op or dtype; nothing falls back silently."""
+
+
+class CompileError(FusegradError, RuntimeError):
+    """A kernel failed to compile; the message holds the source and the compiler's output."""
+
+
+class PluginError(FusegradError, RuntimeError):
+    """A plugin is broken or was built for another backend API version."""

@@ -1,0 +1,73 @@
+"""Small shared utilities: environment flags, products, timing."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+
+@functools.cache
+def getenv(key: str, default: int = 0) -> int:
+    """An integer environment flag such as ``DEBUG=2``; read once per process."""
+    value = os.environ.get(key, "")
+    try:
+        return int(value) if value != "" else default
+    except ValueError:
+        return default
+
+
+class Context:
+    """Flags that may change at run time (tests set them); ``DEBUG`` and ``NOOPT`` live here."""
+
+    DEBUG: int = getenv("DEBUG")
+    NOOPT: int = getenv("NOOPT")
+
+
+@contextmanager
+def context(**flags: int) -> Iterator[None]:
+    """Temporarily set ``Context`` flags: ``with context(DEBUG=2): ...``."""
+    old = {k: getattr(Context, k) for k in flags}
+    for k, v in flags.items():
+        setattr(Context, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(Context, k, v)
+
+
+def prod(xs: Iterable[int]) -> int:
+    """The product of integers (1 for an empty sequence)."""
+    return math.prod(xs)
+
+
+def strides_for(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of a contiguous array of ``shape``."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+class Timer:
+    """``with Timer() as t: ...`` then ``t.seconds``."""
+
+    def __enter__(self) -> Timer:
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def cache_dir() -> str:
+    """Where compiled kernels are cached: ``FUSEGRAD_CACHE`` or ``~/.cache/fusegrad``."""
+    base = os.environ.get("FUSEGRAD_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusegrad"
+    )
+    return base

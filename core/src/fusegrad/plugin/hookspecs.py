@@ -1,0 +1,102 @@
+"""The hooks a fusegrad plugin may implement.
+
+A plugin is a module registered under the entry-point group ``fusegrad`` (see the backend author's
+guide). It sets ``FUSEGRAD_BACKEND_API = BACKEND_API_VERSION`` and implements any of these
+functions, decorated with ``fusegrad.plugin.hookimpl``. Hook modules must import nothing heavy:
+import your runtime library inside the hook that needs it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from fusegrad.device import Allocator, Compiler, DeviceSpec
+    from fusegrad.renderer import Renderer
+    from fusegrad.uop.pattern import PatternMatcher
+
+PROJECT = "fusegrad"
+#: The version of this hook interface. A plugin built for another one is refused with a message.
+BACKEND_API_VERSION = 1
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def fusegrad_devices() -> list[DeviceSpec]:
+    """Return the devices this plugin offers, as ``DeviceSpec(name, priority, probe, count)``.
+
+    Called once, the first time any device is looked up. Every plugin's answers are collected.
+    ``priority`` orders devices for ``Device.DEFAULT`` (PYTHON is 0, CPU 10, GPUs 20 and more).
+    ``probe()`` is called lazily and returns None when usable, else the reason it is not.
+    Since API version 1.
+    """
+
+
+@hookspec(firstresult=True)
+def fusegrad_allocator(device: str) -> Allocator | None:
+    """Return the ``Allocator`` for ``device`` (e.g. ``"CPU"`` or ``"OPENCL:1"``), or None if not yours.
+
+    Called once, when the device is first opened. The first non-None answer wins, so a plugin
+    marked ``tryfirst=True`` can replace another plugin's allocator. Since API version 1.
+    """
+
+
+@hookspec(firstresult=True)
+def fusegrad_renderer(device: str) -> Renderer | None:
+    """Return the ``Renderer`` for ``device``, or None if it is not yours.
+
+    Called once, when the device is first opened. The first non-None answer wins, so a plugin
+    marked ``tryfirst=True`` can replace another plugin's renderer. Since API version 1.
+    """
+
+
+@hookspec(firstresult=True)
+def fusegrad_compiler(device: str) -> Compiler | None:
+    """Return the ``Compiler`` for ``device``, or None if it is not yours.
+
+    Called once, when the device is first opened. The first non-None answer wins: this is how a
+    plugin swaps only the compiler of another backend (e.g. other C compiler flags for CPU).
+    The compiler's ``identity`` must differ from the one it replaces, so cached binaries don't mix.
+    Since API version 1.
+    """
+
+
+@hookspec(firstresult=True)
+def fusegrad_program(device: str) -> type | None:
+    """Return the program class for ``device``: ``cls(name, binary)`` makes a callable kernel.
+
+    The callable takes ``(*buffer_handles, global_size=, local_size=, vals=, wait=)`` and returns
+    the kernel's time in seconds when ``wait`` is true. Since API version 1.
+    """
+
+
+@hookspec
+def fusegrad_rewrite_rules(stage: str, device: str) -> PatternMatcher | None:
+    """Return extra rewrite rules for a named pipeline stage, or None.
+
+    Stages: ``"kernel"`` (the kernel graph before optimisation) and ``"program"`` (the linear
+    program's graph before rendering). Rules from all plugins are appended after core's, for
+    devices whose name is ``device``. Since API version 1.
+    """
+
+
+@hookspec
+def fusegrad_kernel_compiled(name: str, device: str, source: str, seconds: float) -> None:
+    """Called after a kernel is compiled (not on cache hits). For profilers. Since API version 1."""
+
+
+@hookspec
+def fusegrad_kernel_run(name: str, device: str, seconds: float | None) -> None:
+    """Called after each kernel launch when ``DEBUG>=2`` or timing is on. Since API version 1."""
+
+
+def hook_names() -> list[str]:
+    """All hook names defined here (tests check every one is documented)."""
+    return [n for n, v in globals().items() if n.startswith("fusegrad_") and callable(v)]
+
+
+

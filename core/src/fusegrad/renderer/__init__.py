@@ -1,0 +1,36 @@
+"""The renderer interface: linear UOps -> source text, plus the capabilities that steer codegen.
+
+Capabilities are data, read by core: which dtypes a target holds, whether kernels loop over the
+output (CPU) or are launched over a grid (GPUs), which ops it lacks and core must decompose.
+No part of core asks for a device's name.
+"""
+
+from __future__ import annotations
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.uop.ops import GroupOp, Ops, UOp
+
+
+class Renderer:
+    """Base class of every renderer. Subclasses set the capabilities and implement ``render``."""
+
+    #: dtypes the target can store and compute with; using another raises ``UnsupportedOp``
+    supported_dtypes: frozenset[DType] = frozenset(dtypes.all())
+    #: None: the kernel loops over its output itself (CPU). N: launched over an N-dim grid of
+    #: threads, the output index comes from SPECIAL ops (GPUs).
+    grid_dims: int | None = None
+    #: largest grid size per dimension (when ``grid_dims`` is set)
+    global_max: tuple[int, ...] = (2**31 - 1, 65535, 65535)
+    #: threads per group (work-group size) used when launching over a grid
+    local_size: int = 1
+    #: ALU ops rendered natively; core decomposes the others before rendering
+    native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
+    #: loops over more elements than this may run on several threads (CPU)
+    parallel_threshold: int = 1 << 15
+
+    def __init__(self, device: str = ""):
+        self.device = device
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        """Return the source of one kernel called ``name`` computing ``program``."""
+        raise NotImplementedError

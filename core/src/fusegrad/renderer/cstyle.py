@@ -1,0 +1,179 @@
+"""The base of every C-family renderer (C, OpenCL C, CUDA C, Metal): one table of op spellings
+and one walk over the linear program. A backend subclass changes only what its language spells
+differently: type names, the kernel signature, how a thread finds its index, math functions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.renderer import Renderer
+from fusegrad.uop.ops import GroupOp, Ops, UOp
+
+
+def _binary(symbol: str) -> Callable[[str, str], str]:
+    return lambda a, b: f"({a}{symbol}{b})"
+
+
+class CStyleRenderer(Renderer):
+    """Renders a linear program as one C-family function."""
+
+    kernel_prefix = "void"
+    buffer_qualifier = ""  # "__global " in OpenCL, "device " in Metal
+    restrict = "restrict"
+    type_names: dict[DType, str] = {
+        dtypes.bool: "bool",
+        dtypes.int8: "signed char",
+        dtypes.uint8: "unsigned char",
+        dtypes.int16: "short",
+        dtypes.uint16: "unsigned short",
+        dtypes.int32: "int",
+        dtypes.uint32: "unsigned int",
+        dtypes.int64: "long long",
+        dtypes.uint64: "unsigned long long",
+        dtypes.float16: "half",
+        dtypes.float32: "float",
+        dtypes.float64: "double",
+    }
+    #: C spells most ops the same everywhere; math functions get a type suffix below
+    code_for_op: dict[Ops, Callable[..., str]] = {
+        Ops.ADD: _binary("+"),
+        Ops.MUL: _binary("*"),
+        Ops.IDIV: _binary("/"),
+        Ops.MOD: _binary("%"),
+        Ops.CMPLT: _binary("<"),
+        Ops.CMPNE: _binary("!="),
+        Ops.AND: _binary("&"),
+        Ops.OR: _binary("|"),
+        Ops.XOR: _binary("^"),
+        Ops.SHL: _binary("<<"),
+        Ops.SHR: _binary(">>"),
+        Ops.MAX: lambda a, b: f"(({a}>{b})?{a}:{b})",
+        Ops.WHERE: lambda c, a, b: f"({c}?{a}:{b})",
+        Ops.MULACC: lambda a, b, c: f"(({a}*{b})+{c})",
+    }
+    math_functions = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
+
+    # ---- pieces a subclass overrides ------------------------------------------------------------
+
+    def type_name(self, dtype: DType) -> str:
+        return self.type_names[dtype]
+
+    def prelude(self, program: list[UOp]) -> str:
+        """Headers and helpers placed before the kernel."""
+        return ""
+
+    def render_math(self, op: Ops, dtype: DType, x: str) -> str:
+        """sqrt/exp2/log2/sin of ``x``: ``sqrtf`` for float, ``sqrt`` for double."""
+        suffix = "f" if dtype == dtypes.float32 else ""
+        return f"{self.math_functions[op]}{suffix}({x})"
+
+    def render_special(self, u: UOp) -> str:
+        """The expression for a grid index (SPECIAL) of a GPU target."""
+        raise NotImplementedError(f"{type(self).__name__} launches no grid")
+
+    def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
+        """The line(s) that open the loop of a RANGE."""
+        return [f"for (int {name} = 0; {name} < {size}; {name}++) {{"]
+
+    def render_cast(self, x: str, dtype: DType) -> str:
+        return f"(({self.type_name(dtype)})({x}))"
+
+    def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
+        a, b = self.type_name(src), self.type_name(dtype)
+        return f"(((union {{ {a} a; {b} b; }}){{.a = {x}}}).b)"
+
+    def render_const(self, value: bool | int | float, dtype: DType) -> str:
+        if dtype.is_float:
+            if math.isnan(value):
+                text = "NAN"
+            elif math.isinf(value):
+                text = "INFINITY" if value > 0 else "-INFINITY"
+            else:
+                text = repr(float(value)) + ("f" if dtype != dtypes.float64 else "")
+            return text if dtype in (dtypes.float32, dtypes.float64) else self.render_cast(text, dtype)
+        if dtype == dtypes.bool:
+            return "1" if value else "0"
+        if dtype.itemsize == 8:
+            suffix = "ull" if dtype.is_unsigned else "ll"
+            if value == dtype.min:
+                return f"({value + 1}{suffix}-1)"
+            return f"{value}{suffix}"
+        if value == dtype.min and dtype.kind == "i":
+            return f"({value + 1}-1)"
+        return f"{value}u" if dtype.is_unsigned else str(value)
+
+    def kernel_signature(self, name: str, params: list[UOp]) -> str:
+        args = [
+            f"{self.buffer_qualifier}{self.type_name(p.dtype)}* {self.restrict} data{p.arg[0]}"
+            for p in params
+        ]
+        return f"{self.kernel_prefix} {name}({', '.join(args)})"
+
+    # ---- the walk ------------------------------------------------------------------------------
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        names: dict[UOp, str] = {}
+        lines: list[str] = []
+        params: list[UOp] = []
+        depth = 1
+        counter = 0
+
+        def emit(line: str) -> None:
+            lines.append("  " * depth + line)
+
+        def temp(u: UOp, prefix: str, expr: str) -> None:
+            nonlocal counter
+            names[u] = f"{prefix}{counter}"
+            counter += 1
+            emit(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
+
+        for u in program:
+            op, src = u.op, [names.get(s, "") for s in u.src]
+            if op is Ops.PARAM:
+                params.append(u)
+                names[u] = f"data{u.arg[0]}"
+            elif op is Ops.CONST:
+                names[u] = self.render_const(u.arg, u.dtype)
+            elif op is Ops.SPECIAL:
+                names[u] = u.arg[0]
+                emit(f"int {u.arg[0]} = {self.render_special(u)};")
+            elif op is Ops.RANGE:
+                names[u] = f"ridx{u.arg[0]}"
+                for line in self.render_loop(u, names[u], src[0]):
+                    emit(line)
+                depth += 1
+            elif op is Ops.END:
+                depth -= 1
+                emit("}")
+            elif op is Ops.DEFINE_REG:
+                names[u] = f"acc{u.arg[0]}"
+                emit(f"{self.type_name(u.dtype)} {names[u]};")
+            elif op is Ops.INDEX:
+                names[u] = f"{src[0]}[{src[1]}]"
+            elif op is Ops.LOAD and u.src[0].op is Ops.DEFINE_REG:
+                names[u] = src[0]
+            elif op is Ops.LOAD:
+                temp(u, "val", f"({src[1]}?{src[0]}:{src[2]})" if len(src) == 3 else src[0])
+            elif op is Ops.STORE:
+                emit(f"{src[0]} = {src[1]};")
+            elif op is Ops.CAST:
+                temp(u, "cast", self.render_cast(src[0], u.dtype))
+            elif op is Ops.BITCAST:
+                temp(u, "cast", self.render_bitcast(src[0], u.src[0].dtype, u.dtype))
+            elif op in GroupOp.ALU:
+                temp(u, "alu", self.render_alu(u, src))
+            else:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
+        body = "\n".join(lines)
+        return f"{self.prelude(program)}{self.kernel_signature(name, params)} {{\n{body}\n}}\n"
+
+    def render_alu(self, u: UOp, src: list[str]) -> str:
+        if u.op in self.math_functions:
+            return self.render_math(u.op, u.dtype, src[0])
+        if u.op is Ops.NEG:
+            return f"(!{src[0]})" if u.dtype == dtypes.bool else f"(-{src[0]})"
+        if u.op is Ops.RECIP:
+            return f"({self.render_const(1.0, u.dtype)}/{src[0]})"
+        return self.code_for_op[u.op](*src)

@@ -1,0 +1,174 @@
+"""The PYTHON device: an interpreter of linear programs, the oracle of the conformance suite.
+
+Its "source" is the linear program as JSON; its "binary" the same bytes. Kernels are launched
+over a one-dimensional grid and every grid index runs at once as a numpy lane, so a value is a
+numpy array over the lanes; loops run one trip at a time, in Python. Every op follows the
+backend contract's semantics (C's integer division and remainder, wrap-around integers).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from fusegrad.device import Allocator, Compiler
+from fusegrad.dtype import DType, dtypes
+from fusegrad.renderer import Renderer
+from fusegrad.uop.ops import GroupOp, Ops, UOp
+
+
+class PythonAllocator(Allocator):
+    """Host memory as numpy byte arrays."""
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        return np.zeros(nbytes, dtype=np.uint8)
+
+    def copyin(self, handle: np.ndarray, src: memoryview) -> None:
+        handle[:] = np.frombuffer(src, dtype=np.uint8)
+
+    def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
+        np.frombuffer(dest, dtype=np.uint8)[:] = handle
+
+
+class PythonRenderer(Renderer):
+    """Serialises the linear program; launched over one grid dimension of numpy lanes."""
+
+    supported_dtypes = frozenset(dtypes.all()) - {dtypes.bfloat16}
+    grid_dims = 1
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        position = {u: i for i, u in enumerate(program)}
+        rows = [
+            [u.op.name, u.dtype.name, [position[s] for s in u.src], _plain(u.arg)] for u in program
+        ]
+        return json.dumps({"name": name, "program": rows})
+
+
+def _plain(arg: Any) -> Any:
+    if isinstance(arg, tuple):
+        return [_plain(a) for a in arg]
+    if isinstance(arg, Ops):
+        return arg.name
+    return arg
+
+
+class PythonCompiler(Compiler):
+    """Nothing to compile: the JSON is the program."""
+
+    identity = "python-interpreter-1"
+    disk_cache = False
+
+    def compile(self, source: str) -> bytes:
+        json.loads(source)  # a malformed program fails here, as a compile error would
+        return source.encode()
+
+
+def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    return np.where((a < 0) != (safe < 0), -q, q)
+
+
+def _alu(op: Ops, dtype: DType, args: list[np.ndarray]) -> np.ndarray:
+    a = args[0]
+    if op is Ops.NEG:
+        return np.logical_not(a) if dtype == dtypes.bool else np.negative(a)
+    if op is Ops.IDIV:
+        return _c_div(a, args[1])
+    if op is Ops.MOD:
+        return a - args[1] * _c_div(a, args[1])
+    if op is Ops.WHERE:
+        return np.where(a, args[1], args[2])
+    if op is Ops.MULACC:
+        return a * args[1] + args[2]
+    return _NUMPY_OPS[op](*args)
+
+
+_NUMPY_OPS = {
+    Ops.RECIP: np.reciprocal, Ops.SQRT: np.sqrt, Ops.EXP2: np.exp2, Ops.LOG2: np.log2,
+    Ops.SIN: np.sin, Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum,
+    Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.AND: np.bitwise_and,
+    Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift,
+    Ops.SHR: np.right_shift,
+}
+
+
+class PythonProgram:
+    """Interprets one linear program."""
+
+    def __init__(self, name: str, binary: bytes):
+        data = json.loads(binary)
+        self.name = name
+        self.rows = [(Ops[op], dtypes.from_name(dt) if dt != "void" else dtypes.void, src, arg)
+                     for op, dt, src, arg in data["program"]]
+        self.loop_end = self._match_loops()
+
+    def _match_loops(self) -> dict[int, int]:
+        ends, open_loops = {}, []
+        for pc, (op, _, src, _) in enumerate(self.rows):
+            if op is Ops.RANGE:
+                open_loops.append(pc)
+            elif op is Ops.END:
+                ends[open_loops.pop()] = pc
+        return ends
+
+    def __call__(self, *buffers: np.ndarray, global_size=None, local_size=None, vals=(), wait=False):
+        with np.errstate(all="ignore"):
+            self._run(list(buffers), global_size)
+        return 0.0 if wait else None
+
+    def _run(self, buffers: list[np.ndarray], global_size: tuple[int, ...] | None) -> None:
+        values: list[Any] = [None] * len(self.rows)
+        regs: dict[int, np.ndarray] = {}
+        pc = 0
+        while pc < len(self.rows):
+            op, dtype, src, arg = self.rows[pc]
+            if op is Ops.PARAM:
+                values[pc] = buffers[arg[0]].view(dtype.np)
+            elif op is Ops.CONST:
+                values[pc] = np.array(arg, dtype=dtype.np)
+            elif op is Ops.SPECIAL:
+                values[pc] = np.arange(arg[1], dtype=np.int32)
+            elif op is Ops.RANGE:
+                values[pc] = np.array(0, dtype=np.int32)
+                if values[src[0]] <= 0:
+                    pc = self.loop_end[pc]
+            elif op is Ops.END:
+                start = src[0]
+                values[start] = values[start] + 1
+                if values[start] < values[self.rows[start][2][0]]:
+                    pc = start
+            elif op is Ops.DEFINE_REG:
+                regs[pc] = np.array(0, dtype=dtype.np)
+            elif op is Ops.INDEX:
+                values[pc] = (values[src[0]], values[src[1]])
+            elif op is Ops.LOAD:
+                values[pc] = self._load(src, values, regs)
+            elif op is Ops.STORE:
+                self._store(src, values, regs)
+            elif op is Ops.CAST:
+                x = values[src[0]]
+                values[pc] = (x != 0) if dtype == dtypes.bool else x.astype(dtype.np)
+            elif op is Ops.BITCAST:
+                values[pc] = np.asarray(values[src[0]]).view(dtype.np)
+            elif op in GroupOp.ALU:
+                values[pc] = np.asarray(_alu(op, dtype, [values[s] for s in src])).astype(dtype.np)
+            pc += 1
+
+    def _load(self, src: list[int], values: list[Any], regs: dict) -> np.ndarray:
+        if self.rows[src[0]][0] is Ops.DEFINE_REG:
+            return regs[src[0]]
+        buf, idx = values[src[0]]
+        if len(src) == 1:
+            return buf[idx]
+        gate, alt = values[src[1]], values[src[2]]
+        return np.where(gate, buf[np.where(gate, idx, 0)], alt)
+
+    def _store(self, src: list[int], values: list[Any], regs: dict) -> None:
+        if self.rows[src[0]][0] is Ops.DEFINE_REG:
+            regs[src[0]] = values[src[1]]
+            return
+        buf, idx = values[src[0]]
+        buf[idx] = values[src[1]]

@@ -1,0 +1,208 @@
+"""The scheduler: cut a tensor graph into kernels.
+
+Buffers are first abstracted to numbered slots (``PARAM(slot, size)``), so the plan made for a
+graph serves every graph of the same structure: the second realize of ``a + b`` with new buffers
+costs one walk to collect them and one dictionary lookup (see ``engine/realize.py``).
+
+Where the cuts go:
+
+- every root, CONTIGUOUS and COPY is written to a buffer of its own;
+- elementwise ops fuse into whoever consumes them (recomputed if consumed twice);
+- a reduce fuses with the elementwise ops before and after it, but it gets a buffer of its own
+  when it has several consumers, when its consumer reads it through an EXPAND or PAD (the reduce
+  would run again for every repeated element), or when it sits inside another reduce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fusegrad.dtype import DType
+from fusegrad.errors import FusegradError
+from fusegrad.uop.ops import Ops, UOp, toposort
+
+
+@dataclass
+class KernelStep:
+    """Run kernel ``ast`` with ``slots[i]`` bound to its ``PARAM(i)``; slot ``slots[0]`` is written."""
+
+    ast: UOp
+    slots: tuple[int, ...]
+    device: str
+    runner: Any = None  # the compiled kernel, attached on first run
+
+
+@dataclass
+class CopyStep:
+    """Copy slot ``source`` (on one device) into slot ``dest`` (on another)."""
+
+    dest: int
+    source: int
+
+
+@dataclass
+class Plan:
+    """What realizing a graph structure takes: steps over slots, and which slots to create."""
+
+    steps: list[KernelStep | CopyStep]
+    new_slots: list[tuple[int, DType, str]]  # (size, dtype, device) of slots after the inputs
+    outputs: list[int]  # the slot holding each root
+    n_inputs: int
+    last_use: dict = field(default_factory=dict)
+
+
+def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
+    """Replace each BUFFER by ``PARAM(slot, size)``, numbering buffers by first appearance."""
+    buffers: list[Any] = []
+    done: dict[UOp, UOp] = {}
+    for u in toposort(roots):
+        if u.op is Ops.BUFFER:
+            done[u] = UOp(Ops.PARAM, u.dtype, (), (len(buffers), u.arg.size))
+            buffers.append(u.arg)
+        elif u.src:
+            new_src = tuple(done[s] for s in u.src)
+            done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)
+        else:
+            done[u] = u
+    return tuple(done[r] for r in roots), buffers
+
+
+def is_view(u: UOp) -> bool:
+    """A chain of movement ops over one slot: nothing to compute."""
+    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP):
+        u = u.src[0]
+    return u.op is Ops.PARAM
+
+
+def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
+    """The nodes that must be written to a buffer."""
+    realize = {r for r in roots if r.op is not Ops.PARAM}
+    consumers: dict[UOp, int] = {}
+    for u in order:
+        for s in u.src:
+            consumers[s] = consumers.get(s, 0) + 1
+        if u.op in (Ops.CONTIGUOUS, Ops.COPY):
+            realize.add(u)
+        if u.op is Ops.COPY and u.src[0].op is not Ops.PARAM:
+            realize.add(u.src[0])
+        if u.op is Ops.REDUCE_AXIS and consumers.get(u, 0) > 1:
+            realize.add(u)
+    # a REDUCE reached through an EXPAND/PAD (bit 1) or inside a REDUCE (bit 2) is cut off
+    work, seen = list(realize), set()
+    while work:
+        kernel_root = work.pop()
+        stack = [(s, 0) for s in kernel_root.src] if kernel_root.op is not Ops.COPY else []
+        while stack:
+            node, state = stack.pop()
+            if node.op is Ops.PARAM or node in realize or (node, state) in seen:
+                continue
+            seen.add((node, state))
+            if node.op is Ops.REDUCE_AXIS:
+                if state:
+                    realize.add(node)
+                    work.append(node)
+                    continue
+                state |= 2
+            elif node.op in (Ops.EXPAND, Ops.PAD):
+                state |= 1
+            stack.extend((s, state) for s in node.src)
+    return realize
+
+
+def _kernel_nodes(root: UOp, slot_of: dict[UOp, int]) -> list[UOp]:
+    """The nodes of ``root``'s kernel: stop at realized nodes, which are other kernels' outputs."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+        elif node not in seen:
+            seen.add(node)
+            stack.append((node, True))
+            if node is root or node not in slot_of:
+                stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+    return order
+
+
+def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]]:
+    """The kernel computing ``root``: its inputs become local ``PARAM(i)``; slot ``i`` for each."""
+    slots: list[int] = [slot_of[root]]
+    local: dict[int, UOp] = {}
+
+    def param(slot: int, dtype: DType, size: int) -> UOp:
+        if slot not in local:
+            local[slot] = UOp(Ops.PARAM, dtype, (), (len(slots), size))
+            slots.append(slot)
+        return local[slot]
+
+    done: dict[UOp, UOp] = {}
+    for u in _kernel_nodes(root, slot_of):
+        if u.op is Ops.PARAM:
+            done[u] = param(u.arg[0], u.dtype, u.arg[1])
+        elif u is not root and u in slot_of:
+            p = param(slot_of[u], u.dtype, u.size)
+            done[u] = UOp(Ops.RESHAPE, u.dtype, (p,), u.shape) if len(u.shape) != 1 else p
+        elif u.src:
+            done[u] = u.replace(src=tuple(done.get(s, s) for s in u.src))
+        else:
+            done[u] = u
+    value = done[root]
+    if value.op is Ops.CONTIGUOUS:
+        value = value.src[0]
+    out = UOp(Ops.PARAM, root.dtype, (), (0, root.size))
+    store = UOp(Ops.STORE, root.dtype, (out, value))
+    return UOp(Ops.SINK, root.dtype, (store,)), tuple(slots)
+
+
+def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str]) -> Plan:
+    """Cut an abstracted graph into steps. ``devices[i]`` is where root ``i`` lives."""
+    order = toposort(list(roots))
+    realize = find_realizes(list(roots), order)
+    n_inputs = len(slot_devices)
+    slot_of: dict[UOp, int] = {u: u.arg[0] for u in order if u.op is Ops.PARAM}
+    device_of = _assign_devices(roots, devices, realize, slot_devices)
+    new_slots: list[tuple[int, DType, str]] = []
+    steps: list[KernelStep | CopyStep] = []
+    for u in order:
+        if u not in realize:
+            continue
+        slot_of[u] = n_inputs + len(new_slots)
+        new_slots.append((u.size, u.dtype, device_of[u]))
+        if u.op is Ops.COPY:
+            steps.append(CopyStep(slot_of[u], slot_of[u.src[0]]))
+            continue
+        ast, slots = kernel_ast(u, slot_of)
+        _check_devices(u, slots, device_of[u], n_inputs, slot_devices, new_slots)
+        steps.append(KernelStep(ast, slots, device_of[u]))
+    return Plan(steps, new_slots, [slot_of[r] for r in roots], n_inputs)
+
+
+def _assign_devices(roots, devices, realize, slot_devices) -> dict[UOp, str]:
+    """Each realized node runs on the device of the root that needs it (COPY switches device)."""
+    device_of: dict[UOp, str] = {}
+    seen: set[UOp] = set()
+    stack = list(zip(roots, devices))
+    while stack:
+        node, dev = stack.pop()
+        if node in seen or node.op is Ops.PARAM:
+            continue
+        seen.add(node)
+        if node in realize:
+            device_of[node] = dev
+        if node.op is Ops.COPY:
+            stack.append((node.src[0], node.arg[0]))
+        else:
+            stack.extend((s, dev) for s in node.src)
+    return device_of
+
+
+def _check_devices(u, slots, device, n_inputs, slot_devices, new_slots) -> None:
+    for slot in slots[1:]:
+        where = slot_devices[slot] if slot < n_inputs else new_slots[slot - n_inputs][2]
+        if where != device:
+            raise FusegradError(
+                f"a kernel on {device} reads a tensor on {where}; move one of them with .to({device!r})"
+            )

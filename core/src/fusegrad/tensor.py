@@ -1,0 +1,590 @@
+"""The lazy ``Tensor``: PyTorch-style methods that build a UOp graph; nothing runs until a
+result is needed (``realize``, ``numpy``, ``tolist``, ``item``).
+
+Every method here is built from a handful of primitives: the ALU ops of ``Ops``, ``REDUCE_AXIS``
+(sum and max), and the movement ops. Movement ops (reshape, permute, expand, pad, shrink, flip)
+never copy; they stay in the graph and become index arithmetic when a kernel is generated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fusegrad.device import Buffer, Device
+from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
+from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.helpers import prod
+from fusegrad.tensor_movement import MovementMixin
+from fusegrad.uop.ops import Ops, UOp
+
+Scalar = int | float | bool
+
+
+def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+    """The graph node of a realized buffer, viewed with ``shape``."""
+    node = UOp(Ops.BUFFER, buf.dtype, (), buf)
+    return node if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape PyTorch broadcasts ``shapes`` to; a ShapeError names them when they don't fit."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for sizes in zip(*padded):
+        big = {s for s in sizes if s != 1}
+        if len(big) > 1:
+            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+class Tensor(MovementMixin):
+    """A lazy n-dimensional array on a device.
+
+    >>> Tensor([1, 2, 3]).mul(2).tolist()
+    [2, 4, 6]
+    """
+
+    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    _seed: ClassVar[int] = 0
+    _rng_counter: ClassVar[int] = 0
+
+    def __init__(
+        self,
+        data: Any,
+        device: str | None = None,
+        dtype: DType | str | None = None,
+        requires_grad: bool | None = None,
+    ):
+        self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        self.requires_grad, self.grad = requires_grad, None
+        dtype = to_dtype(dtype) if dtype is not None else None
+        if isinstance(data, UOp):
+            self.uop = data if dtype is None else data.cast(dtype)
+        elif isinstance(data, Tensor):
+            self.uop = data.uop if dtype is None else data.uop.cast(dtype)
+        elif isinstance(data, (bool, int, float)):
+            self.uop = UOp.const(dtype or dtypes.from_py(data), data)
+        elif isinstance(data, (list, tuple, np.ndarray)) or np.isscalar(data):
+            self.uop = self._from_numpy(data, dtype)
+        else:
+            raise FusegradError(
+                f"cannot make a Tensor from {type(data).__name__}; pass numbers, lists or a numpy array"
+            )
+
+    def _from_numpy(self, data: Any, dtype: DType | None) -> UOp:
+        if isinstance(data, np.ndarray):
+            dtype = dtype or dtypes.from_numpy(data.dtype)
+        else:
+            dtype = dtype or dtypes.from_py(list(data) if isinstance(data, tuple) else data)
+        try:
+            array = np.asarray(data, dtype=dtype.np)
+        except ValueError as e:
+            raise ShapeError(f"cannot make a Tensor from ragged nested lists: {e}") from None
+        buf = Buffer(self.device, array.size, dtype).copyin(array)
+        return buffer_uop(buf, array.shape)
+
+    @classmethod
+    def _wrap(cls, uop: UOp, device: str) -> Tensor:
+        t = cls.__new__(cls)
+        t.uop, t.device, t.requires_grad, t.grad = uop, device, None, None
+        return t
+
+    # ---- properties ------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.uop.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.shape} {self.dtype.name} on {self.device}>"
+
+    __hash__ = object.__hash__
+
+    # ---- running ---------------------------------------------------------------------------------
+
+    def schedule(self, *others: Tensor) -> list:
+        """The kernels realizing these tensors would run, without running them."""
+        from fusegrad.engine.realize import plan_for
+        from fusegrad.schedule.kernelize import KernelStep
+
+        todo = [t for t in (self, *others) if not _is_view(t.uop)]
+        if not todo:
+            return []
+        plan = plan_for([t.uop for t in todo], [t.device for t in todo])
+        return [s for s in plan.steps if isinstance(s, KernelStep)]
+
+    def realize(self, *others: Tensor) -> Tensor:
+        """Compute this tensor (and ``others``) now, in as few kernels as the graph allows."""
+        from fusegrad.engine.realize import realize_uops
+
+        todo = [t for t in (self, *others) if not _is_view(t.uop)]
+        if todo:
+            buffers = realize_uops([t.uop for t in todo], [t.device for t in todo])
+            for t, buf in zip(todo, buffers):
+                t.uop = buffer_uop(buf, t.shape)
+        return self
+
+    def contiguous(self) -> Tensor:
+        """A tensor whose elements are laid out in order in a buffer of its own."""
+        return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), self.device)
+
+    def _buffer(self) -> Buffer:
+        """The buffer holding this tensor's elements in order (computing it if needed)."""
+        u = self.uop
+        if u.op is Ops.RESHAPE:
+            u = u.src[0]
+        if u.op is not Ops.BUFFER:
+            self.uop = self.contiguous().realize().uop
+            u = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+        return u.arg
+
+    def numpy(self) -> np.ndarray:
+        """The values as a numpy array (a copy)."""
+        if self.dtype == dtypes.bfloat16:
+            return self.float().numpy()
+        if self.numel() == 0:
+            return np.zeros(self.shape, dtype=self.dtype.np)
+        return self._buffer().numpy().reshape(self.shape)
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists."""
+        return self.numpy().tolist()
+
+    def item(self) -> Scalar:
+        """The value of a one-element tensor."""
+        if self.numel() != 1:
+            raise ShapeError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def to(self, device: str) -> Tensor:
+        """A copy on ``device`` (this tensor if it is already there)."""
+        device = Device.canonicalize(device)
+        if device == self.device:
+            return self
+        Device[device]  # fail early and clearly if it cannot be opened
+        src = self.contiguous().uop if not _is_buffer(self.uop) else self.uop
+        return self._wrap(UOp(Ops.COPY, self.dtype, (src,), (self.device, device)), device)
+
+    def cast(self, dtype: DType | str) -> Tensor:
+        """Convert to ``dtype`` (floats to ints truncate, as in C and PyTorch)."""
+        return self._wrap(self.uop.cast(to_dtype(dtype)), self.device)
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        """Reinterpret the bits as ``dtype`` of the same size."""
+        dtype = to_dtype(dtype)
+        if dtype.itemsize != self.dtype.itemsize:
+            raise FusegradError(f"bitcast from {self.dtype} to {dtype} changes the element size")
+        return self._wrap(UOp(Ops.BITCAST, dtype, (self.uop,)), self.device)
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def detach(self) -> Tensor:
+        """The same values, cut off from gradient tracking."""
+        return self._wrap(UOp(Ops.DETACH, self.dtype, (self.uop,)), self.device)
+
+    # ---- creation --------------------------------------------------------------------------------
+
+    @staticmethod
+    def full(shape: int | Sequence[int], fill: Scalar, dtype: DType | str | None = None,
+             device: str | None = None) -> Tensor:
+        """A tensor of ``shape`` filled with ``fill`` (no memory until realized)."""
+        shape = _shape_arg(shape)
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill)
+        t = Tensor(UOp.const(dtype, fill), device=device)
+        return t.reshape((1,) * len(shape)).expand(shape) if shape else t
+
+    @staticmethod
+    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        return Tensor.full(_shape_arg(shape), 0, to_dtype(dtype or dtypes.default_float), device)
+
+    @staticmethod
+    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        return Tensor.full(_shape_arg(shape), 1, to_dtype(dtype or dtypes.default_float), device)
+
+    @staticmethod
+    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uninitialised memory of ``shape``."""
+        shape = _shape_arg(shape)
+        dev = Device.canonicalize(device) if device else Device.DEFAULT
+        buf = Buffer(dev, prod(shape), to_dtype(dtype or dtypes.default_float))
+        return Tensor._wrap(buffer_uop(buf, shape), dev)
+
+    @staticmethod
+    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
+               dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """``start, start+step, ...`` up to but excluding ``stop``, as ``torch.arange``."""
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise FusegradError("arange step must not be zero")
+        default = dtypes.from_py([start, stop, step])
+        dtype = to_dtype(dtype) if dtype is not None else default
+        return Tensor(np.arange(start, stop, step).astype(dtype.np), device=device, dtype=dtype)
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype: DType | str | None = None,
+            device: str | None = None) -> Tensor:
+        """The identity matrix (ones on the diagonal)."""
+        m = n if m is None else m
+        rows = Tensor.arange(n, device=device).reshape(n, 1)
+        return (rows == Tensor.arange(m, device=device)).cast(to_dtype(dtype or dtypes.default_float))
+
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed the random number generator (the same numbers on every device)."""
+        Tensor._seed, Tensor._rng_counter = seed, 0
+
+    @staticmethod
+    def _generator() -> np.random.Generator:
+        Tensor._rng_counter += 1
+        return np.random.Generator(np.random.Philox(key=Tensor._seed, counter=Tensor._rng_counter))
+
+    @staticmethod
+    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Uniform random numbers in [0, 1)."""
+        dtype = to_dtype(dtype or dtypes.default_float)
+        values = Tensor._generator().random(_shape_arg(shape), dtype=np.float32)
+        return Tensor(values, device=device).cast(dtype)
+
+    @staticmethod
+    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """Normally distributed random numbers (mean 0, variance 1)."""
+        dtype = to_dtype(dtype or dtypes.default_float)
+        values = Tensor._generator().standard_normal(_shape_arg(shape), dtype=np.float32)
+        return Tensor(values, device=device).cast(dtype)
+
+    @staticmethod
+    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
+        return Tensor.rand(*shape, **kwargs) * (high - low) + low
+
+    def full_like(self, fill: Scalar, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.full(self.shape, fill, dtype or self.dtype, self.device)
+
+    def zeros_like(self, dtype: DType | str | None = None) -> Tensor:
+        return self.full_like(0, dtype)
+
+    def ones_like(self, dtype: DType | str | None = None) -> Tensor:
+        return self.full_like(1, dtype)
+
+    def rand_like(self, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=self.device)
+
+    def randn_like(self, dtype: DType | str | None = None) -> Tensor:
+        return Tensor.randn(self.shape, dtype=dtype or self.dtype, device=self.device)
+
+    # ---- elementwise -----------------------------------------------------------------------------
+
+    def _alu(self, op: Ops, *others: Tensor) -> Tensor:
+        srcs = (self.uop, *(o.uop for o in others))
+        dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE) else self.dtype
+        if op is Ops.WHERE:
+            dtype = others[0].dtype
+        return self._wrap(UOp(op, dtype, srcs), self.device)
+
+    def _operands(self, other: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
+        """Both operands of a binary op, promoted to one dtype and broadcast to one shape."""
+        if isinstance(other, Tensor):
+            if other.device != self.device:
+                raise FusegradError(
+                    f"tensors on {self.device} and {other.device} cannot be combined; "
+                    f"move one with .to({self.device!r})"
+                )
+            dtype = promote_types(self.dtype, other.dtype)
+        else:
+            dtype = scalar_type(other, self.dtype)
+            other = Tensor(UOp.const(dtype, other), device=self.device)
+        a, b = self.cast(dtype), other.cast(dtype)
+        shape = broadcast_shapes(a.shape, b.shape)
+        a, b = a._broadcast_to(shape), b._broadcast_to(shape)
+        return (b, a) if reverse else (a, b)
+
+    def _float_operand(self) -> Tensor:
+        return self if self.dtype.is_float else self.cast(dtypes.default_float)
+
+    def add(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """Elementwise sum, broadcasting."""
+        a, b = self._operands(other, reverse)
+        return a._alu(Ops.ADD, b)
+
+    def mul(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """Elementwise product, broadcasting."""
+        a, b = self._operands(other, reverse)
+        return a._alu(Ops.MUL, b)
+
+    def sub(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """Elementwise difference, broadcasting."""
+        a, b = self._operands(other, reverse)
+        return a._alu(Ops.ADD, b.neg())
+
+    def div(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+        """True division; integer inputs give a float result, as in PyTorch."""
+        a, b = self._operands(other, reverse)
+        a, b = a._float_operand(), b._float_operand()
+        return a._alu(Ops.MUL, b._alu(Ops.RECIP))
+
+    def neg(self) -> Tensor:
+        """-x (logical not for bool)."""
+        if self.dtype.is_unsigned:
+            return self._alu(Ops.MUL, self.full_like(self.dtype.max))
+        return self._alu(Ops.NEG)
+
+    def maximum(self, other: Tensor | Scalar) -> Tensor:
+        a, b = self._operands(other)
+        return a._alu(Ops.MAX, b)
+
+    def minimum(self, other: Tensor | Scalar) -> Tensor:
+        a, b = self._operands(other)
+        return (a < b).where(a, b)
+
+    def where(self, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
+        """``x`` where this (bool) tensor is true, else ``y``."""
+        cond = self.cast(dtypes.bool)
+        if isinstance(x, Tensor):
+            x, y = x._operands(y)
+        elif isinstance(y, Tensor):
+            y, x = y._operands(x)
+        else:
+            dtype = dtypes.from_py([x, y])
+            x, y = Tensor.full((), x, dtype, self.device), Tensor.full((), y, dtype, self.device)
+        shape = broadcast_shapes(cond.shape, x.shape, y.shape)
+        c, x, y = cond._broadcast_to(shape), x._broadcast_to(shape), y._broadcast_to(shape)
+        return c._alu(Ops.WHERE, x, y)
+
+    def __lt__(self, other):
+        a, b = self._operands(other)
+        return a._alu(Ops.CMPLT, b)
+
+    def __gt__(self, other):
+        a, b = self._operands(other, reverse=True)
+        return a._alu(Ops.CMPLT, b)
+
+    def __ne__(self, other):  # type: ignore[override]
+        a, b = self._operands(other)
+        return a._alu(Ops.CMPNE, b)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return (self != other).logical_not()
+
+    def __ge__(self, other):
+        return (self < other).logical_not()
+
+    def __le__(self, other):
+        return (self > other).logical_not()
+
+    def logical_not(self) -> Tensor:
+        return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor.full(self.shape, True, dtypes.bool, self.device))
+
+    __add__ = add
+    __mul__ = mul
+    __sub__ = sub
+    __truediv__ = div
+
+    def __radd__(self, x):
+        return self.add(x, True)
+
+    def __rmul__(self, x):
+        return self.mul(x, True)
+
+    def __rsub__(self, x):
+        return self.sub(x, True)
+
+    def __rtruediv__(self, x):
+        return self.div(x, True)
+
+    def __neg__(self):
+        return self.neg()
+
+    def __matmul__(self, x):
+        return self.matmul(x)
+
+    def __rmatmul__(self, x):
+        return x.matmul(self)
+
+    # ---- unary math (built from EXP2, LOG2, SIN, SQRT, RECIP) ------------------------------------
+
+    def exp2(self) -> Tensor:
+        return self._float_operand()._alu(Ops.EXP2)
+
+    def log2(self) -> Tensor:
+        return self._float_operand()._alu(Ops.LOG2)
+
+    def exp(self) -> Tensor:
+        """e**x = 2**(x * log2(e))"""
+        return (self._float_operand() * (1 / math.log(2))).exp2()
+
+    def log(self) -> Tensor:
+        """ln(x) = log2(x) * ln(2)"""
+        return self.log2() * math.log(2)
+
+    def sqrt(self) -> Tensor:
+        return self._float_operand()._alu(Ops.SQRT)
+
+    def rsqrt(self) -> Tensor:
+        return self.sqrt().reciprocal()
+
+    def sin(self) -> Tensor:
+        return self._float_operand()._alu(Ops.SIN)
+
+    def cos(self) -> Tensor:
+        """cos(x) = sin(pi/2 - x)"""
+        return (math.pi / 2 - self._float_operand()).sin()
+
+    def tan(self) -> Tensor:
+        return self.sin() / self.cos()
+
+    def reciprocal(self) -> Tensor:
+        return self._float_operand()._alu(Ops.RECIP)
+
+    def relu(self) -> Tensor:
+        """max(x, 0)"""
+        return self.maximum(0)
+
+    def sigmoid(self) -> Tensor:
+        """1 / (1 + e**-x)"""
+        return (1 + (-self._float_operand()).exp()).reciprocal()
+
+    def tanh(self) -> Tensor:
+        """tanh(x) = 2 * sigmoid(2x) - 1"""
+        return 2.0 * (2.0 * self._float_operand()).sigmoid() - 1.0
+
+    def abs(self) -> Tensor:
+        return self if self.dtype.is_unsigned or self.dtype == dtypes.bool else self.maximum(-self)
+
+    def square(self) -> Tensor:
+        return self * self
+
+    # ---- reductions ------------------------------------------------------------------------------
+
+    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        axes = self._resolve_axes(axis)
+        shape = self.shape
+        if axes:
+            out = self._wrap(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self.device)
+        else:
+            out = self
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
+
+    def _resolve_axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        return tuple(sorted({self._axis(a) for a in axes}))
+
+    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+            dtype: DType | str | None = None) -> Tensor:
+        """Sum over ``axis`` (all axes by default). Small ints and bool sum as int32, halves in float32."""
+        acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
+        out = self.cast(_accumulate_dtype(acc))._reduce(Ops.ADD, axis, keepdim)
+        return out.cast(acc)
+
+    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """The largest value over ``axis``."""
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """The smallest value over ``axis``: min(x) = -max(-x), or ~max(~x) for integers."""
+        if self.dtype.is_int:
+            flipped = self._alu(Ops.XOR, self.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
+            back = flipped.max(axis, keepdim)
+            return back._alu(Ops.XOR, back.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
+        if self.dtype == dtypes.bool:
+            return self.logical_not().max(axis, keepdim).logical_not()
+        return -((-self).max(axis, keepdim))
+
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """The average over ``axis``."""
+        x = self._float_operand()
+        count = prod(self.shape[a] for a in self._resolve_axes(axis))
+        return x.sum(axis, keepdim) * (1 / count if count else math.nan)
+
+    # ---- linear algebra --------------------------------------------------------------------------
+
+    def matmul(self, other: Tensor) -> Tensor:
+        """Matrix product with PyTorch's rules for 1-d and batched inputs; a multiply and a sum."""
+        x, w = self, other
+        if x.ndim == 0 or w.ndim == 0:
+            raise ShapeError(f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}")
+        if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
+            raise ShapeError(f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ")
+        if x.ndim == 1:
+            return x.unsqueeze(0).matmul(w).squeeze(-2)
+        if w.ndim == 1:
+            return x.matmul(w.unsqueeze(-1)).squeeze(-1)
+        xe = x.unsqueeze(-2)  # (..., n, 1, k)
+        we = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
+        return (xe * we).sum(-1, dtype=promote_types(x.dtype, w.dtype) if x.dtype.is_float else None)
+
+    def dot(self, other: Tensor) -> Tensor:
+        return self.matmul(other)
+
+
+def _sum_dtype(dtype: DType) -> DType:
+    if dtype == dtypes.bool or (dtype.is_int and dtype.itemsize < 4):
+        return dtypes.uint32 if dtype.is_unsigned else dtypes.int32
+    return dtype
+
+
+def _accumulate_dtype(dtype: DType) -> DType:
+    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+
+
+def _shape_arg(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        return (shape,)
+    if len(shape) == 1 and not isinstance(shape[0], int):
+        shape = shape[0]
+    out = tuple(shape)
+    if any(not isinstance(s, int) or s < 0 for s in out):
+        raise ShapeError(f"a shape is a sequence of non-negative ints, got {out}")
+    return out
+
+
+def _is_buffer(u: UOp) -> bool:
+    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+
+def _is_view(u: UOp) -> bool:
+    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP):
+        u = u.src[0]
+    return u.op is Ops.BUFFER

@@ -1,0 +1,348 @@
+"""The one IR node, ``UOp``, and the ``Ops`` it may carry.
+
+Every stage of the pipeline is a graph of UOps; the stages differ only in which ops appear:
+
+- tensor graph: BUFFER, CONST, movement ops, ALU ops, REDUCE_AXIS, CAST, CONTIGUOUS, COPY
+- kernel graph: PARAM, RANGE, SPECIAL, INDEX, LOAD, STORE, REDUCE, ALU ops, SINK
+- linear program: the backend contract ops of ``BACKEND_OPS`` in program order
+
+UOps are immutable and hash-consed: building the same ``(op, dtype, src, arg)`` twice returns the
+same object, so graphs compare by identity and ``dict`` lookups on them are cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from enum import Enum, auto
+from typing import Any
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.helpers import prod
+
+
+class Ops(Enum):
+    """Every op a UOp can carry. Groups of them are in ``GroupOp``."""
+
+    # tensor graph
+    BUFFER = auto()  # arg: Buffer; a realized 1-d buffer
+    RESHAPE = auto()  # arg: new shape
+    PERMUTE = auto()  # arg: order of the source axes
+    EXPAND = auto()  # arg: new shape (size-1 axes grow)
+    PAD = auto()  # arg: ((before, after), ...) per axis
+    SHRINK = auto()  # arg: ((start, end), ...) per axis
+    FLIP = auto()  # arg: tuple of bools, one per axis
+    REDUCE_AXIS = auto()  # arg: (Ops.ADD | Ops.MAX, axes)
+    CONTIGUOUS = auto()  # forces a buffer to exist here
+    COPY = auto()  # arg: target device name
+    DETACH = auto()  # cuts gradients; no-op for values
+    # kernel graph and linear program
+    SINK = auto()
+    PARAM = auto()  # arg: (position, element count); a buffer argument of a kernel
+    DEFINE_LOCAL = auto()
+    DEFINE_REG = auto()  # arg: (id, count); an accumulator
+    SPECIAL = auto()  # arg: (name, size); a group/thread index
+    RANGE = auto()  # src: (size,); arg: (axis id, kind)
+    END = auto()  # src: (range,); closes a loop
+    REDUCE = auto()  # src: (value, *ranges); arg: Ops.ADD | Ops.MAX
+    IF = auto()
+    ENDIF = auto()
+    BARRIER = auto()
+    INDEX = auto()  # src: (param, offset); a pointer into a buffer
+    LOAD = auto()  # src: (index,) or (index, gate, alternative)
+    STORE = auto()  # src: (index, value)
+    CONST = auto()
+    CAST = auto()
+    BITCAST = auto()
+    # ALU
+    NEG = auto()
+    RECIP = auto()
+    SQRT = auto()
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    ADD = auto()
+    MUL = auto()
+    IDIV = auto()  # truncates towards zero, as C does
+    MOD = auto()  # takes the sign of the dividend, as C does
+    MAX = auto()
+    CMPLT = auto()
+    CMPNE = auto()
+    AND = auto()
+    OR = auto()
+    XOR = auto()
+    SHL = auto()
+    SHR = auto()
+    WHERE = auto()
+    MULACC = auto()  # optional: a * b + c
+
+    def __repr__(self) -> str:
+        return f"Ops.{self.name}"
+
+
+class GroupOp:
+    """Named sets of ops that rules and passes match on."""
+
+    Unary = frozenset({Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN})
+    Binary = frozenset(
+        {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE}
+        | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+    )
+    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+    ALU = Unary | Binary | Ternary
+    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
+    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
+
+
+# The ops a linear kernel program may contain: what every renderer must handle (DESIGN.md section 3).
+BACKEND_OPS = frozenset(
+    {Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF}
+    | {Ops.ENDIF, Ops.BARRIER, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CONST, Ops.CAST, Ops.BITCAST}
+    | GroupOp.ALU
+)
+
+
+def _arg_key(op: Ops, arg: Any) -> Any:
+    # 0.0 == -0.0 and 1 == 1.0 == True hash alike; constants must stay apart by value and type
+    if op is Ops.CONST:
+        return (type(arg), arg.hex() if isinstance(arg, float) else arg)
+    return arg
+
+
+class UOp:
+    """An immutable, hash-consed IR node: ``UOp(op, dtype, src, arg)``."""
+
+    __slots__ = ("op", "dtype", "src", "arg", "_shape", "_bounds", "__weakref__")
+    _cache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+        key = (op, dtype, src, _arg_key(op, arg))
+        if (hit := UOp._cache.get(key)) is not None:
+            return hit
+        self = object.__new__(cls)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "src", src)
+        object.__setattr__(self, "arg", arg)
+        object.__setattr__(self, "_shape", None)
+        object.__setattr__(self, "_bounds", None)
+        UOp._cache[key] = self
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("UOp is immutable; build a new one")
+
+    def __reduce__(self):
+        return (UOp, (self.op, self.dtype, self.src, self.arg))
+
+    def __repr__(self) -> str:
+        return pretty(self)
+
+    def replace(self, **kw: Any) -> UOp:
+        """A copy with some of ``op``, ``dtype``, ``src``, ``arg`` changed."""
+        return UOp(
+            kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg)
+        )
+
+    # ---- constructors --------------------------------------------------------------------------
+
+    @staticmethod
+    def const(dtype: DType, value: Any) -> UOp:
+        """A scalar constant."""
+        from fusegrad.dtype import cast_scalar
+
+        return UOp(Ops.CONST, dtype, (), cast_scalar(value, dtype))
+
+    def alu(self, op: Ops, *src: UOp) -> UOp:
+        """Apply an ALU op; comparisons give bool, everything else keeps ``self.dtype``."""
+        dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1].dtype if op is Ops.WHERE else self.dtype)
+        return UOp(op, dtype, (self, *src))
+
+    def _operand(self, x: UOp | int | float | bool) -> UOp:
+        return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
+
+    def __add__(self, x):
+        return self.alu(Ops.ADD, self._operand(x))
+
+    def __radd__(self, x):
+        return self._operand(x).alu(Ops.ADD, self)
+
+    def __mul__(self, x):
+        return self.alu(Ops.MUL, self._operand(x))
+
+    def __rmul__(self, x):
+        return self._operand(x).alu(Ops.MUL, self)
+
+    def __sub__(self, x):
+        return self.alu(Ops.ADD, self._operand(x).alu(Ops.NEG))
+
+    def __rsub__(self, x):
+        return self._operand(x) - self
+
+    def __neg__(self):
+        return self.alu(Ops.NEG)
+
+    def __floordiv__(self, x):
+        return self.alu(Ops.IDIV, self._operand(x))
+
+    def __mod__(self, x):
+        return self.alu(Ops.MOD, self._operand(x))
+
+    def __and__(self, x):
+        return self.alu(Ops.AND, self._operand(x))
+
+    def __or__(self, x):
+        return self.alu(Ops.OR, self._operand(x))
+
+    def lt(self, x) -> UOp:
+        """``self < x`` as a bool UOp (``<`` itself stays Python's, for sorting)."""
+        return self.alu(Ops.CMPLT, self._operand(x))
+
+    def ne(self, x) -> UOp:
+        return self.alu(Ops.CMPNE, self._operand(x))
+
+    def where(self, a: UOp, b: UOp) -> UOp:
+        return UOp(Ops.WHERE, a.dtype, (self, a, b))
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    # ---- graph walks ---------------------------------------------------------------------------
+
+    def toposort(self) -> list[UOp]:
+        """Every node reachable from here, sources before users (iterative: graphs get deep)."""
+        return toposort([self])
+
+    # ---- tensor-graph shapes -------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of a tensor-graph node (computed once)."""
+        if self._shape is None:
+            object.__setattr__(self, "_shape", _shape_of(self))
+        return self._shape
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    # ---- value bounds, for index simplification -------------------------------------------------
+
+    @property
+    def vmin(self) -> int | float:
+        return self.bounds[0]
+
+    @property
+    def vmax(self) -> int | float:
+        return self.bounds[1]
+
+    @property
+    def bounds(self) -> tuple[int | float, int | float]:
+        """Smallest and largest value this integer expression can take."""
+        if self._bounds is None:
+            object.__setattr__(self, "_bounds", _bounds_of(self))
+        return self._bounds
+
+
+def toposort(roots: list[UOp]) -> list[UOp]:
+    """Nodes reachable from ``roots``, each after all of its sources."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        stack: list[tuple[UOp, bool]] = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+    return order
+
+
+def _shape_of(u: UOp) -> tuple[int, ...]:
+    op, arg = u.op, u.arg
+    if op is Ops.BUFFER:
+        return (arg.size,)
+    if op is Ops.PARAM:
+        return (arg[1],)
+    if op is Ops.CONST:
+        return ()
+    if op in (Ops.RESHAPE, Ops.EXPAND):
+        return arg
+    src = u.src[0].shape
+    if op is Ops.PERMUTE:
+        return tuple(src[i] for i in arg)
+    if op is Ops.PAD:
+        return tuple(s + b + a for s, (b, a) in zip(src, arg))
+    if op is Ops.SHRINK:
+        return tuple(e - b for b, e in arg)
+    if op is Ops.REDUCE_AXIS:
+        return tuple(1 if i in arg[1] else s for i, s in enumerate(src))
+    if op is Ops.STORE:
+        return ()
+    return src  # elementwise ops, FLIP, CAST, CONTIGUOUS, COPY, DETACH
+
+
+def _bounds_of(u: UOp) -> tuple[int | float, int | float]:
+    op = u.op
+    if op is Ops.CONST:
+        return (u.arg, u.arg)
+    if op is Ops.RANGE:
+        return (0, u.src[0].vmax - 1)
+    if op is Ops.SPECIAL:
+        return (0, u.arg[1] - 1)
+    if op is Ops.ADD:
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        return (a0 + b0, a1 + b1)
+    if op is Ops.NEG:
+        a0, a1 = u.src[0].bounds
+        return (-a1, -a0)
+    if op is Ops.MUL:
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        corners = [x * y for x in (a0, a1) for y in (b0, b1) if not (math.isinf(x) or math.isinf(y))]
+        if len(corners) < 4:
+            return (u.dtype.min, u.dtype.max)
+        return (min(corners), max(corners))
+    if op is Ops.IDIV:
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        if b0 == b1 and b0 > 0 and a0 >= 0:
+            return (a0 // b0, a1 // b0)
+    if op is Ops.MOD:
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        if b0 == b1 and b0 > 0 and a0 >= 0:
+            return (0, min(a1, b0 - 1))
+    if op is Ops.MAX:
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        return (max(a0, b0), max(a1, b1))
+    if op is Ops.WHERE:
+        (a0, a1), (b0, b1) = u.src[1].bounds, u.src[2].bounds
+        return (min(a0, b0), max(a1, b1))
+    if u.dtype == dtypes.bool:
+        return (False, True)
+    return (u.dtype.min, u.dtype.max)
+
+
+def pretty(u: UOp, depth: int = 0, seen: dict[UOp, int] | None = None) -> str:
+    """A readable, indented dump of a graph; shared nodes are printed once and then referenced."""
+    seen = {} if seen is None else seen
+    pad = "  " * depth
+    if u in seen:
+        return f"{pad}<{seen[u]}>"
+    seen[u] = len(seen)
+    arg = "" if u.arg is None else f", arg={u.arg!r}"
+    if not u.src:
+        return f"{pad}<{seen[u]}> UOp({u.op}, {u.dtype}{arg})"
+    inner = ",\n".join(pretty(s, depth + 1, seen) for s in u.src)
+    return f"{pad}<{seen[u]}> UOp({u.op}, {u.dtype}{arg}, src=(\n{inner}))"

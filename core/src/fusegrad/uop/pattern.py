@@ -1,0 +1,179 @@
+"""Pattern rewriting: ``UPat`` patterns, ``PatternMatcher`` rule tables and ``graph_rewrite``.
+
+A rule is ``(pattern, function)``. When the pattern matches a node, the function is called with
+the named captures as keyword arguments (plus ``ctx`` if it asks for it); it returns a new UOp,
+or ``None`` to decline. Tables compose with ``+``; the first rule that returns a UOp wins.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fusegrad.dtype import DType
+from fusegrad.helpers import Context
+from fusegrad.uop.ops import GroupOp, Ops, UOp
+
+_ANY = object()  # "any arg"
+
+
+class UPat:
+    """A pattern over UOps. ``None`` fields match anything; ``name`` captures the node."""
+
+    __slots__ = ("ops", "dtypes", "src", "arg", "name", "allow_any_len")
+
+    def __init__(
+        self,
+        op: Ops | Iterable[Ops] | None = None,
+        dtype: DType | Iterable[DType] | None = None,
+        src: tuple[UPat, ...] | UPat | None = None,
+        arg: Any = _ANY,
+        name: str | None = None,
+        allow_any_len: bool = False,
+    ):
+        self.ops = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
+        self.dtypes = None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
+        self.src = (src,) if isinstance(src, UPat) else src
+        self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+
+    def __repr__(self) -> str:
+        return f"UPat({self.ops}, name={self.name!r})"
+
+    @staticmethod
+    def var(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        """Matches any node and captures it as ``name``."""
+        return UPat(dtype=dtype, name=name)
+
+    @staticmethod
+    def cvar(name: str | None = None, dtype: DType | Iterable[DType] | None = None) -> UPat:
+        """Matches a constant and captures it as ``name``."""
+        return UPat(Ops.CONST, dtype=dtype, name=name)
+
+    @staticmethod
+    def const(value: Any, dtype: DType | None = None) -> UPat:
+        """Matches a constant with this value."""
+        return UPat(Ops.CONST, dtype=dtype, arg=value)
+
+    def alu(self, op: Ops, *src: UPat | int | float) -> UPat:
+        pats = (self, *(s if isinstance(s, UPat) else UPat.const(s) for s in src))
+        return UPat(op, src=pats)
+
+    def __add__(self, x):
+        return self.alu(Ops.ADD, x)
+
+    def __mul__(self, x):
+        return self.alu(Ops.MUL, x)
+
+    def __floordiv__(self, x):
+        return self.alu(Ops.IDIV, x)
+
+    def __mod__(self, x):
+        return self.alu(Ops.MOD, x)
+
+    def __and__(self, x):
+        return self.alu(Ops.AND, x)
+
+    def match(self, u: UOp, captures: dict[str, UOp]) -> bool:
+        """Match ``u``, filling ``captures``; on failure ``captures`` may hold partial entries."""
+        if self.ops is not None and u.op not in self.ops:
+            return False
+        if self.dtypes is not None and u.dtype not in self.dtypes:
+            return False
+        if self.arg is not _ANY and not (type(u.arg) is type(self.arg) or _both_numbers(u.arg, self.arg)):
+            return False
+        if self.arg is not _ANY and u.arg != self.arg:
+            return False
+        if self.name is not None:
+            if (prev := captures.get(self.name)) is not None and prev is not u:
+                return False
+            captures[self.name] = u
+        if self.src is None:
+            return True
+        if len(self.src) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(self.src)):
+            return False
+        if _match_srcs(self.src, u.src, captures):
+            return True
+        if u.op in GroupOp.Commutative and len(u.src) == 2:
+            return _match_srcs(self.src, (u.src[1], u.src[0]), captures)
+        return False
+
+
+def _both_numbers(a: Any, b: Any) -> bool:
+    return type(a) in (int, float) and type(b) in (int, float)
+
+
+def _match_srcs(pats: tuple[UPat, ...], srcs: tuple[UOp, ...], captures: dict[str, UOp]) -> bool:
+    saved = dict(captures)
+    if all(p.match(s, captures) for p, s in zip(pats, srcs)):
+        return True
+    captures.clear()
+    captures.update(saved)
+    return False
+
+
+Rule = tuple[UPat, Callable[..., UOp | None]]
+
+
+class PatternMatcher:
+    """An ordered table of rewrite rules. The first rule whose function returns a UOp wins."""
+
+    def __init__(self, rules: list[Rule]):
+        self.rules = list(rules)
+        self._by_op: dict[Ops, list[tuple[UPat, Callable, bool]]] = {}
+        self._any_op: list[tuple[UPat, Callable, bool]] = []
+        for pat, fn in self.rules:
+            entry = (pat, fn, "ctx" in inspect.signature(fn).parameters)
+            if pat.ops is None:
+                self._any_op.append(entry)
+            else:
+                for op in pat.ops:
+                    self._by_op.setdefault(op, []).append(entry)
+        # keep table order among rules with and without an op
+        order = {id(fn): i for i, (_, fn) in enumerate(self.rules)}
+        for op in Ops:
+            merged = self._by_op.get(op, []) + self._any_op
+            if merged:
+                self._by_op[op] = sorted(merged, key=lambda e: order[id(e[1])])
+
+    def __add__(self, other: PatternMatcher) -> PatternMatcher:
+        return PatternMatcher(self.rules + other.rules)
+
+    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
+        """Apply the first rule that fires on ``u`` itself, or return None."""
+        for pat, fn, wants_ctx in self._by_op.get(u.op, ()):
+            captures: dict[str, UOp] = {}
+            if not pat.match(u, captures):
+                continue
+            out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
+            if out is not None and out is not u:
+                if Context.DEBUG >= 5:
+                    code = fn.__code__
+                    print(f"rule {code.co_filename}:{code.co_firstlineno} rewrote {u.op}")
+                return out
+        return None
+
+
+def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
+    """Rewrite a graph bottom-up until no rule fires anywhere. Shared nodes are rewritten once."""
+    done: dict[UOp, UOp] = {}
+    stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
+    while stack:
+        node, stage, pending = stack.pop()
+        if node in done:
+            continue
+        if stage == 0:
+            stack.append((node, 1, None))
+            stack.extend((s, 0, None) for s in node.src if s not in done)
+        elif stage == 1:
+            new_src = tuple(done[s] for s in node.src)
+            rebuilt = node if new_src == node.src else node.replace(src=new_src)
+            out = matcher.rewrite(rebuilt, ctx)
+            if out is None:
+                done[node] = rebuilt
+            else:
+                stack.append((node, 2, out))
+                stack.append((out, 0, None))
+        else:
+            done[node] = done[pending]
+    return done[root]

@@ -1,0 +1,216 @@
+"""Constant folding and the algebra that simplifies index arithmetic.
+
+Index expressions come from composing movement ops (a reshape turns an index into ``//`` and
+``%`` of it), so most rules here undo that: ``(x//c)*c + x%c -> x``, ``x%c -> x`` when
+``0 <= x < c``. Rules that need ``x >= 0`` check the value bounds (``vmin``/``vmax``).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+
+from fusegrad.dtype import DType, cast_scalar, dtypes
+from fusegrad.uop.ops import GroupOp, Ops, UOp
+from fusegrad.uop.pattern import PatternMatcher, UPat
+
+
+def _c_div(a, b):
+    """C's integer division: truncates towards zero."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _c_mod(a, b):
+    """C's remainder: takes the sign of the dividend."""
+    return a - b * _c_div(a, b)
+
+
+def _safe_log2(x: float) -> float:
+    if x < 0 or math.isnan(x):
+        return math.nan
+    return -math.inf if x == 0 else math.log2(x)
+
+
+def _safe_sqrt(x: float) -> float:
+    return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
+
+
+def _safe_recip(x: float) -> float:
+    return math.copysign(math.inf, x) if x == 0 else 1 / x
+
+
+def _safe_exp2(x: float) -> float:
+    try:
+        return 2.0**x
+    except OverflowError:
+        return math.inf
+
+
+def _safe_sin(x: float) -> float:
+    return math.nan if math.isinf(x) else math.sin(x)
+
+
+# What each ALU op computes on Python scalars; the PYTHON device and constant folding share it.
+ALU_PYTHON: dict[Ops, Callable] = {
+    Ops.NEG: lambda a: -a if not isinstance(a, bool) else not a,
+    Ops.RECIP: _safe_recip,
+    Ops.SQRT: _safe_sqrt,
+    Ops.EXP2: _safe_exp2,
+    Ops.LOG2: _safe_log2,
+    Ops.SIN: _safe_sin,
+    Ops.ADD: operator.add,
+    Ops.MUL: operator.mul,
+    Ops.IDIV: lambda a, b: _c_div(a, b) if b != 0 else 0,
+    Ops.MOD: lambda a, b: _c_mod(a, b) if b != 0 else 0,
+    Ops.MAX: max,
+    Ops.CMPLT: operator.lt,
+    Ops.CMPNE: operator.ne,
+    Ops.AND: operator.and_,
+    Ops.OR: operator.or_,
+    Ops.XOR: operator.xor,
+    Ops.SHL: lambda a, b: a << b,
+    Ops.SHR: lambda a, b: a >> b,
+    Ops.WHERE: lambda c, a, b: a if c else b,
+    Ops.MULACC: lambda a, b, c: a * b + c,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, args: tuple) -> bool | int | float:
+    """Evaluate one ALU op on Python scalars, with the result wrapped to ``dtype``."""
+    return cast_scalar(ALU_PYTHON[op](*args), dtype)
+
+
+def fold_constants(op: UOp) -> UOp | None:
+    """Evaluate an ALU op whose inputs are all constants."""
+    if not all(s.op is Ops.CONST for s in op.src):
+        return None
+    if op.dtype.is_float and op.op in (Ops.IDIV, Ops.MOD):
+        return None
+    return UOp.const(op.dtype, exec_alu(op.op, op.dtype, tuple(s.arg for s in op.src)))
+
+
+def fold_cast(c: UOp, x: UOp) -> UOp | None:
+    """cast(const) -> const of the new type."""
+    if c.dtype == dtypes.bfloat16:
+        return None
+    return UOp.const(c.dtype, x.arg)
+
+
+# ---- sums of terms --------------------------------------------------------------------------------
+
+
+def terms(x: UOp) -> list[UOp]:
+    """The summands of a chain of ADDs."""
+    return terms(x.src[0]) + terms(x.src[1]) if x.op is Ops.ADD else [x]
+
+
+def coefficient(term: UOp) -> int:
+    """The constant factor of ``term`` (``5`` for ``i*5``, the value for a constant)."""
+    if term.op is Ops.CONST:
+        return term.arg
+    if term.op is Ops.MUL and term.src[1].op is Ops.CONST:
+        return term.src[1].arg
+    return 1
+
+
+def divide_term(term: UOp, c: int) -> UOp:
+    """``term / c`` for a term whose coefficient ``c`` divides."""
+    if term.op is Ops.CONST:
+        return UOp.const(term.dtype, term.arg // c)
+    if term.op is Ops.MUL and term.src[1].op is Ops.CONST:
+        return term.src[0] * (term.src[1].arg // c)
+    return term  # c == 1
+
+
+def add_all(xs: list[UOp], dtype: DType) -> UOp:
+    out = xs[0] if xs else UOp.const(dtype, 0)
+    for x in xs[1:]:
+        out = out + x
+    return out
+
+
+def split_by_divisor(x: UOp, c: int) -> tuple[list[UOp], list[UOp]] | None:
+    """Split the nonnegative terms of ``x`` into those divisible by ``c`` and the rest."""
+    parts = terms(x)
+    if any(t.vmin < 0 for t in parts):
+        return None
+    whole = [t for t in parts if coefficient(t) % c == 0]
+    rest = [t for t in parts if coefficient(t) % c != 0]
+    return whole, rest
+
+
+def simplify_div(x: UOp, c: UOp) -> UOp | None:
+    """(a*c + b) // c -> a + b // c, for nonnegative a, b."""
+    if c.arg <= 0 or x.vmin < 0:
+        return None
+    if x.vmax < c.arg:
+        return UOp.const(x.dtype, 0)
+    if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+        return x.src[0] // (x.src[1].arg * c.arg)  # (a // b) // c -> a // (b*c)
+    split = split_by_divisor(x, c.arg)
+    if split is None or not split[0]:
+        return None
+    whole, rest = split
+    quotient = add_all([divide_term(t, c.arg) for t in whole], x.dtype)
+    if not rest:
+        return quotient
+    rest_sum = add_all(rest, x.dtype)
+    return quotient if rest_sum.vmax < c.arg else quotient + rest_sum // c.arg
+
+
+def simplify_mod(x: UOp, c: UOp) -> UOp | None:
+    """(a*c + b) % c -> b % c, and x % c -> x when 0 <= x < c, for nonnegative terms."""
+    if c.arg <= 0 or x.vmin < 0:
+        return None
+    if x.vmax < c.arg:
+        return x
+    if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c.arg == 0:
+        return x.src[0] % c.arg  # (a % (k*c)) % c -> a % c
+    split = split_by_divisor(x, c.arg)
+    if split is None or not split[0]:
+        return None
+    rest = add_all(split[1], x.dtype)
+    return rest if rest.vmax < c.arg and rest.vmin >= 0 else rest % c.arg
+
+
+def recombine_divmod(x: UOp, c: UOp, y: UOp) -> UOp | None:
+    """(x // c) * c + x % c -> x, the identity a reshape round trip leaves behind."""
+    return x if y.op is Ops.MOD and y.src[0] is x and y.src[1] is c else None
+
+
+def fold_compare(x: UOp, c: UOp) -> UOp | None:
+    """x < c is decided when the bounds of x lie on one side of c."""
+    if x.dtype.is_float:
+        return None
+    if x.vmax < c.arg:
+        return UOp.const(dtypes.bool, True)
+    if x.vmin >= c.arg:
+        return UOp.const(dtypes.bool, False)
+    return None
+
+
+_int = tuple(d for d in dtypes.all() if d.is_int)
+_ix = UPat.var("x", dtype=_int)
+
+SIMPLIFY = PatternMatcher([
+    (UPat(GroupOp.ALU, name="op"), fold_constants),
+    (UPat(Ops.CAST, src=UPat.cvar("x"), name="c"), fold_cast),
+    (UPat.var("x") + 0, lambda x: x),                                        # x + 0 -> x
+    (UPat.var("x") * 1, lambda x: x),                                        # x * 1 -> x
+    (_ix * 0, lambda x: UOp.const(x.dtype, 0)),                              # x * 0 -> 0 (ints)
+    (_ix // 1, lambda x: x),                                                 # x // 1 -> x
+    (_ix % 1, lambda x: UOp.const(x.dtype, 0)),                              # x % 1 -> 0
+    ((_ix + UPat.cvar("a")) + UPat.cvar("b"), lambda x, a, b: x + (a.arg + b.arg)),  # (x+a)+b
+    ((_ix * UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * (a.arg * b.arg)),  # (x*a)*b
+    ((_ix + UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * b.arg + a.arg * b.arg),  # distribute
+    (_ix // UPat.cvar("c"), simplify_div),
+    (_ix % UPat.cvar("c"), simplify_mod),
+    ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
+    (UPat(Ops.CMPLT, src=(_ix, UPat.cvar("c"))), fold_compare),                  # decided by bounds
+    (UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var())), lambda a: a),   # True ? a : b
+    (UPat(Ops.WHERE, src=(UPat.const(False), UPat.var(), UPat.var("b"))), lambda b: b),  # False ? a : b
+    (UPat.var("x", dtypes.bool) & True, lambda x: x),                                      # x & True -> x
+    (UPat.var("x", dtypes.bool) & False, lambda x: UOp.const(dtypes.bool, False)),        # x & False
+])

@@ -1,0 +1,145 @@
+"""Tests of ``fusegrad_cpu/compiler.py``: building C, reporting failures, caching, identity."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+
+import numpy as np
+import pytest
+
+from fusegrad.errors import CompileError, DeviceUnavailable
+from fusegrad_cpu import compiler as compiler_module
+from fusegrad_cpu.compiler import FLAGS, ClangCompiler, find_c_compiler, supports_openmp
+from fusegrad_cpu.device import CPUProgram
+
+from .conftest import download, upload
+
+BROKEN = "void broken(float* data0) {\n  data0[0] = 1.0f\n}\n"
+ADD_ONE = "void add_one(float* data0, const float* data1) { data0[0] = data1[0] + 1.0f; }"
+
+
+class CountingCompiler(ClangCompiler):
+    """Counts real compiles, so tests can tell a cache hit from a build."""
+
+    calls = 0
+
+    def compile(self, source: str) -> bytes:
+        self.calls += 1
+        return super().compile(source)
+
+
+def test_syntax_error_shows_message_and_numbered_source(compiler):
+    with pytest.raises(CompileError) as e:
+        compiler.compile(BROKEN)
+    message = str(e.value)
+    assert "expected ';'" in message  # the compiler's own words (clang and gcc both say so)
+    assert "   2 |   data0[0] = 1.0f" in message
+    assert "report" in message
+
+
+def test_same_source_gives_same_bytes(compiler):
+    assert compiler.compile(ADD_ONE) == compiler.compile(ADD_ONE)
+
+
+def test_cache_returns_stored_bytes_without_compiling(cache, allocator):
+    first = CountingCompiler()
+    binary = first.compile_cached(ADD_ONE)
+    again, fresh = first.compile_cached(ADD_ONE), CountingCompiler().compile_cached(ADD_ONE)
+    assert (again, fresh) == (binary, binary)
+    assert first.calls == 1
+    assert len(list((cache / "kernels").iterdir())) == 1
+    out, x = allocator.alloc(4), upload(allocator, np.array([41], np.float32))
+    CPUProgram("add_one", fresh)(out, x)
+    assert download(allocator, out, np.float32, 1)[0] == 42
+
+
+def test_failed_compile_leaves_nothing_in_cache(cache):
+    with pytest.raises(CompileError):
+        ClangCompiler().compile_cached(BROKEN)
+    assert [p for p in cache.rglob("*") if p.is_file()] == []
+
+
+def test_identity_names_compiler_version_and_flags():
+    names = [n for n in ("clang", "gcc") if shutil.which(n)]
+    identities = {ClangCompiler([n], openmp=False).identity for n in names}
+    assert len(identities) == len(names)
+    plain = ClangCompiler(openmp=False)
+    assert "-march=native" in plain.identity and "version" in plain.identity
+    assert plain.identity != ClangCompiler(openmp=True).identity
+    assert plain.identity != ClangCompiler(flags=(*FLAGS, "-ffast-math"), openmp=False).identity
+
+
+def test_nothing_runs_before_the_first_compile(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a subprocess ran while constructing the compiler")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    ClangCompiler()
+
+
+def fake_compiler(folder, refuse: str) -> str:
+    """A gcc wrapper at ``folder/cc`` that fails whenever ``refuse`` is among its arguments."""
+    path = folder / "cc"
+    path.write_text(
+        f'#!/bin/sh\nfor a in "$@"; do [ "$a" = "{refuse}" ] && exit 1; done\n'
+        f'exec {shutil.which("gcc")} "$@"\n'
+    )
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_openmp_detected_and_used():
+    assert supports_openmp((shutil.which("gcc"), *FLAGS))
+    assert "-fopenmp" in ClangCompiler(["gcc"]).flags
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_openmp_left_out_when_it_fails(tmp_path):
+    compiler = ClangCompiler([fake_compiler(tmp_path, "-fopenmp")])
+    assert "-fopenmp" not in compiler.flags
+    assert compiler.compile(ADD_ONE)[:4] == b"\x7fELF"
+
+
+def test_openmp_kernel_runs_on_every_thread(allocator):
+    compiler = ClangCompiler()
+    if "-fopenmp" not in compiler.flags:
+        pytest.skip(f"{compiler.command[0]} cannot build OpenMP here")
+    source = (
+        "#include <omp.h>\n"
+        "void threads(int* data0) {\n"
+        "#pragma omp parallel\n"
+        "  if (omp_get_thread_num() == 0) data0[0] = omp_get_num_threads();\n"
+        "}\n"
+    )
+    out = allocator.alloc(4)
+    CPUProgram("threads", compiler.compile(source))(out)
+    expected = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count())
+    assert download(allocator, out, np.int32, 1)[0] == expected
+
+
+def test_cc_is_honoured_with_its_own_words(monkeypatch):
+    monkeypatch.setenv("CC", "gcc -std=c11")
+    assert find_c_compiler() == [shutil.which("gcc"), "-std=c11"]
+
+
+def test_unknown_cc_says_how_to_fix(monkeypatch):
+    monkeypatch.setenv("CC", "no-such-cc")
+    with pytest.raises(DeviceUnavailable, match="CC='no-such-cc'.*apt-get install clang"):
+        find_c_compiler()
+
+
+def test_no_compiler_on_path_says_how_to_fix(monkeypatch, tmp_path):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(DeviceUnavailable, match="no C compiler found.*apt-get install clang"):
+        find_c_compiler()
+    with pytest.raises(DeviceUnavailable):
+        ClangCompiler()
+
+
+def test_numbered_counts_from_one():
+    assert compiler_module.numbered("a\nb") == "   1 | a\n   2 | b"
