@@ -6,7 +6,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from fusegrad_cpu.compiler import ClangCompiler
 from fusegrad_cpu.device import CPUAllocator
 

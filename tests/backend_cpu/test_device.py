@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from fusegrad_cpu.compiler import ClangCompiler
 from fusegrad_cpu.device import ALIGNMENT, CPUProgram, address_of
 
@@ -27,8 +26,9 @@ def test_alloc_is_aligned_and_sized(allocator, nbytes):
 
 
 def test_copyin_copyout_round_trip(allocator):
-    data = np.random.default_rng(0).standard_normal(37).astype(np.float64)
-    np.testing.assert_array_equal(download(allocator, upload(allocator, data), np.float64, 37), data)
+    data = np.random.default_rng(0).standard_normal(37)
+    back = download(allocator, upload(allocator, data), np.float64, 37)
+    np.testing.assert_array_equal(back, data)
 
 
 def test_copy_of_another_size_is_refused(allocator):
@@ -68,7 +68,8 @@ def test_kernels_of_the_same_name_stay_apart(compiler, allocator):
 
 
 def test_wait_returns_seconds(compiler, allocator):
-    seconds = CPUProgram("constant", compiler.compile(constant_kernel(1)))(allocator.alloc(4), wait=True)
+    program = CPUProgram("constant", compiler.compile(constant_kernel(1)))
+    seconds = program(allocator.alloc(4), wait=True)
     assert isinstance(seconds, float) and 0 <= seconds < 1
 
 

@@ -140,7 +140,7 @@ class ClangCompiler(Compiler):
         return (*self.base_flags, "-fopenmp") if self.openmp else self.base_flags
 
     @functools.cached_property
-    def identity(self) -> str:  # type: ignore[override]
+    def identity(self) -> str:
         """Compiler, version, flags and host CPU: whatever changes the bytes built from a source."""
         words = " ".join(self.command + list(self.flags))
         return f"{words} | {compiler_version(self.command[0])} | {host_cpu()}"

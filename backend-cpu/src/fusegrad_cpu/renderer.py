@@ -10,7 +10,6 @@ from fusegrad.uop.ops import UOp
 class CPURenderer(CStyleRenderer):
     """Renders a kernel as a C function; its output loop runs on all cores when it is long."""
 
-    supported_dtypes = frozenset(dtypes.all()) - {dtypes.bfloat16}
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
 
     def prelude(self, program: list[UOp]) -> str:

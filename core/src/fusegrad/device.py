@@ -102,6 +102,13 @@ class DeviceSpec:
     probe: Any  # Callable[[], str | None]
     count: int = 1  # how many instances (NAME:0 ... NAME:count-1)
 
+    def unavailable(self) -> str | None:
+        """Run the probe: None when usable, else why not. A probe that raises counts as a "no"."""
+        try:
+            return self.probe()
+        except Exception as e:  # noqa: BLE001 - one broken probe must not hide the other devices
+            return f"its availability probe raised {type(e).__name__}: {e}"
+
 
 @dataclass
 class Runtime:
@@ -206,11 +213,14 @@ class _DeviceRegistry:
                 f"install it with `pip install fusegrad[{base.lower()}]` or run `fusegrad devices`"
             )
         spec = specs[base]
-        if (why := spec.probe()) is not None:
+        if (why := spec.unavailable()) is not None:
             raise DeviceUnavailable(f"device {base} is installed but cannot be used here: {why}")
-        index = int(name.partition(":")[2] or 0)
-        if index >= spec.count:
-            raise DeviceNotFound(f"{name}: {base} has {spec.count} device(s), numbered 0..{spec.count - 1}")
+        index = name.partition(":")[2] or "0"
+        if not index.isdigit() or int(index) >= spec.count:
+            numbers = ", ".join([base] + [f"{base}:{i}" for i in range(1, spec.count)])
+            raise DeviceNotFound(
+                f"no device {name!r}: {base} has {spec.count} device(s) here; use one of {numbers}"
+            )
         hook = plugins().hook
         parts = {
             "allocator": hook.fusegrad_allocator(device=name),
@@ -228,10 +238,14 @@ class _DeviceRegistry:
         """``DEV=NAME[:N]`` if set, else the available device of highest priority."""
         if self._default is None:
             if dev := os.environ.get("DEV"):
-                self._default = self.canonicalize(dev)
-                self[self._default]  # fail now, clearly, if it cannot be opened
+                name = self.canonicalize(dev)
+                try:
+                    self[name]  # fail now, clearly, if it cannot be opened
+                except (DeviceNotFound, DeviceUnavailable) as e:
+                    raise type(e)(f"DEV={dev}: {e}") from None
+                self._default = name  # only once it is known to work
             else:
-                usable = [s for s in self.specs().values() if s.probe() is None]
+                usable = [s for s in self.specs().values() if s.unavailable() is None]
                 if not usable:
                     raise DeviceNotFound("no device is available; run `fusegrad devices` to see why")
                 self._default = max(usable, key=lambda s: s.priority).name

@@ -82,6 +82,8 @@ class Tensor(MovementMixin):
             dtype = dtype or dtypes.from_numpy(data.dtype)
         else:
             dtype = dtype or dtypes.from_py(list(data) if isinstance(data, tuple) else data)
+        if dtype == dtypes.bfloat16:  # numpy has no bfloat16: convert on the device
+            return self._from_numpy(data, dtypes.float32).cast(dtypes.bfloat16)
         try:
             array = np.asarray(data, dtype=dtype.np)
         except ValueError as e:

@@ -86,12 +86,22 @@ def fusegrad_rewrite_rules(stage: str, device: str) -> PatternMatcher | None:
 
 @hookspec
 def fusegrad_kernel_compiled(name: str, device: str, source: str, seconds: float) -> None:
-    """Called after a kernel is compiled (not on cache hits). For profilers. Since API version 1."""
+    """Called after a kernel is compiled for ``device``, with its source and the seconds it took.
+
+    For profilers and the graph viewer. Called on every compile, also when the binary came from
+    the disk cache; not when a kernel compiled earlier in the process is reused. Every plugin's
+    implementation is called; return nothing. Since API version 1.
+    """
 
 
 @hookspec
 def fusegrad_kernel_run(name: str, device: str, seconds: float | None) -> None:
-    """Called after each kernel launch when ``DEBUG>=2`` or timing is on. Since API version 1."""
+    """Called after each kernel launch on ``device``, with its run time in seconds.
+
+    For profilers. ``seconds`` is None unless timing is on (``DEBUG>=2``), since measuring it
+    means waiting for the kernel to finish. Every plugin's implementation is called; return
+    nothing. Since API version 1.
+    """
 
 
 def hook_names() -> list[str]:

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pluggy
 
+from fusegrad.errors import PluginError
 from fusegrad.plugin import hookspecs
 
 
@@ -41,7 +42,7 @@ class PluginManager(pluggy.PluginManager):
         api = getattr(module, "FUSEGRAD_BACKEND_API", None)
         info.api_version = api
         if api != hookspecs.BACKEND_API_VERSION:
-            raise RuntimeError(
+            raise PluginError(
                 f"built for backend API version {api}, but this fusegrad speaks version "
                 f"{hookspecs.BACKEND_API_VERSION}; install a {info.distribution} release made for it"
             )
@@ -59,12 +60,22 @@ class PluginManager(pluggy.PluginManager):
                 if impl is None:
                     continue
                 try:
-                    for spec in impl() or []:
-                        specs.setdefault(spec.name, spec)
-                        info.devices.append(spec.name)
+                    announced = list(impl() or [])
                 except Exception as e:  # noqa: BLE001 - a broken plugin must not break the others
                     info.error = f"fusegrad_devices raised {type(e).__name__}: {e}"
                     warnings.warn(f"fusegrad plugin {info.name!r}: {info.error}", stacklevel=2)
+                    self.unregister(name=info.name)  # its other hooks must not answer either
+                    continue
+                for spec in announced:
+                    if spec.name in specs:
+                        warnings.warn(
+                            f"fusegrad plugin {info.name!r} also offers device {spec.name!r}; "
+                            "the first plugin to offer it keeps it",
+                            stacklevel=2,
+                        )
+                        continue
+                    specs[spec.name] = spec
+                    info.devices.append(spec.name)
             self._specs = specs
         return self._specs
 
@@ -95,6 +106,8 @@ def discover() -> PluginManager:
         try:
             pm.load_module(info, importlib.import_module(target))
         except Exception as e:  # noqa: BLE001 - recorded, warned, and shown by `fusegrad devices`
+            if pm.get_plugin(name) is not None:
+                pm.unregister(name=name)  # pluggy keeps the hooks it registered before failing
             info.error = f"{type(e).__name__}: {e}"
             warnings.warn(f"fusegrad plugin {name!r} ({dist}) was not loaded: {info.error}", stacklevel=2)
     return pm
@@ -116,10 +129,17 @@ def plugins() -> PluginManager:
 
 
 def reset() -> None:
-    """Forget discovered plugins and opened devices (tests that install plugins use it)."""
+    """Forget discovered plugins, opened devices and the kernels compiled for them.
+
+    Tests that install plugins use it. Compiled kernels hold the previous devices' programs, so
+    they are forgotten too, or a replaced compiler would never be asked.
+    """
     global _manager
     from fusegrad.device import Device
+    from fusegrad.engine import realize
 
     _manager = None
     Device._open.clear()
     Device._default = None
+    realize._runners.clear()
+    realize._plans.clear()

@@ -25,6 +25,8 @@ class Renderer:
     local_size: int = 1
     #: ALU ops rendered natively; core decomposes the others before rendering
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
+    #: False: core stores bfloat16 as 16 bits and computes in float32 (see codegen/decompose.py)
+    native_bfloat16: bool = False
     #: loops over more elements than this may run on several threads (CPU)
     parallel_threshold: int = 1 << 15
 

@@ -35,7 +35,6 @@ class PythonAllocator(Allocator):
 class PythonRenderer(Renderer):
     """Serialises the linear program; launched over one grid dimension of numpy lanes."""
 
-    supported_dtypes = frozenset(dtypes.all()) - {dtypes.bfloat16}
     grid_dims = 1
 
     def render(self, name: str, program: list[UOp]) -> str:

@@ -1,0 +1,154 @@
+"""The ``fusegrad`` command: ``fusegrad devices`` shows the plugins found, their devices, and why
+a device cannot be used. Also run as ``python -m fusegrad devices``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from typing import Any
+
+import fusegrad
+from fusegrad.device import Device, DeviceSpec
+from fusegrad.errors import FusegradError
+from fusegrad.plugin.hookspecs import BACKEND_API_VERSION
+from fusegrad.plugin.manager import PluginInfo, plugins
+
+
+def dev_strings(spec: DeviceSpec) -> list[str]:
+    """The ``DEV=`` settings that select each instance of ``spec``: ``DEV=CPU``, ``DEV=OPENCL:1``."""
+    return [f"DEV={spec.name}"] + [f"DEV={spec.name}:{i}" for i in range(1, spec.count)]
+
+
+def survey() -> dict[str, Any]:
+    """Everything ``fusegrad devices`` reports, as plain data (also the ``--json`` output)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # plugin errors are reported below, each in its place
+        pm = plugins()
+        specs = pm.device_specs()
+    devices = []
+    for info in pm.infos:
+        for name in info.devices:
+            spec = specs[name]
+            why = spec.unavailable()
+            devices.append({
+                "name": name,
+                "plugin": info.name,
+                "priority": spec.priority,
+                "count": spec.count,
+                "available": why is None,
+                "reason": why,
+                "dev": dev_strings(spec),
+            })
+    default, default_error = None, None
+    try:
+        default = Device.DEFAULT
+    except FusegradError as e:
+        default_error = str(e)
+    return {
+        "fusegrad_version": fusegrad.__version__,
+        "backend_api_version": BACKEND_API_VERSION,
+        "plugins": [_plugin_record(info) for info in pm.infos],
+        "devices": devices,
+        "default": default,
+        "default_from": "DEV" if os.environ.get("DEV") else "priority",
+        "default_error": default_error,
+    }
+
+
+def _plugin_record(info: PluginInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "distribution": info.distribution,
+        "version": info.version,
+        "module": info.module,
+        "api_version": info.api_version,
+        "error": info.error,
+        "devices": list(info.devices),
+    }
+
+
+def format_survey(report: dict[str, Any]) -> str:
+    """The survey as text: one block per plugin, its devices indented under it."""
+    api = report["backend_api_version"]
+    lines = [f"fusegrad {report['fusegrad_version']} (backend API version {api})", "", "plugins:"]
+    for plugin in report["plugins"]:
+        declared = plugin["api_version"] if plugin["api_version"] is not None else "none"
+        lines.append(
+            f"  {plugin['name']}  from {plugin['distribution']} {plugin['version']}"
+            f"  (module {plugin['module']}, built for API version {declared})"
+        )
+        if plugin["error"] is not None:
+            lines.append(_indent(f"error: {plugin['error']}", 6))
+        for device in (d for d in report["devices"] if d["plugin"] == plugin["name"]):
+            lines.append(_device_line(device, report["default"]))
+        if plugin["error"] is None and not plugin["devices"]:
+            lines.append("      (offers no devices)")
+    lines += ["", _default_line(report)]
+    return "\n".join(lines)
+
+
+def _device_line(device: dict[str, Any], default: str | None) -> str:
+    state = "available" if device["available"] else f"unavailable: {device['reason']}"
+    dev = "  ".join(device["dev"])
+    mark = "  [default]" if default is not None and default.partition(":")[0] == device["name"] else ""
+    head = f"      {device['name']:<10} priority {device['priority']:<4} {dev}{mark}"
+    return head + "\n" + _indent(state, 10)
+
+
+def _default_line(report: dict[str, Any]) -> str:
+    if report["default"] is None:
+        return f"default device: none ({report['default_error']})"
+    if report["default_from"] == "DEV":
+        return f"default device: {report['default']} (chosen by DEV)"
+    return (
+        f"default device: {report['default']} "
+        "(the available device of highest priority; set DEV=NAME to choose another)"
+    )
+
+
+def _indent(text: str, spaces: int) -> str:
+    return "\n".join(" " * spaces + line for line in str(text).splitlines() or [""])
+
+
+def devices_command(args: argparse.Namespace) -> int:
+    """``fusegrad devices [--json]``."""
+    report = survey()
+    print(json.dumps(report, indent=2) if args.json else format_survey(report))
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The command line: ``fusegrad <command> [options]``."""
+    parser = argparse.ArgumentParser(
+        prog="fusegrad",
+        description="fusegrad: lazy tensors, fused kernels, every device a plugin.",
+    )
+    parser.add_argument("--version", action="version", version=f"fusegrad {fusegrad.__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="command")
+    devices = commands.add_parser(
+        "devices",
+        help="list the plugins found, their devices, and which one is the default",
+        description="List every plugin found (and why one failed to load), the devices it "
+        "offers, whether each can be used here, and the DEV= setting that selects it.",
+    )
+    devices.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    devices.set_defaults(run=devices_command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``fusegrad`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates .venv (if needed) and installs fusegrad, its CPU backend and the dev tools into it.
+# Idempotent: a second run only checks. Needs python3 >= 3.11 and a C compiler (gcc or clang).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.fusegrad-installed
+if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e core -e backend-cpu \
+    "pytest>=8" "pytest-xdist>=3" "ruff>=0.6"
+  touch "$stamp"
+fi
+if ! command -v cc >/dev/null && ! command -v gcc >/dev/null && ! command -v clang >/dev/null; then
+  echo "warning: no C compiler found; the CPU device needs one (apt-get install clang)" >&2
+fi

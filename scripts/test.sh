@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets everything up, then runs the whole test suite (extra arguments go to pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m pytest -q -n 2 "$@"
