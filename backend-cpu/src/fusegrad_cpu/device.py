@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import itertools
 import os
+import shutil
 import tempfile
 import time
 import weakref
@@ -62,6 +64,21 @@ def _forget(key: int, ref: weakref.ref) -> None:
 
 
 _loads = itertools.count()
+_folder: str | None = None
+
+
+def load_folder() -> str:
+    """A folder of this process's own for the paths libraries are loaded through."""
+    global _folder
+    if _folder is None or not os.path.isdir(_folder):
+        _folder = tempfile.mkdtemp(prefix="fusegrad-so-")
+        atexit.register(_remove_folder, _folder, os.getpid())
+    return _folder
+
+
+def _remove_folder(folder: str, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child inherits this exit handler, not the folder
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def load_library(binary: bytes) -> ctypes.CDLL:
@@ -70,10 +87,10 @@ def load_library(binary: bytes) -> ctypes.CDLL:
     glibc hands back the library it already loaded when asked for the same path again, and the
     N of ``/proc/self/fd/N`` is reused once closed; so each library is opened through a path
     used only once: a symlink to an in-memory file (Linux's memfd), or else the file itself.
-    Both go with their folder once loaded; the loaded code stays mapped.
+    The path is removed once loaded; the loaded code stays mapped.
     """
-    with tempfile.TemporaryDirectory(prefix="fusegrad-so-") as folder:
-        path = os.path.join(folder, f"kernel-{next(_loads)}.so")
+    path = os.path.join(load_folder(), f"{os.getpid()}-{next(_loads)}.so")
+    try:
         if not hasattr(os, "memfd_create"):
             with open(path, "wb") as f:
                 f.write(binary)
@@ -86,6 +103,9 @@ def load_library(binary: bytes) -> ctypes.CDLL:
             return ctypes.CDLL(path)
         finally:
             os.close(fd)
+    finally:
+        if os.path.lexists(path):
+            os.unlink(path)
 
 
 class CPUProgram:

@@ -78,8 +78,8 @@ def format_survey(report: dict[str, Any]) -> str:
     for plugin in report["plugins"]:
         declared = plugin["api_version"] if plugin["api_version"] is not None else "none"
         lines.append(
-            f"  {plugin['name']}  from {plugin['distribution']} {plugin['version']}"
-            f"  (module {plugin['module']}, built for API version {declared})"
+            f"  {plugin['name']}: {plugin['distribution']} {plugin['version']}, "
+            f"module {plugin['module']}, built for backend API version {declared}"
         )
         if plugin["error"] is not None:
             lines.append(_indent(f"error: {plugin['error']}", 6))
@@ -92,11 +92,13 @@ def format_survey(report: dict[str, Any]) -> str:
 
 
 def _device_line(device: dict[str, Any], default: str | None) -> str:
-    state = "available" if device["available"] else f"unavailable: {device['reason']}"
-    dev = "  ".join(device["dev"])
-    mark = "  [default]" if default is not None and default.partition(":")[0] == device["name"] else ""
-    head = f"      {device['name']:<10} priority {device['priority']:<4} {dev}{mark}"
-    return head + "\n" + _indent(state, 10)
+    state = "available" if device["available"] else "unavailable"
+    mark = "  (default)" if default is not None and default.partition(":")[0] == device["name"] else ""
+    line = f"      {device['name']:<10} priority {device['priority']:<4} {state:<12} "
+    line += "  ".join(device["dev"]) + mark
+    if not device["available"]:
+        line += "\n" + _indent(f"why: {device['reason']}", 10)
+    return line
 
 
 def _default_line(report: dict[str, Any]) -> str:

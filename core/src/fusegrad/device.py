@@ -219,7 +219,7 @@ class _DeviceRegistry:
         if not index.isdigit() or int(index) >= spec.count:
             numbers = ", ".join([base] + [f"{base}:{i}" for i in range(1, spec.count)])
             raise DeviceNotFound(
-                f"no device {name!r}: {base} has {spec.count} device(s) here; use one of {numbers}"
+                f"no device {name!r}: {base} has {spec.count} device(s) here (valid names: {numbers})"
             )
         hook = plugins().hook
         parts = {

@@ -18,6 +18,7 @@ from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
 from fusegrad.errors import FusegradError, ShapeError
 from fusegrad.helpers import prod
+from fusegrad.tensor_autograd import _GRAD_TENSORS, AutogradMixin
 from fusegrad.tensor_movement import MovementMixin
 from fusegrad.uop.ops import Ops, UOp
 
@@ -43,14 +44,14 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor(MovementMixin):
+class Tensor(AutogradMixin, MovementMixin):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()
     [2, 4, 6]
     """
 
-    __slots__ = ("uop", "device", "requires_grad", "grad", "__weakref__")
+    __slots__ = ("uop", "device", "_requires_grad", "grad", "_graph", "__weakref__")
     _seed: ClassVar[int] = 0
     _rng_counter: ClassVar[int] = 0
 
@@ -62,7 +63,8 @@ class Tensor(MovementMixin):
         requires_grad: bool | None = None,
     ):
         self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
-        self.requires_grad, self.grad = requires_grad, None
+        self.grad, self._graph = None, None
+        self.requires_grad = requires_grad
         dtype = to_dtype(dtype) if dtype is not None else None
         if isinstance(data, UOp):
             self.uop = data if dtype is None else data.cast(dtype)
@@ -94,7 +96,7 @@ class Tensor(MovementMixin):
     @classmethod
     def _wrap(cls, uop: UOp, device: str) -> Tensor:
         t = cls.__new__(cls)
-        t.uop, t.device, t.requires_grad, t.grad = uop, device, None, None
+        t.uop, t.device, t._requires_grad, t.grad, t._graph = uop, device, None, None, None
         return t
 
     # ---- properties ------------------------------------------------------------------------------
@@ -148,7 +150,10 @@ class Tensor(MovementMixin):
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
         if todo:
             buffers = realize_uops([t.uop for t in todo], [t.device for t in todo])
+            keep_graph = bool(_GRAD_TENSORS)
             for t, buf in zip(todo, buffers):
+                if keep_graph and t._graph is None:
+                    t._graph = t.uop  # backward() differentiates the graph, not the buffer
                 t.uop = buffer_uop(buf, t.shape)
         return self
 
@@ -235,20 +240,25 @@ class Tensor(MovementMixin):
         return t.reshape((1,) * len(shape)).expand(shape) if shape else t
 
     @staticmethod
-    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return Tensor.full(_shape_arg(shape), 0, to_dtype(dtype or dtypes.default_float), device)
+    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:
+        t = Tensor.full(_shape_arg(shape), 0, to_dtype(dtype or dtypes.default_float), device)
+        return t.requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        return Tensor.full(_shape_arg(shape), 1, to_dtype(dtype or dtypes.default_float), device)
+    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:
+        t = Tensor.full(_shape_arg(shape), 1, to_dtype(dtype or dtypes.default_float), device)
+        return t.requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:
         """Uninitialised memory of ``shape``."""
         shape = _shape_arg(shape)
         dev = Device.canonicalize(device) if device else Device.DEFAULT
         buf = Buffer(dev, prod(shape), to_dtype(dtype or dtypes.default_float))
-        return Tensor._wrap(buffer_uop(buf, shape), dev)
+        return Tensor._wrap(buffer_uop(buf, shape), dev).requires_grad_(bool(requires_grad))
 
     @staticmethod
     def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
@@ -281,18 +291,20 @@ class Tensor(MovementMixin):
         return np.random.Generator(np.random.Philox(key=Tensor._seed, counter=Tensor._rng_counter))
 
     @staticmethod
-    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:
         """Uniform random numbers in [0, 1)."""
         dtype = to_dtype(dtype or dtypes.default_float)
         values = Tensor._generator().random(_shape_arg(shape), dtype=np.float32)
-        return Tensor(values, device=device).cast(dtype)
+        return Tensor(values, device=device).cast(dtype).requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
+            requires_grad: bool | None = None) -> Tensor:
         """Normally distributed random numbers (mean 0, variance 1)."""
         dtype = to_dtype(dtype or dtypes.default_float)
         values = Tensor._generator().standard_normal(_shape_arg(shape), dtype=np.float32)
-        return Tensor(values, device=device).cast(dtype)
+        return Tensor(values, device=device).cast(dtype).requires_grad_(bool(requires_grad))
 
     @staticmethod
     def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
@@ -550,7 +562,8 @@ class Tensor(MovementMixin):
         if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
             raise ShapeError(f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ")
         if x.ndim == 1:
-            return x.unsqueeze(0).matmul(w).squeeze(-2)
+            out = x.unsqueeze(0).matmul(w)
+            return out.squeeze(-2) if w.ndim > 1 else out.squeeze(-1)
         if w.ndim == 1:
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
         xe = x.unsqueeze(-2)  # (..., n, 1, k)

@@ -134,7 +134,7 @@ class MovementMixin:
         if value == 0:
             return padded
         inside = self.full_like(True, dtypes.bool)._move(Ops.PAD, arg)  # type: ignore[attr-defined]
-        return inside.where(padded, value)
+        return inside.where(padded, padded.full_like(value))  # keeps the tensor's dtype, as torch
 
     def shrink(self, ranges: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep ``[start, end)`` of each axis (None keeps the whole axis)."""

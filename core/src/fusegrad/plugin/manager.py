@@ -41,6 +41,12 @@ class PluginManager(pluggy.PluginManager):
         """Register a plugin module after checking its declared backend API version."""
         api = getattr(module, "FUSEGRAD_BACKEND_API", None)
         info.api_version = api
+        if api is None:
+            raise PluginError(
+                f"{info.module} does not say which backend API version it was built for; "
+                f"this fusegrad speaks version {hookspecs.BACKEND_API_VERSION}: set "
+                f"FUSEGRAD_BACKEND_API = {hookspecs.BACKEND_API_VERSION} in it if it was made for that"
+            )
         if api != hookspecs.BACKEND_API_VERSION:
             raise PluginError(
                 f"built for backend API version {api}, but this fusegrad speaks version "

@@ -1,0 +1,141 @@
+"""Gradients for ``Tensor``: ``requires_grad``, ``backward``, ``gradient``, and the train and
+no-grad switches. The derivative rules themselves are in ``gradient.py``."""
+
+from __future__ import annotations
+
+import weakref
+from contextlib import ContextDecorator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.gradient import compute_gradient, full_like
+from fusegrad.uop.ops import UOp
+
+if TYPE_CHECKING:
+    from fusegrad.tensor import Tensor
+
+# Tensors that asked for gradients; backward() looks for them in the graph it differentiates.
+_GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
+
+
+class _Switch(ContextDecorator):
+    """A class-level flag usable as ``with`` block or decorator, restoring the old value."""
+
+    def __init__(self, name: str, value: bool):
+        self.name, self.value = name, value
+
+    def __enter__(self) -> None:
+        from fusegrad.tensor import Tensor
+
+        self.old = getattr(Tensor, self.name)
+        setattr(Tensor, self.name, self.value)
+
+    def __exit__(self, *_: Any) -> None:
+        from fusegrad.tensor import Tensor
+
+        setattr(Tensor, self.name, self.old)
+
+
+class AutogradMixin:
+    """The gradient side of ``Tensor``."""
+
+    __slots__ = ()
+    uop: UOp
+    grad: Tensor | None
+    _requires_grad: bool | None
+    _graph: UOp | None
+
+    #: layers such as Dropout and BatchNorm behave differently while training
+    training: ClassVar[bool] = False
+    #: set by ``Tensor.no_grad_mode()``: optimizers and ``backward`` refuse to build gradients
+    no_grad: ClassVar[bool] = False
+
+    @staticmethod
+    def train(mode: bool = True) -> _Switch:
+        """``with Tensor.train(): ...`` (or as a decorator) sets ``Tensor.training``."""
+        return _Switch("training", mode)
+
+    @staticmethod
+    def no_grad_mode() -> _Switch:
+        """``with Tensor.no_grad_mode(): ...`` sets ``Tensor.no_grad``."""
+        return _Switch("no_grad", True)
+
+    @property
+    def requires_grad(self) -> bool | None:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        self._requires_grad = value
+        if value:
+            _GRAD_TENSORS.add(self)
+        else:
+            _GRAD_TENSORS.discard(self)
+
+    def requires_grad_(self, value: bool = True) -> Tensor:
+        self.requires_grad = value
+        return self  # type: ignore[return-value]
+
+    def _differentiable_uop(self) -> UOp:
+        """The graph to differentiate: the lazy one, even if this tensor was realized since."""
+        return self._graph if self._graph is not None else self.uop
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """d self / d target for each target, without touching ``.grad``.
+
+        >>> from fusegrad import Tensor
+        >>> x = Tensor([1.0, 2.0, 3.0])
+        >>> (x * x).sum().gradient(x)[0].tolist()
+        [2.0, 4.0, 6.0]
+        """
+        root = self._differentiable_uop()
+        seed = self._seed_gradient(gradient)
+        found = compute_gradient(root, seed, [t.uop for t in targets])
+        out = []
+        for t in targets:
+            g = found.get(t.uop)
+            out.append(self._wrap(g if g is not None else full_like(t.uop, 0.0), t.device))  # type: ignore[attr-defined]
+        return out
+
+    def _seed_gradient(self, gradient: Tensor | None) -> UOp:
+        if gradient is None:
+            if self.uop.shape not in ((), (1,)):
+                raise ShapeError(
+                    f"backward() of a tensor of shape {self.uop.shape} needs gradient=: "
+                    "only a one-element tensor has an implicit gradient of 1"
+                )
+            return full_like(self._differentiable_uop(), 1.0)
+        if gradient.shape != self.uop.shape:
+            raise ShapeError(f"gradient of shape {gradient.shape} for a tensor of shape {self.uop.shape}")
+        return gradient.uop
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate d self / d t into ``t.grad`` for every tensor ``t`` with ``requires_grad``."""
+        if type(self).no_grad:
+            raise FusegradError("backward() inside Tensor.no_grad_mode(); leave the block first")
+        root = self._differentiable_uop()
+        wanted = [t for t in list(_GRAD_TENSORS) if t.requires_grad]
+        if not wanted:
+            raise FusegradError("backward(): no tensor in this graph has requires_grad=True")
+        found = compute_gradient(root, self._seed_gradient(gradient), [t.uop for t in wanted])
+        for t in wanted:
+            g = found.get(t.uop)
+            if g is None:
+                continue
+            g_tensor = self._wrap(g, t.device)  # type: ignore[attr-defined]
+            t.grad = g_tensor if t.grad is None else t.grad + g_tensor
+        return self  # type: ignore[return-value]
+
+    def assign(self, x: Tensor | Any) -> Tensor:
+        """Make this tensor hold ``x``'s values (same shape; cast to this dtype). Lazy."""
+        from fusegrad.tensor import Tensor
+
+        if not isinstance(x, Tensor):
+            x = Tensor(x, device=self.device, dtype=self.uop.dtype)  # type: ignore[attr-defined]
+        if x.shape != self.uop.shape:
+            raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.uop.shape}")
+        if x.device != self.device:  # type: ignore[attr-defined]
+            x = x.to(self.device)  # type: ignore[attr-defined]
+        self.uop = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
+        self._graph = None
+        return self  # type: ignore[return-value]
