@@ -11,7 +11,7 @@ from __future__ import annotations
 import timeit
 from collections.abc import Callable
 
-from fusegrad_cpu.compiler import ClangCompiler
+from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import CPUAllocator, CPUProgram
 
 SOURCE = "void k(float* restrict data0, const float* restrict data1) { data0[0] = data1[0] + 1; }"
@@ -24,7 +24,7 @@ def microseconds(fn: Callable[[], object]) -> float:
 
 
 def main() -> None:
-    program = CPUProgram("k", ClangCompiler().compile(SOURCE))
+    program = CPUProgram("k", CCompiler().compile(SOURCE))
     allocator = CPUAllocator()
     out, x = allocator.alloc(64), allocator.alloc(64)
     program(out, x)  # the first call declares the argument types the bare call relies on

@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
-from fusegrad_cpu.compiler import ClangCompiler
+from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import CPUAllocator
 
 #: The compilers a CPU backend may meet; tests run with each one installed here.
@@ -14,9 +14,9 @@ COMPILERS = [name for name in ("clang", "gcc") if shutil.which(name)]
 
 
 @pytest.fixture(params=COMPILERS)
-def compiler(request: pytest.FixtureRequest) -> ClangCompiler:
+def compiler(request: pytest.FixtureRequest) -> CCompiler:
     """A compiler for each C compiler installed here."""
-    return ClangCompiler([request.param])
+    return CCompiler([request.param])
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fusegrad_cpu.compiler import ClangCompiler
+from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import ALIGNMENT, CPUProgram, address_of
 
 from .conftest import download, upload
@@ -75,7 +75,7 @@ def test_wait_returns_seconds(compiler, allocator):
 
 def test_new_handles_are_not_confused_with_dead_ones(allocator):
     # CPython reuses the id of a freed array at once; a stale address would read freed memory
-    program = CPUProgram("muladd", ClangCompiler().compile(MULADD))
+    program = CPUProgram("muladd", CCompiler().compile(MULADD))
     out = allocator.alloc(16)
     for i in range(50):
         x = upload(allocator, np.full(4, i, np.float32))

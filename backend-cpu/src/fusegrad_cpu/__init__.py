@@ -59,9 +59,9 @@ def fusegrad_compiler(device: str) -> Compiler | None:
     """The system C compiler (``$CC``, else clang, else gcc), with OpenMP where it has it."""
     if not is_cpu(device):
         return None
-    from fusegrad_cpu.compiler import ClangCompiler
+    from fusegrad_cpu.compiler import CCompiler
 
-    return ClangCompiler()
+    return CCompiler()
 
 
 @hookimpl

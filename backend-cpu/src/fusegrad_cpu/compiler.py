@@ -1,4 +1,10 @@
-"""C source -> shared object bytes, with the system's C compiler (``$CC``, else clang, else gcc)."""
+"""C source -> shared object bytes, with the system's C compiler (``$CC``, else gcc, else clang).
+
+gcc comes first because it does better with the kernels we generate, measured on this project's
+machines: an 8x32-upcast 1024x1024 matmul runs at about 36 GFLOP/s built by gcc 12 and about
+9 built by clang 14 (which keeps the accumulator array in memory), and clang 14 has no
+``_Float16`` on x86-64. ``CC=clang`` still selects clang.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from fusegrad.device import Compiler
 from fusegrad.errors import CompileError, DeviceUnavailable
 
 #: Contraction stays off so that ``a*b+c`` rounds twice, as numpy does.
-FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-ffp-contract=off")
 #: Compiled once per compiler to learn whether it can build and link OpenMP code.
 OPENMP_TEST = """#include <omp.h>
 int fusegrad_openmp_test(void) {
@@ -30,7 +36,7 @@ NO_COMPILER = "install clang or gcc (apt-get install clang), or set CC to a C co
 
 
 def find_c_compiler() -> list[str]:
-    """The command that runs the C compiler: ``$CC`` if set, else clang, else gcc.
+    """The command that runs the C compiler: ``$CC`` if set, else gcc, else clang.
 
     ``$CC`` may carry words of its own (``CC="ccache clang"``). Raises ``DeviceUnavailable``
     saying how to get one when there is none. Cheap: it only searches ``PATH``.
@@ -40,7 +46,7 @@ def find_c_compiler() -> list[str]:
         if (path := shutil.which(command[0])) is None:
             raise DeviceUnavailable(f"CC={cc!r} is not a program on PATH; {NO_COMPILER}")
         return [path, *command[1:]]
-    for name in ("clang", "gcc"):
+    for name in ("gcc", "clang"):
         if (path := shutil.which(name)) is not None:
             return [path]
     raise DeviceUnavailable(f"no C compiler found: {NO_COMPILER}")
@@ -112,7 +118,7 @@ def numbered(source: str) -> str:
     return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
-class ClangCompiler(Compiler):
+class CCompiler(Compiler):
     """Builds C source into a shared object with clang or gcc, adding ``-fopenmp`` when it works.
 
     ``command`` defaults to ``find_c_compiler()``; ``openmp=None`` means detect it. Nothing runs a

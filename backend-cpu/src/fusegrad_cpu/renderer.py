@@ -22,6 +22,6 @@ class CPURenderer(CStyleRenderer):
 
     def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
         lines = super().render_loop(u, name, size)
-        if u.arg[1] == "global" and u.src[0].arg > self.parallel_threshold:
+        if u.arg[1] == "parallel":
             return ["#pragma omp parallel for schedule(static)", *lines]
         return lines

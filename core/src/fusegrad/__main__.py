@@ -34,15 +34,17 @@ def survey() -> dict[str, Any]:
         for name in info.devices:
             spec = specs[name]
             why = spec.unavailable()
-            devices.append({
-                "name": name,
-                "plugin": info.name,
-                "priority": spec.priority,
-                "count": spec.count,
-                "available": why is None,
-                "reason": why,
-                "dev": dev_strings(spec),
-            })
+            devices.append(
+                {
+                    "name": name,
+                    "plugin": info.name,
+                    "priority": spec.priority,
+                    "count": spec.count,
+                    "available": why is None,
+                    "reason": why,
+                    "dev": dev_strings(spec),
+                }
+            )
     default, default_error = None, None
     try:
         default = Device.DEFAULT
@@ -93,7 +95,9 @@ def format_survey(report: dict[str, Any]) -> str:
 
 def _device_line(device: dict[str, Any], default: str | None) -> str:
     state = "available" if device["available"] else "unavailable"
-    mark = "  (default)" if default is not None and default.partition(":")[0] == device["name"] else ""
+    mark = (
+        "  (default)" if default is not None and default.partition(":")[0] == device["name"] else ""
+    )
     line = f"      {device['name']:<10} priority {device['priority']:<4} {state:<12} "
     line += "  ".join(device["dev"]) + mark
     if not device["available"]:

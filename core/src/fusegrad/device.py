@@ -247,7 +247,9 @@ class _DeviceRegistry:
             else:
                 usable = [s for s in self.specs().values() if s.unavailable() is None]
                 if not usable:
-                    raise DeviceNotFound("no device is available; run `fusegrad devices` to see why")
+                    raise DeviceNotFound(
+                        "no device is available; run `fusegrad devices` to see why"
+                    )
                 self._default = max(usable, key=lambda s: s.priority).name
         return self._default
 

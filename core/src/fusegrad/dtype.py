@@ -99,7 +99,7 @@ class dtypes:  # noqa: N801 - tinygrad-compatible public name
     def from_name(name: str) -> DType:
         """Look a dtype up by name (``"float32"``, ``"half"``...)."""
         found = getattr(dtypes, name, None)
-        if not isinstance(found, DType):
+        if not isinstance(found, DType) or found.kind == "v":
             names = ", ".join(d.name for d in ALL_DTYPES)
             raise DTypeError(f"unknown dtype {name!r}; known dtypes: {names}")
         return found

@@ -31,3 +31,23 @@ class CompileError(FusegradError, RuntimeError):
 
 class PluginError(FusegradError, RuntimeError):
     """A plugin is broken or was built for another backend API version."""
+
+
+class StateDictError(FusegradError, ValueError):
+    """A state dict does not fit a model: missing, unexpected or wrongly shaped entries."""
+
+
+class FileFormatError(FusegradError, ValueError):
+    """A file (safetensors, PyTorch checkpoint, IDX data) is truncated, corrupted or of another format."""
+
+
+class UnsafePickleError(FileFormatError):
+    """A pickle asked for a global that a tensor loader has no reason to run; nothing was run."""
+
+
+class DatasetNotFound(FusegradError, FileNotFoundError):
+    """A dataset's files are not where they were looked for, and were not downloaded."""
+
+
+class DownloadError(FusegradError, OSError):
+    """A download failed, was cut short or did not match its checksum; nothing was cached."""

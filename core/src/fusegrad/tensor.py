@@ -19,7 +19,10 @@ from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
 from fusegrad.errors import FusegradError, ShapeError
 from fusegrad.helpers import prod
 from fusegrad.tensor_autograd import _GRAD_TENSORS, AutogradMixin
+from fusegrad.tensor_index import IndexMixin
+from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
+from fusegrad.tensor_nn import NNMixin
 from fusegrad.uop.ops import Ops, UOp
 
 Scalar = int | float | bool
@@ -44,7 +47,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor(AutogradMixin, MovementMixin):
+class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()
@@ -167,6 +170,8 @@ class Tensor(AutogradMixin, MovementMixin):
         if u.op is Ops.RESHAPE:
             u = u.src[0]
         if u.op is not Ops.BUFFER:
+            if _GRAD_TENSORS and self._graph is None:
+                self._graph = self.uop  # loss.item() then loss.backward() still differentiates
             self.uop = self.contiguous().realize().uop
             u = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
         return u.arg
@@ -195,8 +200,12 @@ class Tensor(AutogradMixin, MovementMixin):
         if device == self.device:
             return self
         Device[device]  # fail early and clearly if it cannot be opened
-        src = self.contiguous().uop if not _is_buffer(self.uop) else self.uop
-        return self._wrap(UOp(Ops.COPY, self.dtype, (src,), (self.device, device)), device)
+        # copy the buffer itself (or a contiguous copy of a view), then view it again there
+        src = self.uop if _is_buffer(self.uop) else self.contiguous().uop
+        if src.op is Ops.RESHAPE:
+            src = src.src[0]
+        moved = UOp(Ops.COPY, self.dtype, (src,), (self.device, device))
+        return self._wrap(moved, device).reshape(self.shape)
 
     def cast(self, dtype: DType | str) -> Tensor:
         """Convert to ``dtype`` (floats to ints truncate, as in C and PyTorch)."""

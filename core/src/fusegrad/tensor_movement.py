@@ -156,6 +156,8 @@ class MovementMixin:
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints (negative too), slices with any step, None and Ellipsis."""
         items = list(index) if isinstance(index, tuple) else [index]
+        if any(isinstance(i, (MovementMixin, list)) for i in items):
+            return self._getitem_tensor(index)  # type: ignore[attr-defined]
         n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
         if n_real > self.ndim:
             raise IndexError(f"too many indices ({n_real}) for a {self.ndim}-d tensor")

@@ -13,12 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from fusegrad.plugin import manager
 
 #: A plugin offering the device FAKE, built from the PYTHON device's pieces. Its allocator counts
 #: allocations, so a test can tell that FAKE, not PYTHON, held the memory.
-GOOD_PLUGIN = '''
+GOOD_PLUGIN = """
 from fusegrad.device import DeviceSpec
 from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 from fusegrad.runtime.python import PythonAllocator, PythonCompiler, PythonProgram, PythonRenderer
@@ -60,7 +59,7 @@ def fusegrad_compiler(device):
 @hookimpl
 def fusegrad_program(device):
     return PythonProgram if mine(device) else None
-'''
+"""
 
 
 def good_plugin(count: int = 1) -> str:
@@ -70,7 +69,7 @@ def good_plugin(count: int = 1) -> str:
 
 def devices_plugin(specs: str, api: str = "BACKEND_API_VERSION") -> str:
     """A plugin announcing ``specs`` (Python source of a list of DeviceSpec) and nothing more."""
-    return textwrap.dedent(f'''
+    return textwrap.dedent(f"""
         from fusegrad.device import DeviceSpec
         from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 
@@ -80,7 +79,7 @@ def devices_plugin(specs: str, api: str = "BACKEND_API_VERSION") -> str:
         @hookimpl
         def fusegrad_devices():
             return {specs}
-        ''')
+        """)
 
 
 class FakePlugins:
@@ -90,14 +89,22 @@ class FakePlugins:
         self.root = root
         self.modules: list[str] = []
 
-    def install(self, module: str, source: str, dist: str | None = None, version: str = "1.0") -> None:
-        """Write ``module``.py and a distribution ``dist`` whose entry point ``module`` loads it."""
+    def install(
+        self,
+        module: str,
+        source: str,
+        dist: str | None = None,
+        version: str = "1.0",
+        target: str | None = None,
+    ) -> None:
+        """Write ``module``.py and a distribution ``dist`` whose entry point ``module`` loads
+        ``target`` (by default the module itself; ``module:object`` names an object in it)."""
         dist = dist or module.replace("_", "-")
         (self.root / f"{module}.py").write_text(textwrap.dedent(source))
         info = self.root / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-        (info / "entry_points.txt").write_text(f"[fusegrad]\n{module} = {module}\n")
+        (info / "entry_points.txt").write_text(f"[fusegrad]\n{module} = {target or module}\n")
         self.modules.append(module)
         importlib.invalidate_caches()
         manager.reset()  # discovery runs again on the next device lookup

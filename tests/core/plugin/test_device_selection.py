@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from fusegrad import Device, Tensor
 from fusegrad.errors import DeviceNotFound, DeviceUnavailable
 
@@ -80,8 +79,9 @@ def test_dev_selects_an_instance(fake_plugins: FakePlugins, monkeypatch: pytest.
 def test_dev_in_a_fresh_process_selects_the_default():
     env = {**os.environ, "DEV": "PYTHON"}
     script = "from fusegrad import Device, Tensor; print(Device.DEFAULT, Tensor([1]).device)"
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["PYTHON", "PYTHON"]
 
@@ -92,14 +92,14 @@ def test_dev_naming_a_missing_instance_fails_clearly_every_time(monkeypatch: pyt
     monkeypatch.setenv("DEV", "CPU:1")
     for _ in range(2):  # a failed choice is not remembered as the default
         with pytest.raises(DeviceNotFound, match=r"DEV=CPU:1: no device 'CPU:1': CPU has 1 device"):
-            Device.DEFAULT
+            _ = Device.DEFAULT
 
 
 def test_dev_naming_an_unavailable_device_says_why(fake_plugins: FakePlugins, monkeypatch):
     fake_plugins.install("fake_nope", devices_plugin(f"[{UNAVAILABLE}]"))
     monkeypatch.setenv("DEV", "NOPE")
     with pytest.raises(DeviceUnavailable, match="DEV=NOPE: .*libnope.so not found"):
-        Device.DEFAULT
+        _ = Device.DEFAULT
 
 
 def test_setting_default_checks_the_device():

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from fusegrad.__main__ import main
 
 from .conftest import FakePlugins, devices_plugin, good_plugin
@@ -22,7 +21,9 @@ def installed(fake_plugins: FakePlugins) -> FakePlugins:
     """A good plugin with two FAKE devices, one whose device cannot be used, and a broken one."""
     fake_plugins.install("fake_good", good_plugin(count=2), dist="fake-good", version="2.5")
     fake_plugins.install("fake_nope", devices_plugin(f"[{NOPE}]"), dist="fake-nope")
-    fake_plugins.install("fake_broken", 'raise ImportError("libfake.so missing")\n', dist="fake-broken")
+    fake_plugins.install(
+        "fake_broken", 'raise ImportError("libfake.so missing")\n', dist="fake-broken"
+    )
     fake_plugins.install("fake_future", devices_plugin("[]", "999"), dist="fake-future")
     return fake_plugins
 
@@ -38,21 +39,34 @@ def test_devices_lists_plugins_devices_and_errors(installed, capsys):
     out = run(capsys, "devices")
     lines = out.splitlines()
     assert lines[0] == "fusegrad 0.1.0 (backend API version 1)"
-    assert ("  python: fusegrad 0.1.0, module fusegrad.runtime.python_plugin, "
-            "built for backend API version 1") in lines
+    assert (
+        "  python: fusegrad 0.1.0, module fusegrad.runtime.python_plugin, "
+        "built for backend API version 1"
+    ) in lines
     assert "  fake_good: fake-good 2.5, module fake_good, built for backend API version 1" in lines
     fake = next(line for line in lines if line.strip().startswith("FAKE "))
-    assert fake.split() == ["FAKE", "priority", "50", "available", "DEV=FAKE", "DEV=FAKE:1",
-                            "(default)"]
+    assert fake.split() == [
+        "FAKE",
+        "priority",
+        "50",
+        "available",
+        "DEV=FAKE",
+        "DEV=FAKE:1",
+        "(default)",
+    ]
     nope = lines.index(next(line for line in lines if line.strip().startswith("NOPE ")))
     assert lines[nope].split()[3:] == ["unavailable", "DEV=NOPE"]
     assert lines[nope + 1].strip() == "why: libnope.so not found; install nope-runtime"
     assert "      error: ImportError: libfake.so missing" in lines
-    future = lines[lines.index(next(line for line in lines if line.startswith("  fake_future:"))) + 1]
+    future = lines[
+        lines.index(next(line for line in lines if line.startswith("  fake_future:"))) + 1
+    ]
     assert "backend API version 999" in future and "speaks version 1" in future
     assert "built for backend API version 999" in out
-    assert lines[-1] == ("default device: FAKE (the available device of highest priority; "
-                         "set DEV=NAME to choose another)")
+    assert lines[-1] == (
+        "default device: FAKE (the available device of highest priority; "
+        "set DEV=NAME to choose another)"
+    )
     assert sum("(default)" in line for line in lines) == 1
 
 
@@ -74,24 +88,47 @@ def test_devices_json(installed, capsys):
     assert report["backend_api_version"] == 1 and report["default"] == "FAKE"
     plugins = {p["name"]: p for p in report["plugins"]}
     assert plugins["fake_good"] == {
-        "name": "fake_good", "distribution": "fake-good", "version": "2.5", "module": "fake_good",
-        "api_version": 1, "error": None, "devices": ["FAKE"],
+        "name": "fake_good",
+        "distribution": "fake-good",
+        "version": "2.5",
+        "module": "fake_good",
+        "api_version": 1,
+        "error": None,
+        "devices": ["FAKE"],
     }
     assert plugins["fake_broken"]["error"] == "ImportError: libfake.so missing"
     assert plugins["fake_future"]["api_version"] == 999
     devices = {d["name"]: d for d in report["devices"]}
     assert devices["FAKE"]["dev"] == ["DEV=FAKE", "DEV=FAKE:1"] and devices["FAKE"]["count"] == 2
     assert devices["NOPE"]["available"] is False and "libnope.so" in devices["NOPE"]["reason"]
-    assert devices["PYTHON"] == {"name": "PYTHON", "plugin": "python", "priority": 0, "count": 1,
-                                 "available": True, "reason": None, "dev": ["DEV=PYTHON"]}
+    assert devices["PYTHON"] == {
+        "name": "PYTHON",
+        "plugin": "python",
+        "priority": 0,
+        "count": 1,
+        "available": True,
+        "reason": None,
+        "dev": ["DEV=PYTHON"],
+    }
 
 
 def test_python_dash_m_fusegrad_devices(installed):
-    done = subprocess.run([sys.executable, "-m", "fusegrad", "devices"], env=installed.subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "fusegrad", "devices"],
+        env=installed.subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    for text in ("fake_good: fake-good 2.5", "DEV=FAKE:1", "DEV=PYTHON", "why: libnope.so",
-                 "error: ImportError: libfake.so missing", "default device: FAKE"):
+    for text in (
+        "fake_good: fake-good 2.5",
+        "DEV=FAKE:1",
+        "DEV=PYTHON",
+        "why: libnope.so",
+        "error: ImportError: libfake.so missing",
+        "default device: FAKE",
+    ):
         assert text in done.stdout
     assert done.stderr == ""
 
@@ -99,7 +136,9 @@ def test_python_dash_m_fusegrad_devices(installed):
 @pytest.mark.skipif(shutil.which("fusegrad") is None, reason="the console script is not on PATH")
 def test_console_script_help():
     env = {k: v for k, v in os.environ.items() if k != "DEV"}
-    done = subprocess.run(["fusegrad", "--help"], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["fusegrad", "--help"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "devices" in done.stdout and "usage: fusegrad" in done.stdout
 

@@ -11,7 +11,7 @@ import textwrap
 from .conftest import FakePlugins, good_plugin
 
 #: Run in a child: forbid subprocesses and record shared libraries loaded, then import fusegrad.
-CHILD = textwrap.dedent('''
+CHILD = textwrap.dedent("""
     import ctypes, json, os, subprocess, sys
 
     started, loaded = [], []
@@ -41,16 +41,28 @@ CHILD = textwrap.dedent('''
         "new_modules": sorted(set(sys.modules) - before),
         "discovered": manager is not None and manager._manager is not None,
     }))
-''')
+""")
 
 #: Modules of backend runtimes, the CPU backend, and the plugin machinery itself.
-HEAVY = ("fusegrad_cpu", "fake_good", "pyopencl", "wgpu", "pycuda", "cuda", "Metal", "pluggy",
-         "fusegrad.plugin.manager", "fusegrad.runtime.python_plugin", "importlib.metadata")
+HEAVY = (
+    "fusegrad_cpu",
+    "fake_good",
+    "pyopencl",
+    "wgpu",
+    "pycuda",
+    "cuda",
+    "Metal",
+    "pluggy",
+    "fusegrad.plugin.manager",
+    "fusegrad.runtime.python_plugin",
+    "importlib.metadata",
+)
 
 
 def import_in_child(env: dict[str, str] | None = None) -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""  # no warning either: no plugin was even looked at
     return json.loads(done.stdout)
@@ -78,7 +90,11 @@ def test_import_fusegrad_is_light_with_plugins_installed(fake_plugins: FakePlugi
 
 def test_the_check_would_see_a_subprocess():
     """The child's guard works: starting a subprocess after the import is caught."""
-    child = CHILD.replace("import fusegrad\n", "import fusegrad\ntry:\n    subprocess.run(['true'])\n"
-                          "except AssertionError:\n    pass\n")
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    child = CHILD.replace(
+        "import fusegrad\n",
+        "import fusegrad\ntry:\n    subprocess.run(['true'])\nexcept AssertionError:\n    pass\n",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120
+    )
     assert json.loads(done.stdout)["started"] != []

@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from fusegrad import Device, Tensor
 from fusegrad.errors import DeviceNotFound
 from fusegrad.plugin import manager
@@ -19,7 +18,7 @@ from .conftest import FakePlugins, devices_plugin, good_plugin
 BROKEN_IMPORT = 'raise ImportError("libfake.so: cannot open shared object file")\n'
 
 #: Replaces only the PYTHON device's compiler, and records every source it compiles.
-COMPILER_OVERRIDE = '''
+COMPILER_OVERRIDE = """
 from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 from fusegrad.runtime.python import PythonCompiler
 
@@ -38,7 +37,7 @@ class TracingCompiler(PythonCompiler):
 @hookimpl(tryfirst=True)
 def fusegrad_compiler(device):
     return TracingCompiler() if device.partition(":")[0] == "PYTHON" else None
-'''
+"""
 
 
 def info(name: str) -> manager.PluginInfo:
@@ -54,7 +53,10 @@ def add_one(device: str) -> list[float]:
 def test_builtin_python_plugin_is_always_found():
     python = info("python")
     assert (python.distribution, python.module, python.error) == (
-        "fusegrad", "fusegrad.runtime.python_plugin", None)
+        "fusegrad",
+        "fusegrad.runtime.python_plugin",
+        None,
+    )
     assert python.api_version == 1 and python.devices == ["PYTHON"]
 
 
@@ -69,6 +71,17 @@ def test_good_plugin_is_recorded_and_runs_a_computation(fake_plugins: FakePlugin
     assert isinstance(Device["FAKE"].allocator, sys.modules["fake_good"].CountingAllocator)
 
 
+def test_entry_point_may_name_an_object_in_a_module(fake_plugins: FakePlugins):
+    source = good_plugin() + "\n\nclass hooks:\n    pass\n"
+    source += (
+        "\nfor _n in dir():\n    if _n.startswith('fusegrad_') or _n == 'FUSEGRAD_BACKEND_API':"
+    )
+    source += "\n        setattr(hooks, _n, staticmethod(globals()[_n]))\n"
+    fake_plugins.install("fake_object", source, target="fake_object:hooks")
+    assert info("fake_object").error is None and info("fake_object").module == "fake_object:hooks"
+    assert add_one("FAKE") == [2, 3, 4]
+
+
 def test_device_instances_beyond_count_are_refused(fake_plugins: FakePlugins):
     fake_plugins.install("fake_good", good_plugin(count=2))
     assert add_one("FAKE:1") == [2, 3, 4]
@@ -81,7 +94,9 @@ def test_device_instances_beyond_count_are_refused(fake_plugins: FakePlugins):
 
 def test_plugin_that_fails_to_import_is_recorded_and_warned(fake_plugins: FakePlugins):
     fake_plugins.install("fake_broken", BROKEN_IMPORT, dist="fake-broken")
-    with pytest.warns(UserWarning, match=r"'fake_broken' \(fake-broken\) was not loaded: ImportError"):
+    with pytest.warns(
+        UserWarning, match=r"'fake_broken' \(fake-broken\) was not loaded: ImportError"
+    ):
         broken = info("fake_broken")
     assert broken.error == "ImportError: libfake.so: cannot open shared object file"
     assert broken.devices == [] and not manager.plugins().has_plugin("fake_broken")
@@ -90,16 +105,25 @@ def test_plugin_that_fails_to_import_is_recorded_and_warned(fake_plugins: FakePl
 
 def test_broken_plugin_never_breaks_import_fusegrad(fake_plugins: FakePlugins):
     fake_plugins.install("fake_broken", BROKEN_IMPORT)
-    script = "import fusegrad; print((fusegrad.Tensor([1, 2], device='PYTHON') + 1).numpy().tolist())"
-    done = subprocess.run([sys.executable, "-c", script], env=fake_plugins.subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+    script = (
+        "import fusegrad; print((fusegrad.Tensor([1, 2], device='PYTHON') + 1).numpy().tolist())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=fake_plugins.subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[2, 3]"
     assert "'fake_broken'" in done.stderr and "ImportError: libfake.so" in done.stderr
 
 
 def test_plugin_built_for_another_api_version_is_refused(fake_plugins: FakePlugins):
-    fake_plugins.install("fake_future", devices_plugin('[DeviceSpec("FUTURE", 1, lambda: None)]', "999"))
+    fake_plugins.install(
+        "fake_future", devices_plugin('[DeviceSpec("FUTURE", 1, lambda: None)]', "999")
+    )
     with pytest.warns(UserWarning, match="fake_future"):
         future = info("fake_future")
     assert future.api_version == 999
@@ -129,7 +153,7 @@ def test_plugin_whose_devices_hook_raises_is_recorded_and_silenced(fake_plugins:
 
 
 def test_plugin_with_a_malformed_hook_leaves_no_hook_behind(fake_plugins: FakePlugins):
-    source = '''
+    source = """
         from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
         from fusegrad.runtime.python import PythonAllocator
 
@@ -145,7 +169,7 @@ def test_plugin_with_a_malformed_hook_leaves_no_hook_behind(fake_plugins: FakePl
         @hookimpl
         def fusegrad_compiler(device, flags):  # no such argument in the hook specification
             return None
-        '''
+        """
     fake_plugins.install("fake_malformed", source)
     with pytest.warns(UserWarning, match="fake_malformed"):
         assert "flags" in info("fake_malformed").error
@@ -157,7 +181,9 @@ def test_tryfirst_plugin_replaces_only_the_compiler(fake_plugins: FakePlugins):
     fake_plugins.install("fake_compiler", COMPILER_OVERRIDE)
     runtime = Device["PYTHON"]
     tracing = sys.modules["fake_compiler"].TracingCompiler
-    assert type(runtime.compiler) is tracing and runtime.compiler.identity == "tracing-python-compiler"
+    assert (
+        type(runtime.compiler) is tracing and runtime.compiler.identity == "tracing-python-compiler"
+    )
     assert type(runtime.allocator) is PythonAllocator and type(runtime.renderer) is PythonRenderer
     assert runtime.program is PythonProgram
     assert add_one("PYTHON") == [2, 3, 4]  # reset() forgot the kernel compiled before
@@ -165,7 +191,9 @@ def test_tryfirst_plugin_replaces_only_the_compiler(fake_plugins: FakePlugins):
 
 
 def test_second_plugin_offering_a_device_is_ignored_with_a_warning(fake_plugins: FakePlugins):
-    fake_plugins.install("fake_impostor", devices_plugin('[DeviceSpec("PYTHON", 99, lambda: "no")]'))
+    fake_plugins.install(
+        "fake_impostor", devices_plugin('[DeviceSpec("PYTHON", 99, lambda: "no")]')
+    )
     with pytest.warns(UserWarning, match="'fake_impostor' also offers device 'PYTHON'"):
         specs = Device.specs()
     assert specs["PYTHON"].priority == 0
@@ -173,7 +201,7 @@ def test_second_plugin_offering_a_device_is_ignored_with_a_warning(fake_plugins:
 
 
 def test_kernel_compiled_event_reaches_listeners(fake_plugins: FakePlugins):
-    source = '''
+    source = """
         from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 
         FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
@@ -182,7 +210,7 @@ def test_kernel_compiled_event_reaches_listeners(fake_plugins: FakePlugins):
         @hookimpl
         def fusegrad_kernel_compiled(name, device, source, seconds):
             events.append((name, device, source, seconds))
-        '''
+        """
     fake_plugins.install("fake_listener", source)
     x = Tensor(np.arange(4, dtype=np.float32), device="PYTHON")
     assert (x * 3).numpy().tolist() == [0, 3, 6, 9]
@@ -192,7 +220,7 @@ def test_kernel_compiled_event_reaches_listeners(fake_plugins: FakePlugins):
 
 @pytest.mark.xfail(strict=True, reason="the engine does not call fusegrad_kernel_run yet")
 def test_kernel_run_event_reaches_listeners(fake_plugins: FakePlugins):
-    source = '''
+    source = """
         from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 
         FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
@@ -201,7 +229,7 @@ def test_kernel_run_event_reaches_listeners(fake_plugins: FakePlugins):
         @hookimpl
         def fusegrad_kernel_run(name, device, seconds):
             events.append((name, device, seconds))
-        '''
+        """
     fake_plugins.install("fake_runlistener", source)
     assert add_one("PYTHON") == [2, 3, 4]
     assert [device for _, device, _ in sys.modules["fake_runlistener"].events] == ["PYTHON"]

@@ -54,6 +54,13 @@ def _emulate_node(u: UOp, src: tuple[UOp, ...]) -> UOp:
         bits = UOp(Ops.BITCAST, dtypes.uint32, (src[1],))
         top = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16)))
         return u.replace(src=(src[0], top.cast(u16)))
+    if u.op is Ops.BITCAST and u.dtype == bf16:  # 16 bits in -> the float32 they are the top of
+        wide = UOp(Ops.SHL, dtypes.uint32, (src[0].cast(dtypes.uint32), UOp.const(dtypes.uint32, 16)))
+        return UOp(Ops.BITCAST, f32, (wide,))
+    if u.op is Ops.BITCAST and u.src[0].dtype == bf16:  # the top 16 bits of the float32
+        bits = UOp(Ops.BITCAST, dtypes.uint32, (src[0],))
+        top = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16))).cast(u16)
+        return top if u.dtype == u16 else UOp(Ops.BITCAST, u.dtype, (top,))
     if u.op is Ops.CONST and u.dtype == bf16:
         return _round_to_bfloat16(UOp.const(f32, u.arg))
     if u.dtype == bf16:  # arithmetic and casts: compute in float32, round as bfloat16 would

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fusegrad.codegen.decompose import decompose
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import lower_kernel
+from fusegrad.codegen.opt import heuristic_opts
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
@@ -53,7 +54,11 @@ def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
 def generate(ast: UOp, renderer: Renderer) -> KernelSource:
     """Turn a kernel AST into source for ``renderer``."""
     _debug_stage("kernel AST", ast)
-    graph = lower_kernel(ast, grid=renderer.grid_dims is not None)
+    grid = renderer.grid_dims is not None
+    opts = heuristic_opts(ast, grid)
+    if Context.DEBUG >= 4:
+        print(f"--- optimisation: {opts} ---")
+    graph = lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
     graph = graph_rewrite(graph, SIMPLIFY)
     graph = decompose(graph, renderer)

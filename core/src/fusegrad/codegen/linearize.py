@@ -1,20 +1,28 @@
 """Linearisation: a kernel graph -> the ordered list of backend-contract ops a renderer walks.
 
-A kernel has at most one output loop (the RANGE of kind "global", absent on a grid) and, inside
-it, one loop per REDUCE. Each node goes to the innermost loop it depends on, as early as its
-sources allow, so loop-invariant work is hoisted. A REDUCE becomes an accumulator:
+Loops nest in this order: the output loops (kinds "parallel"/"global"), then for each REDUCE
+its reduce loop with the upcast loops inside it, and after the reductions a second copy of the
+upcast loops for what uses their results. Each node goes to the innermost loop it depends on,
+as early as its sources allow, so loop-invariant work is hoisted. A REDUCE becomes an
+accumulator (an array of them when it is upcast)::
 
-    acc = identity; for r: acc = acc <op> value(r); ... LOAD(acc) where the REDUCE was
+    acc[u] = identity;  for r: for u: acc[u] = acc[u] <op> value(r, u);  ... for u: use acc[u]
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from fusegrad.dtype import dtypes
+from fusegrad.helpers import prod
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 IDENTITY = {Ops.ADD: 0, Ops.MAX: None}  # None: the dtype's smallest value
+_STRUCTURE = (Ops.SINK, Ops.REDUCE, Ops.RANGE)
+_COPY_AXIS = 1000  # axis numbers of cloned upcast loops start here
 
 
-def _ranges_used(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
+def ranges_used(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
     """For each node, the loops it must sit inside (a REDUCE closes its own)."""
     used: dict[UOp, frozenset[UOp]] = {}
     for u in order:
@@ -23,79 +31,129 @@ def _ranges_used(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
             inner = inner | {u}
         elif u.op is Ops.REDUCE:
             inner = inner - set(u.src[1:])
+        elif u.op is Ops.END:
+            inner = inner - {u.src[0]}
         used[u] = inner
     return used
 
 
-def _after_reduce(order: list[UOp]) -> set[UOp]:
-    """Nodes that need the result of some REDUCE."""
-    after: set[UOp] = set()
-    for u in order:
-        if u.op is Ops.REDUCE or any(s in after for s in u.src):
-            after.add(u)
-    return after
+def _clone_loop(r: UOp, copy: int) -> UOp:
+    return r.replace(arg=(_COPY_AXIS * copy + r.arg[0], r.arg[1]))
+
+
+def _index(loops: list[UOp]) -> UOp:
+    """The flat position of the loop variables in an array of their trip counts."""
+    out = loops[0]
+    for loop in loops[1:]:
+        out = out * loop.src[0].arg + loop
+    return out
+
+
+class Linearizer:
+    """Places the nodes of one kernel graph into ``program``."""
+
+    def __init__(self, sink: UOp):
+        self.sink = sink
+        self.order = toposort([sink])
+        self.used = ranges_used(self.order)
+        self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
+        self.reduce_loops = {r for red in self.reduces for r in red.src[1:]}
+        loops = sorted((u for u in self.order if u.op is Ops.RANGE and u not in self.reduce_loops),
+                       key=lambda r: r.arg[0])
+        self.outer = [r for r in loops if r.arg[1] != "upcast"]
+        self.upcast = [r for r in loops if r.arg[1] == "upcast"]
+        self.after = self._after_reduce()
+        self.program: list[UOp] = []
+        self.placed: set[UOp] = set()
+        if any(self.used[red] & self.reduce_loops for red in self.reduces):
+            raise NotImplementedError("a REDUCE inside another REDUCE must be cut by the scheduler")
+
+    def _after_reduce(self) -> set[UOp]:
+        after: set[UOp] = set()
+        for u in self.order:
+            if u.op is Ops.REDUCE or any(s in after for s in u.src):
+                after.add(u)
+        return after
+
+    def place(self, nodes: list[UOp]) -> None:
+        for u in nodes:
+            if u not in self.placed and u.op not in (Ops.SINK, Ops.REDUCE):
+                self.placed.add(u)
+                self.program.append(u)
+
+    def place_nested(self, loops: list[UOp], base: set[UOp], nodes: list[UOp],
+                     used: dict[UOp, frozenset[UOp]]) -> None:
+        """Open ``loops`` one inside the other; each level gets the nodes that need no deeper loop."""
+        scope = set(base)
+        todo = [u for u in nodes if u.op not in _STRUCTURE]
+        self.place([u for u in todo if used[u] <= scope])
+        for loop in loops:
+            scope.add(loop)
+            self.place([loop.src[0], loop])
+            self.place([u for u in todo if used[u] <= scope])
+
+    def place_tree(self, root: UOp) -> None:
+        """Place ``root`` and whatever it needs that is not placed yet (all in the current scope)."""
+        self.place([u for u in toposort([root]) if u.op not in _STRUCTURE])
+
+    def close(self, loops: list[UOp]) -> None:
+        self.place([UOp(Ops.END, src=(r,)) for r in reversed(loops)])
+
+    def linearize(self) -> list[UOp]:
+        before = [u for u in self.order if u not in self.after and not (self.used[u] & set(self.upcast))]
+        self.place_nested(self.outer, set(), [u for u in before if not (self.used[u] & self.reduce_loops)], self.used)
+        results = {red: self.place_reduce(red, number) for number, red in enumerate(self.reduces)}
+        self.place_rest(results)
+        self.close(self.outer)
+        return self.program
+
+    def place_reduce(self, red: UOp, number: int) -> Callable[[dict[UOp, UOp]], UOp]:
+        """Emit the accumulator and loops of one REDUCE; return how to read its result."""
+        value, loop = red.src[0], red.src[1]
+        ups = [u for u in self.upcast if u in self.used[red]]
+        count = prod(u.src[0].arg for u in ups)
+        acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, count))
+        start = UOp.const(red.dtype, red.dtype.min if IDENTITY[red.arg] is None else IDENTITY[red.arg])
+
+        def slot(loops: list[UOp], after: UOp) -> UOp:
+            return UOp(Ops.INDEX, red.dtype, (acc, _index(loops))) if count > 1 else acc
+
+        self.place([start, acc])
+        init_loops = [_clone_loop(u, 1) for u in ups]
+        self.place_nested(init_loops, set(self.outer), [], self.used)
+        self.place_tree(UOp(Ops.STORE, src=(slot(init_loops, start), start)))
+        self.close(init_loops)
+        body = [u for u in toposort([value]) if u not in self.placed]
+        self.place_nested([loop, *ups], set(self.outer), body, self.used)
+        current = UOp(Ops.LOAD, red.dtype, (slot(ups, loop), loop))
+        self.place_tree(UOp(Ops.STORE, src=(slot(ups, loop), current.alu(red.arg, value))))
+        self.close([loop, *ups])
+        end = UOp(Ops.END, src=(loop,))
+        return lambda copies: UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups], end), end))
+
+    def place_rest(self, results: dict[UOp, Callable[[dict[UOp, UOp]], UOp]]) -> None:
+        """What needs the reductions or the upcast loops: in a copy of the upcast loops."""
+        copies = {u: _clone_loop(u, 2) for u in self.upcast} if self.reduces else {u: u for u in self.upcast}
+        done: dict[UOp, UOp] = {}
+        upcast = set(self.upcast)
+        for u in self.order:
+            if u in copies:
+                done[u] = copies[u]
+            elif u.op is Ops.REDUCE:
+                done[u] = results[u](copies)
+            elif (u in self.placed and not self.used[u] & upcast) or u.op is Ops.SINK:
+                done[u] = u
+            else:
+                new_src = tuple(done[s] for s in u.src)
+                done[u] = u if new_src == u.src else u.replace(src=new_src)
+        roots = [done[s] for s in self.sink.src]
+        order = toposort(roots)
+        used = ranges_used(order)
+        loops = [copies[u] for u in self.upcast]
+        self.place_nested(loops, set(self.outer), order, used)
+        self.close(loops)
 
 
 def linearize(sink: UOp) -> list[UOp]:
     """Order a kernel graph into a program: PARAMs and constants, loops, accumulators, stores."""
-    order = toposort([sink])
-    used = _ranges_used(order)
-    after = _after_reduce(order)
-    reduces = [u for u in order if u.op is Ops.REDUCE]
-    reduce_ranges = {r for red in reduces for r in red.src[1:]}
-    outer = [u for u in order if u.op is Ops.RANGE and u not in reduce_ranges]
-    if any(used[red] & reduce_ranges for red in reduces):
-        raise NotImplementedError("a REDUCE inside another REDUCE must be cut by the scheduler")
-
-    program: list[UOp] = []
-    placed: set[UOp] = set()
-
-    def place(nodes: list[UOp]) -> None:
-        for u in nodes:
-            if u not in placed and u.op not in (Ops.SINK, Ops.REDUCE):
-                placed.add(u)
-                program.append(u)
-
-    def loop_free(u: UOp) -> bool:
-        return not (used[u] & reduce_ranges) and u not in after
-
-    # 1. everything outside all loops, then the output loop and what depends only on it
-    place([u for u in order if not used[u] and u not in after and u.op is not Ops.RANGE])
-    for rng in outer:
-        place([rng])
-        place([u for u in order if u.op is not Ops.RANGE and loop_free(u) and used[u] <= set(outer)])
-    # 2. one accumulator and loop per REDUCE
-    reduced: dict[UOp, UOp] = {}
-    for number, red in enumerate(reduces):
-        reduced[red] = _place_reduce(red, number, order, used, place, program)
-    # 3. what needs the reductions, the stores, then close the output loop
-    for u in order:
-        if u in after and u.op is not Ops.REDUCE and u.op is not Ops.SINK:
-            new_src = tuple(reduced.get(s, s) for s in u.src)
-            node = u if new_src == u.src else u.replace(src=new_src)
-            reduced[u] = node
-            place([node])
-    place([UOp(Ops.END, src=(r,)) for r in reversed(outer)])
-    return program
-
-
-def _place_reduce(red: UOp, number: int, order: list[UOp], used, place, program) -> UOp:
-    """Emit the accumulator, loops and update of one REDUCE; return the LOAD that replaces it."""
-    value, ranges = red.src[0], red.src[1:]
-    identity = IDENTITY[red.arg]
-    acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, 1))
-    start = UOp.const(red.dtype, red.dtype.min if identity is None else identity)
-    place([start, acc, UOp(Ops.STORE, src=(acc, start))])
-    body = set(toposort([value]))
-    for rng in ranges:
-        place([rng.src[0], rng])
-        place([u for u in order if u in body and rng in used[u] and used[u] <= used[rng] | {rng}])
-    place([u for u in order if u in body])
-    current = UOp(Ops.LOAD, red.dtype, (acc, ranges[-1]))
-    update = current.alu(red.arg, value)
-    place([current, update, UOp(Ops.STORE, src=(acc, update))])
-    ends = [UOp(Ops.END, src=(r,)) for r in reversed(ranges)]
-    place(ends)
-    result = UOp(Ops.LOAD, red.dtype, (acc, ends[-1]))
-    place([result])
-    return result
+    return Linearizer(sink).linearize()

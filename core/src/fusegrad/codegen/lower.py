@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusegrad.codegen.opt import UPCAST_AXIS, KernelOpts
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod, strides_for
-from fusegrad.uop.ops import GroupOp, Ops, UOp
+from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 
 Index = tuple[UOp, ...]
+#: kernels doing more element operations than this run their outermost loop on all cores
+PARALLEL_WORK = 1 << 16
 
 
 def idx_const(v: int) -> UOp:
@@ -46,7 +49,7 @@ def in_range(i: UOp, lo: int, hi: int) -> UOp:
 class Lowerer:
     """Walks one kernel AST; ``next_axis`` numbers the loops it opens."""
 
-    next_axis: int = 1
+    next_axis: int = 100  # reduce loops are numbered after the output loops
     memo: dict = field(default_factory=dict)
 
     def new_range(self, size: int, kind: str) -> UOp:
@@ -117,17 +120,46 @@ class Lowerer:
         return UOp(Ops.REDUCE, u.dtype, (value, rng), reduce_op)
 
 
-def lower_kernel(ast: UOp, grid: bool) -> UOp:
-    """Lower ``SINK(STORE(PARAM, value))`` to a kernel graph over one flat output index."""
+def output_index(
+    shape: tuple[int, ...], grid: bool, opts: KernelOpts | None, parallel: bool
+) -> tuple[Index, UOp]:
+    """Per-axis output indices and the flat store position.
+
+    Without ``opts`` the output is one flat loop (or grid index). With them, each axis of the
+    output has its own loop, in ``opts.order``; an upcast axis of ``U`` is split into an outer
+    loop and an inner loop of ``U`` trips (kind "upcast") that the compiler can vectorise.
+    """
+    n = prod(shape)
+    if opts is None:
+        if n == 1:
+            flat = idx_const(0)
+        elif grid:
+            flat = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx0", n))
+        else:
+            flat = UOp(Ops.RANGE, dtypes.index, (idx_const(n),), (0, "parallel" if parallel else "global"))
+        return unflatten(flat, shape), flat
+    upcast = dict(opts.upcast)
+    looped = [d for d in opts.order if shape[d] // upcast.get(d, 1) > 1]
+    outer = {d: UOp(Ops.RANGE, dtypes.index, (idx_const(shape[d] // upcast.get(d, 1)),),
+                    (i, "parallel" if parallel and i == 0 else "global"))
+             for i, d in enumerate(looped)}
+    inner = {d: UOp(Ops.RANGE, dtypes.index, (idx_const(u),), (UPCAST_AXIS + i, "upcast"))
+             for i, (d, u) in enumerate(opts.upcast)}
+    idx = []
+    for d, size in enumerate(shape):
+        i = outer.get(d, idx_const(0)) * upcast.get(d, 1) + inner.get(d, idx_const(0))
+        idx.append(i if size > 1 else idx_const(0))
+    return tuple(idx), flatten(tuple(idx), shape)
+
+
+def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
+    """Lower ``SINK(STORE(PARAM, value))`` to a kernel graph of loops and index arithmetic."""
     store = ast.src[0]
     out, value = store.src
-    n = prod(value.shape)
-    if n == 1:
-        flat = idx_const(0)
-    elif grid:
-        flat = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx0", n))
-    else:
-        flat = UOp(Ops.RANGE, dtypes.index, (idx_const(n),), (0, "global"))
+    reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
+    work = prod(value.shape) * max((r.src[0].size // max(r.size, 1) for r in reduced), default=1)
+    idx, flat = output_index(value.shape, grid, opts, parallel=work > PARALLEL_WORK)
     true = UOp.const(dtypes.bool, True)
-    result = Lowerer().lower(value, unflatten(flat, value.shape), true)
-    return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result)),))
+    result = Lowerer().lower(value, idx, true)
+    write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
+    return UOp(Ops.SINK, dtypes.void, (write,))

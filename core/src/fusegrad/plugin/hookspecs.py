@@ -8,7 +8,7 @@ import your runtime library inside the hook that needs it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -107,6 +107,3 @@ def fusegrad_kernel_run(name: str, device: str, seconds: float | None) -> None:
 def hook_names() -> list[str]:
     """All hook names defined here (tests check every one is documented)."""
     return [n for n, v in globals().items() if n.startswith("fusegrad_") and callable(v)]
-
-
-

@@ -96,27 +96,37 @@ _manager: PluginManager | None = None
 def discover() -> PluginManager:
     """Load every plugin: the built-in ones, then each entry point in the group ``fusegrad``."""
     pm = PluginManager()
+    candidates: list[tuple[str, str, str, str | None]]
     candidates = [(n, m, d, None) for n, m, d in _builtin_plugins()]
     for ep in metadata.entry_points(group=hookspecs.PROJECT):
         dist = ep.dist.name if ep.dist is not None else "?"
         version = ep.dist.version if ep.dist is not None else "?"
         candidates.append((ep.name, ep.value, dist, version))
-    for name, target, dist, version in candidates:
-        if version is None:
-            version = _version_of(dist)
-        info = PluginInfo(name, target, dist, version)
+    for name, target, dist, known_version in candidates:
+        info = PluginInfo(name, target, dist, known_version or _version_of(dist))
         pm.infos.append(info)
         if pm.has_plugin(name):
             info.error = f"another plugin is already registered as {name!r}"
             continue
         try:
-            pm.load_module(info, importlib.import_module(target))
+            pm.load_module(info, _load(target))
         except Exception as e:  # noqa: BLE001 - recorded, warned, and shown by `fusegrad devices`
             if pm.get_plugin(name) is not None:
                 pm.unregister(name=name)  # pluggy keeps the hooks it registered before failing
             info.error = f"{type(e).__name__}: {e}"
-            warnings.warn(f"fusegrad plugin {name!r} ({dist}) was not loaded: {info.error}", stacklevel=2)
+            warnings.warn(
+                f"fusegrad plugin {name!r} ({dist}) was not loaded: {info.error}", stacklevel=2
+            )
     return pm
+
+
+def _load(target: str) -> ModuleType:
+    """Import an entry point's target, ``package.module`` or ``package.module:object``."""
+    module, _, attribute = target.partition(":")
+    loaded = importlib.import_module(module.strip())
+    for name in filter(None, attribute.strip().split(".")):
+        loaded = getattr(loaded, name)
+    return loaded
 
 
 def _version_of(dist: str) -> str:

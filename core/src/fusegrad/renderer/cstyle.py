@@ -149,7 +149,8 @@ class CStyleRenderer(Renderer):
                 emit("}")
             elif op is Ops.DEFINE_REG:
                 names[u] = f"acc{u.arg[0]}"
-                emit(f"{self.type_name(u.dtype)} {names[u]};")
+                size = f"[{u.arg[1]}]" if u.arg[1] > 1 else ""
+                emit(f"{self.type_name(u.dtype)} {names[u]}{size};")
             elif op is Ops.INDEX:
                 names[u] = f"{src[0]}[{src[1]}]"
             elif op is Ops.LOAD and u.src[0].op is Ops.DEFINE_REG:

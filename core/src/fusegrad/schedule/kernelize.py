@@ -20,7 +20,7 @@ from typing import Any
 
 from fusegrad.dtype import DType
 from fusegrad.errors import FusegradError
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 
 
 @dataclass
@@ -79,6 +79,7 @@ def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
     """The nodes that must be written to a buffer."""
     realize = {r for r in roots if r.op is not Ops.PARAM}
     consumers: dict[UOp, int] = {}
+    reduce_below: dict[UOp, UOp] = {}  # a REDUCE_AXIS, or a movement op over one -> that reduce
     for u in order:
         for s in u.src:
             consumers[s] = consumers.get(s, 0) + 1
@@ -86,16 +87,21 @@ def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
             realize.add(u)
         if u.op is Ops.COPY and u.src[0].op is not Ops.PARAM:
             realize.add(u.src[0])
-        if u.op is Ops.REDUCE_AXIS and consumers.get(u, 0) > 1:
-            realize.add(u)
+        if u.op is Ops.REDUCE_AXIS:
+            reduce_below[u] = u
+        elif u.op in GroupOp.Movement and u.src[0] in reduce_below:
+            reduce_below[u] = reduce_below[u.src[0]]
+    # a reduce read by several consumers (directly or through a view) gets a buffer
+    realize |= {red for u, red in reduce_below.items() if consumers.get(u, 0) > 1}
     # a REDUCE reached through an EXPAND/PAD (bit 1) or inside a REDUCE (bit 2) is cut off
     work, seen = list(realize), set()
     while work:
         kernel_root = work.pop()
-        stack = [(s, 0) for s in kernel_root.src] if kernel_root.op is not Ops.COPY else []
+        stack = [(kernel_root, 0)] if kernel_root.op is not Ops.COPY else []
         while stack:
             node, state = stack.pop()
-            if node.op is Ops.PARAM or node in realize or (node, state) in seen:
+            is_root = node is kernel_root
+            if not is_root and (node.op is Ops.PARAM or node in realize) or (node, state) in seen:
                 continue
             seen.add((node, state))
             if node.op is Ops.REDUCE_AXIS:

@@ -1,0 +1,83 @@
+"""Kernel optimisation: choosing the loop structure of a kernel before it is lowered.
+
+A kernel that reduces (a matmul, a convolution) is slow as one flat loop: each output element
+re-reads its inputs from memory. ``heuristic_opts`` gives each output axis its own loop and
+*upcasts* two of them: the innermost contiguous axis (so loads and the accumulators become
+vectors the C compiler can keep in registers) and the axis that the most inputs do not depend
+on (so each loaded value is reused for several outputs). The upcast parts become short inner
+loops over an accumulator array; the remaining loops are ordered so the reused axis is innermost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusegrad.helpers import Context
+from fusegrad.uop.ops import Ops, UOp, toposort
+
+#: upcast loops are numbered from here, after the output loops and before reduce loops
+UPCAST_AXIS = 50
+#: at most this many accumulators per kernel (AVX-512 has 32 registers of 16 floats)
+MAX_ACCUMULATORS = 256
+
+
+@dataclass(frozen=True)
+class KernelOpts:
+    """The loop structure of a kernel: output axes as loops in ``order`` (outermost first), and
+    ``upcast`` pairs ``(axis, amount)`` that become inner loops of ``amount`` trips."""
+
+    order: tuple[int, ...]
+    upcast: tuple[tuple[int, int], ...] = ()
+
+
+def _reduce_of(value: UOp) -> UOp | None:
+    reduces = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
+    return reduces[0] if len(reduces) == 1 else None
+
+
+def _independence(value: UOp) -> dict[int, int]:
+    """For each output axis, how many input reads in the reduction do not change along it.
+
+    Found by lowering once with a loop per axis and looking for each loop in each load's index.
+    """
+    from fusegrad.codegen.lower import lower_kernel
+    from fusegrad.uop.pattern import graph_rewrite
+    from fusegrad.uop.symbolic import SIMPLIFY
+
+    plain = KernelOpts(tuple(range(len(value.shape))))
+    out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
+    sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
+    nodes = toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=plain), SIMPLIFY)])
+    # with the plain order, output loop number i is output axis i
+    loops = {u.arg[0]: u for u in nodes if u.op is Ops.RANGE and u.arg[1] != "reduce"}
+    index_nodes = [set(toposort([u.src[0]])) for u in nodes if u.op is Ops.LOAD]
+    return {axis: sum(1 for idx in index_nodes if loop not in idx) for axis, loop in loops.items()}
+
+
+def _amount(size: int, choices: tuple[int, ...]) -> int:
+    return next((c for c in choices if size % c == 0 and size > c), 1)
+
+
+def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
+    """The loop structure for ``ast``, or None to keep one flat loop (elementwise kernels)."""
+    value = ast.src[0].src[1]
+    if uses_grid or Context.NOOPT or _reduce_of(value) is None or value.size < 64:
+        return None
+    shape = value.shape
+    axes = [d for d, s in enumerate(shape) if s > 1]
+    if not axes:
+        return None
+    upcast: list[tuple[int, int]] = []
+    vec_axis = axes[-1]
+    if (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1:
+        upcast.append((vec_axis, vec))
+    others = [d for d in axes if d != vec_axis]
+    independent = _independence(value) if others else {}
+    reuse = max(others, key=lambda d: independent.get(d, 0), default=None)
+    if reuse is not None and (amount := _amount(shape[reuse], (8, 4, 2))) > 1:
+        if (vec if upcast else 1) * amount <= MAX_ACCUMULATORS:
+            upcast.insert(0, (reuse, amount))
+    order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse)) + (vec_axis,)
+    if reuse is not None:
+        order += (reuse,)
+    return KernelOpts(order, tuple(upcast))

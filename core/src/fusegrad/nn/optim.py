@@ -1,0 +1,163 @@
+"""Optimizers: SGD, Adam, AdamW and LAMB, with tinygrad's constructor arguments.
+
+A step is lazy arithmetic like everything else: each parameter (and each piece of optimizer
+state) is ``assign``-ed its new value, then all of them are realized together in one
+``Tensor.realize`` call, so the whole update, the backward pass it depends on included, is
+one schedule of a few kernels. The learning rate lives in a one-element tensor: a schedule
+that changes it writes new bytes into a buffer and nothing is recompiled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fusegrad.errors import FusegradError
+from fusegrad.tensor import Tensor
+
+
+def _dedup(tensors: Sequence[Tensor]) -> list[Tensor]:
+    seen: set[int] = set()
+    return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]  # type: ignore[func-returns-value]
+
+
+class Optimizer:
+    """The bookkeeping every optimizer shares: parameters, ``lr``, ``zero_grad`` and ``step``.
+
+    Tensors in ``params`` whose ``requires_grad`` is None are switched to True; those with
+    ``requires_grad=False`` (BatchNorm's running statistics, say) are not updated, but are
+    realized with each step so that their lazy graphs do not grow from step to step.
+    """
+
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor):
+        for t in params:
+            if t.requires_grad is None:
+                t.requires_grad = True
+        self.params = _dedup([t for t in params if t.requires_grad])
+        self.buffers = _dedup([t for t in params if not t.requires_grad])
+        if not self.params:
+            raise FusegradError(
+                f"{type(self).__name__} got no tensor with requires_grad=True among {len(params)} "
+                "tensors; pass the model's parameters (nn.state.get_parameters(model))"
+            )
+        self.device = self.params[0].device
+        if isinstance(lr, Tensor):
+            self.lr = lr
+        else:
+            self.lr = Tensor([float(lr)], device=self.device, requires_grad=False)
+
+    def zero_grad(self) -> None:
+        """Forget the gradients; the next ``backward`` starts from zero."""
+        for t in self.params:
+            t.grad = None
+
+    def step(self) -> None:
+        """Update every parameter from its ``.grad``, in one realize with the optimizer state."""
+        Tensor.realize(*self.schedule_step())
+
+    def schedule_step(self) -> list[Tensor]:
+        """Assign the new values without computing them; returns the tensors to realize."""
+        if Tensor.no_grad:
+            raise FusegradError("optimizer step inside Tensor.no_grad_mode(); leave the block first")
+        missing = [i for i, t in enumerate(self.params) if t.grad is None]
+        if missing:
+            raise FusegradError(
+                f"parameters {missing} of {type(self).__name__} have no .grad; call loss.backward() "
+                "before step(), and check that each parameter is used in the loss"
+            )
+        grads = [t.grad.detach() for t in self.params]  # type: ignore[union-attr]
+        return self._update(grads) + self.buffers
+
+    def _update(self, grads: list[Tensor]) -> list[Tensor]:
+        """Assign each parameter and state tensor its new value; return all of them."""
+        raise NotImplementedError
+
+    def _lr(self, t: Tensor) -> Tensor:
+        return self.lr.to(t.device)
+
+    def _state(self) -> list[Tensor]:
+        """A zero tensor per parameter, shaped like it, in a buffer of its own (no kernel runs)."""
+        return [Tensor(np.zeros(t.shape, np.float32), t.device, t.dtype) for t in self.params]
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with PyTorch's momentum (dampening 0) and L2 weight decay.
+
+    >>> from fusegrad import Tensor
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> opt = SGD([w], lr=0.5)
+    >>> (w * w).sum().backward()
+    >>> opt.step()
+    >>> w.tolist()
+    [0.0, 0.0]
+    """
+
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False):
+        super().__init__(params, lr)
+        if nesterov and momentum <= 0:
+            raise FusegradError(f"nesterov SGD needs momentum > 0, got momentum={momentum}")
+        self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+        self.b = self._state() if momentum else []
+
+    def _update(self, grads: list[Tensor]) -> list[Tensor]:
+        for i, (t, g) in enumerate(zip(self.params, grads)):
+            if self.weight_decay:
+                g = g + self.weight_decay * t.detach()
+            if self.momentum:
+                b = self.b[i].assign(self.momentum * self.b[i] + g)  # b <- mu b + g
+                g = g + self.momentum * b if self.nesterov else b
+            t.assign(t.detach() - self._lr(t) * g)
+        return self.params + self.b
+
+
+class LAMB(Optimizer):
+    """LAMB (You et al., 2019): Adam's step, rescaled per tensor by ||w|| / ||step||.
+
+    With ``adam=True`` the rescaling is skipped, which makes it Adam with decoupled weight
+    decay (AdamW); ``Adam`` and ``AdamW`` below are this class with those arguments.
+    """
+
+    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9,
+                 b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False):
+        super().__init__(params, lr)
+        self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
+        self.m, self.v = self._state(), self._state()
+        # b1**t and b2**t for the bias correction, kept on the device so steps never recompile
+        self.b1_t = Tensor([1.0], device=self.device, requires_grad=False)
+        self.b2_t = Tensor([1.0], device=self.device, requires_grad=False)
+
+    def _update(self, grads: list[Tensor]) -> list[Tensor]:
+        b1_t = self.b1_t.assign(self.b1_t * self.b1)
+        b2_t = self.b2_t.assign(self.b2_t * self.b2)
+        for t, g, m, v in zip(self.params, grads, self.m, self.v):
+            m.assign(self.b1 * m + (1.0 - self.b1) * g)
+            v.assign(self.b2 * v + (1.0 - self.b2) * (g * g))
+            m_hat = m / (1.0 - b1_t.to(t.device))
+            v_hat = v / (1.0 - b2_t.to(t.device))
+            up = m_hat / (v_hat.sqrt() + self.eps)
+            if self.weight_decay:
+                up = up + self.weight_decay * t.detach()
+            if not self.adam:
+                up = up * self._trust_ratio(t.detach(), up)
+            t.assign(t.detach() - self._lr(t) * up)
+        return self.params + self.m + self.v + [self.b1_t, self.b2_t]
+
+    @staticmethod
+    def _trust_ratio(w: Tensor, up: Tensor) -> Tensor:
+        """||w|| / ||up||, or 1 where either norm is zero."""
+        w_norm, up_norm = (w * w).sum().sqrt(), (up * up).sum().sqrt()
+        return (w_norm > 0).where((up_norm > 0).where(w_norm / up_norm, 1.0), 1.0)
+
+
+def Adam(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
+         eps: float = 1e-8) -> LAMB:
+    """Adam (Kingma and Ba, 2014), as ``torch.optim.Adam`` without weight decay."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay=0.0, adam=True)
+
+
+def AdamW(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
+          eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
+    """Adam with decoupled weight decay (Loshchilov and Hutter), as ``torch.optim.AdamW``."""
+    return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)

@@ -1,0 +1,547 @@
+"""Math methods of ``Tensor``: powers, integer division, bit ops, rounding, activations,
+softmax and friends, statistics, scans and sorting.
+
+Everything here is built from the primitives of ``tensor.py`` (ALU ops, sum and max reductions,
+movement ops), so it fuses into kernels and gets gradients like any other graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.errors import FusegradError
+from fusegrad.helpers import prod
+from fusegrad.uop.ops import Ops
+
+if TYPE_CHECKING:
+    from fusegrad.tensor import Tensor
+
+Axis = int | Sequence[int] | None
+
+# float types hold only integers at and above 2**mantissa_bits: nothing left to round
+_MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
+
+
+class MathMixin:
+    """Elementwise math, activations, softmax, statistics, scans and sorting."""
+
+    __slots__ = ()
+
+    # ---- powers ----------------------------------------------------------------------------------
+
+    def pow(self, exponent: Tensor | int | float, reverse: bool = False) -> Tensor:
+        """``self ** exponent``; integer tensors to integer powers stay integers.
+
+        >>> Tensor([1, 2, 3]).pow(2).tolist()
+        [1, 4, 9]
+        """
+        if not reverse and isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+            if float(exponent).is_integer() and abs(exponent) <= 64:
+                return self._int_power(exponent)
+            if exponent == 0.5:
+                return self.sqrt()
+        base, exp = self._operands(exponent, reverse)
+        if base.dtype.is_int or base.dtype == dtypes.bool:
+            result = base.cast(dtypes.float64)._float_pow(exp.cast(dtypes.float64))
+            return result.round().cast(base.dtype)
+        return base._float_pow(exp)
+
+    def _int_power(self, n: int | float) -> Tensor:
+        """x**n for a whole number n, by repeated squaring (exact for integers)."""
+        x = self if isinstance(n, int) or self.dtype.is_float else self._float_operand()
+        k, result, square = abs(int(n)), None, x
+        while k:
+            if k & 1:
+                result = square if result is None else result * square
+            k >>= 1
+            if k:
+                square = square * square
+        if result is None:
+            result = x.ones_like()
+        return result.reciprocal() if n < 0 else result
+
+    def _float_pow(self, exp: Tensor) -> Tensor:
+        """x**y = 2**(y * log2|x|), negative only for a negative x and an odd whole y."""
+        magnitude = (exp * self.abs().log2()).exp2()
+        whole = exp.trunc() == exp
+        odd = whole & ((exp * 0.5).trunc() != exp * 0.5)
+        signed = (self < 0).where(odd.where(-magnitude, whole.where(magnitude, math.nan)), magnitude)
+        return (exp == 0).where(1.0, signed)
+
+    def __pow__(self, x):
+        return self.pow(x)
+
+    def __rpow__(self, x):
+        return self.pow(x, reverse=True)
+
+    # ---- integer division and remainder ----------------------------------------------------------
+
+    def floor_divide(self, other: Tensor | int | float, reverse: bool = False) -> Tensor:
+        """Division rounded down, as Python's ``//`` (and ``torch.floor_divide``).
+
+        >>> (Tensor([-7, 7]) // 2).tolist()
+        [-4, 3]
+        """
+        a, b = self._operands(other, reverse)
+        if a.dtype.is_float:
+            return (a / b).floor()
+        if a.dtype == dtypes.bool:
+            raise FusegradError("floor division of bool tensors is not defined; cast them to int first")
+        q, r = a._alu(Ops.IDIV, b), a._alu(Ops.MOD, b)
+        if a.dtype.is_unsigned:
+            return q
+        # C truncates: step down one when the remainder is nonzero and the signs differ
+        return q - ((r != 0) & ((r < 0) != (b < 0))).cast(q.dtype)
+
+    def remainder(self, other: Tensor | int | float, reverse: bool = False) -> Tensor:
+        """The remainder with the sign of the divisor, as Python's ``%`` (and ``torch.remainder``).
+
+        >>> (Tensor([-7, 7]) % 3).tolist()
+        [2, 1]
+        """
+        a, b = self._operands(other, reverse)
+        if a.dtype.is_float:
+            r = a - (a / b).trunc() * b  # fmod(a, b)
+            return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+        r = a._alu(Ops.MOD, b)
+        if a.dtype.is_unsigned:
+            return r
+        return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+
+    def fmod(self, other: Tensor | int | float) -> Tensor:
+        """The remainder with the sign of the dividend, as C's ``fmod`` (``torch.fmod``)."""
+        a, b = self._operands(other)
+        return a._alu(Ops.MOD, b) if a.dtype.is_int else a - (a / b).trunc() * b
+
+    def __floordiv__(self, x):
+        return self.floor_divide(x)
+
+    def __rfloordiv__(self, x):
+        return self.floor_divide(x, reverse=True)
+
+    def __mod__(self, x):
+        return self.remainder(x)
+
+    def __rmod__(self, x):
+        return self.remainder(x, reverse=True)
+
+    # ---- bitwise and logical ---------------------------------------------------------------------
+
+    def _bitwise(self, op: Ops, other: Tensor | int | bool, reverse: bool = False) -> Tensor:
+        a, b = self._operands(other, reverse)
+        if a.dtype.is_float:
+            raise FusegradError(f"bitwise ops need integer or bool tensors, got {a.dtype}")
+        return a._alu(op, b)
+
+    def bitwise_and(self, other: Tensor | int | bool, reverse: bool = False) -> Tensor:
+        """Elementwise ``&`` of ints or bools."""
+        return self._bitwise(Ops.AND, other, reverse)
+
+    def bitwise_or(self, other: Tensor | int | bool, reverse: bool = False) -> Tensor:
+        """Elementwise ``|`` of ints or bools."""
+        return self._bitwise(Ops.OR, other, reverse)
+
+    def bitwise_xor(self, other: Tensor | int | bool, reverse: bool = False) -> Tensor:
+        """Elementwise ``^`` of ints or bools."""
+        return self._bitwise(Ops.XOR, other, reverse)
+
+    def bitwise_not(self) -> Tensor:
+        """``~x``: logical not for bools, all bits flipped for ints (``x ^ -1``)."""
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self._bitwise(Ops.XOR, -1 if not self.dtype.is_unsigned else self.dtype.max)
+
+    def lshift(self, bits: Tensor | int, reverse: bool = False) -> Tensor:
+        """``x << bits``."""
+        return self._bitwise(Ops.SHL, bits, reverse)
+
+    def rshift(self, bits: Tensor | int, reverse: bool = False) -> Tensor:
+        """``x >> bits`` (arithmetic: the sign is kept for signed ints)."""
+        return self._bitwise(Ops.SHR, bits, reverse)
+
+    def __and__(self, x):
+        return self.bitwise_and(x)
+
+    def __rand__(self, x):
+        return self.bitwise_and(x, True)
+
+    def __or__(self, x):
+        return self.bitwise_or(x)
+
+    def __ror__(self, x):
+        return self.bitwise_or(x, True)
+
+    def __xor__(self, x):
+        return self.bitwise_xor(x)
+
+    def __rxor__(self, x):
+        return self.bitwise_xor(x, True)
+
+    def __invert__(self):
+        return self.bitwise_not()
+
+    def __lshift__(self, x):
+        return self.lshift(x)
+
+    def __rlshift__(self, x):
+        return self.lshift(x, True)
+
+    def __rshift__(self, x):
+        return self.rshift(x)
+
+    def __rrshift__(self, x):
+        return self.rshift(x, True)
+
+    def _as_bool(self, other: Tensor | Any) -> tuple[Tensor, Tensor]:
+        other = other if hasattr(other, "uop") else self.full_like(bool(other), dtypes.bool)
+        return self.bool()._operands(other.bool())
+
+    def logical_and(self, other: Tensor | bool) -> Tensor:
+        a, b = self._as_bool(other)
+        return a._alu(Ops.AND, b)
+
+    def logical_or(self, other: Tensor | bool) -> Tensor:
+        a, b = self._as_bool(other)
+        return a._alu(Ops.OR, b)
+
+    def logical_xor(self, other: Tensor | bool) -> Tensor:
+        a, b = self._as_bool(other)
+        return a._alu(Ops.CMPNE, b)
+
+    # ---- rounding and tests ----------------------------------------------------------------------
+
+    def trunc(self) -> Tensor:
+        """Round towards zero; floats too large to have a fraction are kept as they are."""
+        if not self.dtype.is_float:
+            return self
+        limit = 2.0 ** _MANTISSA_BITS[self.dtype]
+        small = self.abs() < limit  # false for inf and nan, which pass through
+        whole = self.cast(dtypes.int64 if self.dtype == dtypes.float64 else dtypes.int32)
+        return small.where(whole.cast(self.dtype), self)
+
+    def floor(self) -> Tensor:
+        """Round down: trunc(x) - 1 where that moved x up."""
+        if not self.dtype.is_float:
+            return self
+        t = self.trunc()
+        return (t > self).where(t - 1, t)
+
+    def ceil(self) -> Tensor:
+        """Round up: trunc(x) + 1 where that moved x down."""
+        if not self.dtype.is_float:
+            return self
+        t = self.trunc()
+        return (t < self).where(t + 1, t)
+
+    def round(self) -> Tensor:
+        """Round to the nearest integer, halves to even (as ``torch.round``).
+
+        >>> Tensor([0.5, 1.5, 2.5, -0.5]).round().tolist()
+        [0.0, 2.0, 2.0, -0.0]
+        """
+        if not self.dtype.is_float:
+            return self
+        t = self.trunc()
+        frac = (self - t).abs()
+        step = (self < 0).where(-1.0, 1.0).cast(self.dtype)
+        odd = (t * 0.5).trunc() != t * 0.5
+        up = (frac > 0.5) | ((frac == 0.5) & odd)
+        return up.where(t + step, t)
+
+    def sign(self) -> Tensor:
+        """-1, 0 or 1 by the sign of x (nan stays nan)."""
+        if self.dtype == dtypes.bool:
+            return self
+        s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+        return s + self * 0 if self.dtype.is_float else s
+
+    def isnan(self) -> Tensor:
+        """True where x is nan (the only value unequal to itself)."""
+        return self != self
+
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where x is +inf (if ``detect_positive``) or -inf (if ``detect_negative``)."""
+        pos = (self == math.inf) if detect_positive else self.full_like(False, dtypes.bool)
+        return pos | (self == -math.inf) if detect_negative else pos
+
+    def isfinite(self) -> Tensor:
+        """True where x is neither inf nor nan."""
+        return (self - self) == 0 if self.dtype.is_float else self.full_like(True, dtypes.bool)
+
+    def clip(self, min_: Tensor | float | None = None, max_: Tensor | float | None = None) -> Tensor:
+        """Limit values to ``[min_, max_]`` (either may be None)."""
+        if min_ is None and max_ is None:
+            raise FusegradError("clip needs min_ or max_ (or both)")
+        x = self if min_ is None else self.maximum(min_)
+        return x if max_ is None else x.minimum(max_)
+
+    clamp = clip
+
+    def lerp(self, end: Tensor | float, weight: Tensor | float) -> Tensor:
+        """Linear interpolation: ``x + weight * (end - x)``."""
+        return self + (end - self) * weight
+
+    # ---- special functions and activations -------------------------------------------------------
+
+    def erf(self) -> Tensor:
+        """The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7)."""
+        x = self._float_operand()
+        t = (1 + 0.3275911 * x.abs()).reciprocal()
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        return x.sign() * (1 - poly * (-(x * x)).exp())
+
+    def gelu(self, approximate: str = "tanh") -> Tensor:
+        """GELU; ``approximate="tanh"`` (tinygrad's, the default) or ``"none"`` (exact, erf)."""
+        x = self._float_operand()
+        if approximate == "none":
+            return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+        if approximate != "tanh":
+            raise FusegradError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+
+    def quick_gelu(self) -> Tensor:
+        """x * sigmoid(1.702 x)"""
+        return self * (self * 1.702).sigmoid()
+
+    def silu(self) -> Tensor:
+        """x * sigmoid(x)"""
+        return self * self.sigmoid()
+
+    swish = silu
+
+    def relu6(self) -> Tensor:
+        """min(max(x, 0), 6)"""
+        return self.relu().minimum(6)
+
+    def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+        """x where x > 0, else neg_slope * x."""
+        return (self > 0).where(self, self * neg_slope)
+
+    def elu(self, alpha: float = 1.0) -> Tensor:
+        """x where x > 0, else alpha * (e**x - 1)."""
+        return (self > 0).where(self, alpha * (self.exp() - 1))
+
+    def celu(self, alpha: float = 1.0) -> Tensor:
+        """max(0, x) + min(0, alpha * (e**(x/alpha) - 1))"""
+        return self.relu() + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        """log(1 + e**(beta x)) / beta, and x itself where beta x > threshold."""
+        bx = self._float_operand() * beta
+        stable = bx.relu() + (1 + (-bx.abs()).exp()).log()  # log(1 + e**y) without overflow
+        return (bx > threshold).where(self._float_operand(), stable / beta)
+
+    def mish(self) -> Tensor:
+        """x * tanh(softplus(x))"""
+        return self * self.softplus().tanh()
+
+    def hardsigmoid(self) -> Tensor:
+        """relu6(x + 3) / 6"""
+        return (self._float_operand() + 3).relu6() / 6
+
+    def hardswish(self) -> Tensor:
+        """x * relu6(x + 3) / 6"""
+        return self * self.hardsigmoid()
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+        return self.clip(min_val, max_val)
+
+    def softsign(self) -> Tensor:
+        """x / (1 + |x|)"""
+        return self / (1 + self.abs())
+
+    # ---- softmax family --------------------------------------------------------------------------
+
+    def _shifted(self, axis: int) -> tuple[Tensor, Tensor]:
+        """(x - max(x), max(x)) along ``axis``; the shift keeps exp from overflowing."""
+        x = self._float_operand()
+        m = x.max(axis, keepdim=True)
+        m = m.isinf().where(0.0, m)  # all -inf rows stay -inf rather than nan
+        return x - m, m
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        """e**x / sum(e**x) along ``axis``: one kernel for the max, one for the sum, one to divide."""
+        e = self._shifted(axis)[0].exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        """x - logsumexp(x) along ``axis``."""
+        s = self._shifted(axis)[0]
+        return s - s.exp().sum(axis, keepdim=True).log()
+
+    def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """log(sum(e**x)) over ``axis``, computed stably as m + log(sum(e**(x - m)))."""
+        x = self._float_operand()
+        m = x.max(axis, keepdim=True)
+        m = m.isinf().where(0.0, m)
+        out = (x - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.squeeze_axes(self._resolve_axes(axis))
+
+    def squeeze_axes(self, axes: Sequence[int]) -> Tensor:
+        """Drop the given size-1 axes."""
+        keep = {self._axis(a) for a in axes}
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in keep))
+
+    # ---- arg reductions --------------------------------------------------------------------------
+
+    def _positions(self, axis: int) -> Tensor:
+        """0, 1, ... n-1 along ``axis``, shaped to broadcast against this tensor."""
+        n = self.shape[axis]
+        shape = tuple(n if i == axis else 1 for i in range(self.ndim))
+        return type(self).arange(n, device=self.device).reshape(shape)
+
+    def _arg_first(self, hit: Tensor, axis: int, keepdim: bool) -> Tensor:
+        """The first index along ``axis`` where ``hit`` is true: n - max(where(hit, n - i, 0))."""
+        n = self.shape[axis]
+        score = hit.where(n - self._positions(axis), 0)
+        return (n - score.max(axis, keepdim)).cast(dtypes.int32)
+
+    def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index of the largest value (the first one on ties, as PyTorch).
+
+        >>> Tensor([1, 3, 3, 2]).argmax().item()
+        1
+        """
+        if axis is None:
+            out = self.flatten().argmax(0)
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        axis = self._axis(axis)
+        return self._arg_first(self == self.max(axis, keepdim=True), axis, keepdim)
+
+    def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """The index of the smallest value (the first one on ties)."""
+        if axis is None:
+            out = self.flatten().argmin(0)
+            return out.reshape((1,) * self.ndim) if keepdim else out
+        axis = self._axis(axis)
+        return self._arg_first(self == self.min(axis, keepdim=True), axis, keepdim)
+
+    # ---- products and statistics -----------------------------------------------------------------
+
+    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+        """The product over ``axis``, multiplying halves pairwise (exact for integers).
+
+        >>> Tensor([1, 2, 3, 4]).prod().item()
+        24
+        """
+        axes = self._resolve_axes(axis)
+        x = self if dtype is None else self.cast(dtype)
+        if dtype is None and (x.dtype == dtypes.bool or (x.dtype.is_int and x.dtype.itemsize < 8)):
+            x = x.cast(dtypes.int64)
+        rest = [i for i in range(x.ndim) if i not in axes]
+        kept = tuple(x.shape[i] for i in rest)
+        count = prod(x.shape[a] for a in axes)
+        if count == 0:
+            return type(self).full(kept if not keepdim else tuple(1 if i in axes else s for i, s in
+                                   enumerate(self.shape)), 1, x.dtype, self.device)
+        x = x.permute(rest + list(axes)).reshape(kept + (count,))
+        level = 0
+        while x.shape[-1] > 1:
+            n = x.shape[-1]
+            if n % 2:
+                x = x.pad([None] * len(kept) + [(0, 1)], value=1)
+            x = x.reshape(kept + (2, (n + 1) // 2))
+            x = x[..., 0, :] * x[..., 1, :]
+            level += 1
+            if level % 4 == 0 and x.shape[-1] > 1:
+                x = x.contiguous()  # bound the loads per element to 16 per kernel
+        out = x.reshape(kept)
+        if keepdim:
+            out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
+        return out
+
+    def var(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        """The variance over ``axis``, dividing by ``n - correction`` (Bessel's by default)."""
+        x = self._float_operand()
+        n = prod(self.shape[a] for a in self._resolve_axes(axis))
+        deviation = x - x.mean(axis, keepdim=True)
+        return (deviation * deviation).sum(axis, keepdim) / max(0, n - correction)
+
+    def std(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        """The standard deviation: sqrt(var)."""
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    # ---- scans -----------------------------------------------------------------------------------
+
+    def _prefix(self, axis: int, fill: Any) -> Tensor:
+        """(..., n, n) with [..., i, j] = x[..., j] for j <= i, else ``fill``; the axis moved last."""
+        x = self.transpose(axis, -1) if self.ndim else self.reshape(1)
+        n = x.shape[-1]
+        idx = type(self).arange(n, device=self.device)
+        before = idx.reshape(n, 1) >= idx.reshape(1, n)
+        return before.where(x.unsqueeze(-2), fill).cast(self.dtype)
+
+    def _unscan(self, out: Tensor, axis: int) -> Tensor:
+        return out.transpose(axis, -1) if self.ndim else out.reshape(())
+
+    def cumsum(self, axis: int = 0) -> Tensor:
+        """Running sums along ``axis`` (an n*n masked sum: one kernel, fine for moderate n).
+
+        >>> Tensor([1, 2, 3]).cumsum().tolist()
+        [1, 3, 6]
+        """
+        axis = self._axis(axis)
+        return self._unscan(self._prefix(axis, 0).sum(-1), axis)
+
+    def cumprod(self, axis: int = 0) -> Tensor:
+        """Running products along ``axis``."""
+        axis = self._axis(axis)
+        return self._unscan(self._prefix(axis, 1).prod(-1), axis)
+
+    def cummax(self, axis: int = 0) -> Tensor:
+        """Running maxima along ``axis`` (the values only, as tinygrad)."""
+        axis = self._axis(axis)
+        low = self.dtype.min
+        return self._unscan(self._prefix(axis, low).max(-1), axis)
+
+    def cummin(self, axis: int = 0) -> Tensor:
+        """Running minima along ``axis``."""
+        axis = self._axis(axis)
+        return self._unscan(self._prefix(axis, self.dtype.max).min(-1), axis)
+
+    # ---- sorting ---------------------------------------------------------------------------------
+
+    def _ranks(self, axis: int, descending: bool) -> Tensor:
+        """Each element's position in a stable sort along ``axis`` (an n*n comparison count)."""
+        x = self.transpose(axis, -1)
+        a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a: element i, b: every other element j
+        n = x.shape[-1]
+        idx = type(self).arange(n, device=self.device)
+        earlier = idx.reshape(n, 1) > idx.reshape(1, n)  # j comes before i
+        ahead = (b > a) if descending else (b < a)
+        return (ahead | ((b == a) & earlier)).sum(-1)  # (..., n): rank of element i
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+        """The ``k`` largest (or smallest) values along ``dim`` and their indices, in order.
+
+        >>> [t.tolist() for t in Tensor([3, 1, 4, 1, 5]).topk(2)]
+        [[5, 4], [4, 2]]
+        """
+        dim = self._axis(dim)
+        n = self.shape[dim]
+        if not 0 <= k <= n:
+            raise FusegradError(f"topk k={k} is out of range for a dimension of size {n}")
+        ranks = self._ranks(dim, descending=largest)  # (..., n) with dim moved last
+        x = self.transpose(dim, -1)
+        slot = type(self).arange(k, device=self.device)
+        picked = ranks.unsqueeze(-2) == slot.reshape(k, 1)  # (..., k, n)
+        values = picked.where(x.unsqueeze(-2), 0).sum(-1, dtype=self.dtype if self.dtype != dtypes.bool else None)
+        positions = picked.where(type(self).arange(n, device=self.device), 0).sum(-1)
+        values = values.cast(self.dtype)
+        return values.transpose(dim, -1), positions.transpose(dim, -1)
+
+    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+        """The values along ``dim`` in order, and where each came from (stable)."""
+        return self.topk(self.shape[self._axis(dim)], dim, largest=descending)
+
+    def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
+        return self.sort(dim, descending)[1]

@@ -1,0 +1,205 @@
+"""Optimizers against PyTorch's (LAMB against a numpy transcription of the paper) over a few
+steps of least squares from the same start, and the cost of a step in schedules and kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad.engine.realize as engine
+from fusegrad import GlobalCounters, Tensor, nn
+from fusegrad.errors import FusegradError
+from fusegrad.nn.optim import LAMB, SGD, Adam, AdamW
+from fusegrad.nn.state import get_parameters
+
+RNG = np.random.default_rng(0)
+W0, B0 = RNG.standard_normal((3, 4)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
+X, Y = RNG.standard_normal((8, 4)).astype(np.float32), RNG.standard_normal((8, 3)).astype(np.float32)
+STEPS = 4
+
+
+def _train(make_opt, steps: int = STEPS) -> list[list[np.ndarray]]:
+    """Least squares from (W0, B0); the parameters after each step."""
+    w, b = Tensor(W0, requires_grad=True), Tensor(B0, requires_grad=True)
+    opt = make_opt([w, b])
+    history = []
+    for _ in range(steps):
+        opt.zero_grad()
+        d = Tensor(X) @ w.T + b - Tensor(Y)
+        (d * d).mean().backward()
+        opt.step()
+        history.append([w.numpy(), b.numpy()])
+    return history
+
+
+def _train_torch(make_opt, steps: int = STEPS) -> list[list[np.ndarray]]:
+    torch = pytest.importorskip("torch")
+    w, b = torch.tensor(W0, requires_grad=True), torch.tensor(B0, requires_grad=True)
+    opt = make_opt([w, b])
+    history = []
+    for _ in range(steps):
+        opt.zero_grad()
+        d = torch.from_numpy(X) @ w.T + b - torch.from_numpy(Y)
+        (d * d).mean().backward()
+        opt.step()
+        history.append([w.detach().numpy().copy(), b.detach().numpy().copy()])
+    return history
+
+
+def _torch_opt(name: str, **kwargs):
+    def make(params):
+        import torch
+
+        return getattr(torch.optim, name)(params, **kwargs)
+
+    return make
+
+
+#: (ours, torch's) with the same hyperparameters
+PAIRS = {
+    "sgd": (lambda p: SGD(p, lr=0.1), _torch_opt("SGD", lr=0.1)),
+    "sgd_momentum": (lambda p: SGD(p, lr=0.1, momentum=0.9), _torch_opt("SGD", lr=0.1, momentum=0.9)),
+    "sgd_nesterov_wd": (lambda p: SGD(p, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+                        _torch_opt("SGD", lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1)),
+    "sgd_wd": (lambda p: SGD(p, lr=0.1, weight_decay=0.5), _torch_opt("SGD", lr=0.1, weight_decay=0.5)),
+    "adam": (lambda p: Adam(p, lr=0.1), _torch_opt("Adam", lr=0.1)),
+    "adam_betas": (lambda p: Adam(p, lr=0.05, b1=0.5, b2=0.9, eps=1e-3),
+                   _torch_opt("Adam", lr=0.05, betas=(0.5, 0.9), eps=1e-3)),
+    "adamw": (lambda p: AdamW(p, lr=0.1, weight_decay=0.3), _torch_opt("AdamW", lr=0.1, weight_decay=0.3)),
+}
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_optimizer_matches_torch(name):
+    ours, theirs = PAIRS[name]
+    for step, (mine, ref) in enumerate(zip(_train(ours), _train_torch(theirs))):
+        for a, b in zip(mine, ref):
+            # Adam divides by sqrt(v): float32 rounding of tiny gradients shows at 1e-5
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+
+
+def _lamb_reference(lr=0.1, b1=0.9, b2=0.999, eps=1e-6, wd=0.01) -> list[list[np.ndarray]]:
+    """LAMB (You et al. 2019, algorithm 2, identity scaling function) in float64 numpy."""
+    params = [W0.astype(np.float64), B0.astype(np.float64)]
+    m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
+    history = []
+    for t in range(1, STEPS + 1):
+        d = X @ params[0].T + params[1] - Y
+        grads = [2 * d.T @ X / d.size, 2 * d.sum(0) / d.size]
+        for i, g in enumerate(grads):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            r = (m[i] / (1 - b1**t)) / (np.sqrt(v[i] / (1 - b2**t)) + eps) + wd * params[i]
+            trust = np.linalg.norm(params[i]) / np.linalg.norm(r)
+            params[i] = params[i] - lr * trust * r
+        history.append([p.copy() for p in params])
+    return history
+
+
+def test_lamb_matches_reference():
+    mine = _train(lambda p: LAMB(p, lr=0.1, weight_decay=0.01))
+    for step, (got, want) in enumerate(zip(mine, _lamb_reference())):
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
+
+
+def test_lamb_trust_ratio_is_one_for_a_zero_weight():
+    w = Tensor([0.0, 0.0], requires_grad=True)
+    opt = LAMB([w], lr=0.5)
+    (w * Tensor([1.0, -2.0])).sum().backward()
+    opt.step()
+    np.testing.assert_allclose(w.numpy(), [-0.5, 0.5], rtol=1e-5)  # Adam's first step: -lr * sign(g)
+
+
+def test_step_is_one_schedule(monkeypatch):
+    calls = []
+    real = engine.realize_uops
+    monkeypatch.setattr(engine, "realize_uops", lambda roots, devs: calls.append(len(roots)) or real(roots, devs))
+    _train(lambda p: Adam(p, lr=0.1), steps=1)
+    # one realize for all 2 parameters, 2 first moments, 2 second moments and b1**t, b2**t
+    assert calls == [8]  # reading w and b afterwards needs no kernel: they are buffers
+
+
+@pytest.mark.parametrize("make, bound", [(lambda p: SGD(p, lr=0.1), 3),
+                                         (lambda p: SGD(p, lr=0.1, momentum=0.9), 5),
+                                         (lambda p: Adam(p, lr=0.1), 9)])
+def test_step_kernel_count(make, bound):
+    """Kernels one steady-state step runs, the backward pass included (the gradients are lazy,
+    so their arithmetic runs inside the step). Today each updated tensor is one kernel plus one
+    kernel for the residual the two gradients share: SGD 2+1, momentum 4+1, Adam 8+1."""
+    w, b = Tensor(W0, requires_grad=True), Tensor(B0, requires_grad=True)
+    opt = make([w, b])
+    counts = []
+    for _ in range(3):
+        opt.zero_grad()
+        d = Tensor(X) @ w.T + b - Tensor(Y)
+        (d * d).mean().backward()
+        GlobalCounters.reset()
+        opt.step()
+        counts.append((GlobalCounters.kernel_count, GlobalCounters.compiles))
+    assert counts[-1][0] <= bound
+    assert counts[1][1] == counts[2][1] == 0  # later steps reuse the compiled kernels
+
+
+def test_changing_lr_does_not_recompile():
+    w = Tensor(W0, requires_grad=True)
+    opt = Adam([w], lr=0.1)
+    for lr in (0.1, 0.05, 0.01):
+        opt.lr.assign(Tensor([lr]))
+        opt.zero_grad()
+        (w * w).sum().backward()
+        GlobalCounters.reset()
+        opt.step()
+    assert GlobalCounters.compiles == 0
+    assert opt.lr.item() == pytest.approx(0.01)
+
+
+def test_lr_may_be_a_tensor_the_caller_owns():
+    lr = Tensor([0.5])
+    w = Tensor([2.0], requires_grad=True)
+    opt = SGD([w], lr=lr)
+    (w * w).sum().backward()
+    opt.step()
+    assert opt.lr is lr and w.tolist() == [0.0]
+
+
+def test_grads_stay_until_zero_grad():
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt = SGD([w], lr=0.1)
+    (w * w).sum().backward()
+    opt.step()
+    assert w.grad.tolist() == [2.0, 4.0]  # the gradient at the old values
+    opt.zero_grad()
+    assert w.grad is None
+
+
+def test_step_without_grad_says_what_to_do():
+    opt = SGD([Tensor([1.0], requires_grad=True)])
+    with pytest.raises(FusegradError, match=r"have no \.grad; call loss.backward\(\)"):
+        opt.step()
+
+
+def test_step_inside_no_grad_mode_is_refused():
+    w = Tensor([1.0], requires_grad=True)
+    opt = SGD([w])
+    (w * w).sum().backward()
+    with Tensor.no_grad_mode(), pytest.raises(FusegradError, match="no_grad_mode"):
+        opt.step()
+
+
+def test_optimizer_needs_a_trainable_tensor():
+    with pytest.raises(FusegradError, match="no tensor with requires_grad=True"):
+        Adam([Tensor([1.0], requires_grad=False)])
+
+
+def test_requires_grad_none_becomes_true_and_buffers_are_realized_with_the_step():
+    bn = nn.BatchNorm1d(2)
+    w = Tensor([[1.0, -1.0]])
+    opt = SGD([w, *get_parameters(bn)], lr=0.1)
+    assert w.requires_grad is True and bn.running_mean in opt.buffers
+    with Tensor.train():
+        bn(Tensor([[1.0, 2.0], [3.0, 5.0]]) * w).sum().backward()
+        opt.step()
+    for t in (bn.running_mean, bn.running_var, bn.num_batches_tracked):
+        assert t.uop.op.name in ("BUFFER", "RESHAPE")  # computed by the step, not left lazy
+    np.testing.assert_allclose(bn.running_mean.numpy(), [0.2, -0.35], rtol=1e-6)

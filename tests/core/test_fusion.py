@@ -1,0 +1,147 @@
+"""How many kernels a graph becomes, and that a graph structure seen before is not planned again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fusegrad.engine.realize as realize
+from fusegrad import GlobalCounters, Tensor
+
+
+def inputs(device: str, *shapes: tuple[int, ...]) -> list[Tensor]:
+    rng = np.random.default_rng(0)
+    return [Tensor(rng.standard_normal(s).astype(np.float32), device=device) for s in shapes]
+
+
+def softmax(x: Tensor) -> Tensor:
+    e = (x - x.max(1, keepdim=True)).exp()
+    return e / e.sum(1, keepdim=True)
+
+
+KERNELS = [  # (name, graph built from x (4, 4), w (4, 3), b (3,), expected kernels)
+    ("add_relu_sum", lambda x, w, b: (x + x.T).relu().sum(), 1),
+    ("elementwise_chain", lambda x, w, b: (x * 2 + 1).exp(), 1),
+    ("linear_relu", lambda x, w, b: (x @ w + b).relu(), 1),
+    ("reduce_then_elementwise", lambda x, w, b: ((x + 1).sum() * 2).exp(), 1),
+    ("reduce_of_view", lambda x, w, b: x.T[::-1, 1:].sum(0), 1),
+    ("contiguous", lambda x, w, b: (x + 1).contiguous(), 1),
+    ("max_subtract", lambda x, w, b: x - x.max(1, keepdim=True), 2),
+    ("reduce_through_expand", lambda x, w, b: x.sum(1, keepdim=True).expand(4, 4) * x, 2),
+    ("reduce_used_twice", lambda x, w, b: x.sum(0) * x.sum(0).exp(), 2),
+    ("contiguous_then_more", lambda x, w, b: (x + 1).contiguous() * 2, 2),
+    ("reduce_of_reduce", lambda x, w, b: (x.sum(1, keepdim=True) * x).sum(), 2),
+    ("softmax", lambda x, w, b: softmax(x), 3),
+    ("two_layers", lambda x, w, b: ((x @ w).relu() @ w.T), 2),
+    ("matmul_minus_rowmax", lambda x, w, b: (x @ w) - (x @ w).max(1, keepdim=True), 3),
+    ("softmax_of_matmul", lambda x, w, b: softmax(x @ w), 4),
+]
+
+
+@pytest.mark.parametrize("name, build, expected", KERNELS)
+def test_kernel_count(device, name, build, expected):
+    x, w, b = inputs(device, (4, 4), (4, 3), (3,))
+    out = build(x, w, b)
+    assert len(out.schedule()) == expected
+    GlobalCounters.reset()
+    out.realize()
+    assert GlobalCounters.kernel_count == expected
+    on_python = build(*(Tensor(t.numpy(), device="PYTHON") for t in (x, w, b)))  # fusion keeps values
+    np.testing.assert_allclose(out.numpy(), on_python.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: x,
+    lambda x: x.T,
+    lambda x: x.reshape(2, 8)[:, 1:5].flip(0).permute(1, 0),
+    lambda x: x[None].expand(3, 4, 4),
+])
+def test_views_of_a_buffer_need_no_kernel(device, build):
+    (x,) = inputs(device, (4, 4))
+    out = build(x)
+    assert out.schedule() == []
+    GlobalCounters.reset()
+    out.realize()
+    assert GlobalCounters.kernel_count == 0
+
+
+def test_realized_result_is_not_recomputed(device):
+    (x,) = inputs(device, (4, 4))
+    y = (x * 2).realize()
+    GlobalCounters.reset()
+    z = (y + 1).realize()
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_allclose(z.numpy(), x.numpy() * 2 + 1, rtol=1e-6)
+
+
+def test_several_outputs_in_one_schedule(device):
+    (x,) = inputs(device, (4, 4))
+    a, b = x + 1, (x * 2).sum()
+    assert len(a.schedule(b)) == 2
+    GlobalCounters.reset()
+    a.realize(b)
+    assert GlobalCounters.kernel_count == 2
+    np.testing.assert_allclose(b.item(), x.numpy().sum() * 2, rtol=1e-5)
+
+
+@pytest.mark.xfail(reason="COPY of a RESHAPE of a buffer realizes the RESHAPE first: an extra copy "
+                          "kernel for every .to() of a tensor with more than one dim", strict=True)
+def test_copy_between_devices_is_not_a_kernel():
+    (x,) = inputs("CPU", (4, 4))
+    assert (x.to("PYTHON")).schedule() == []
+    assert len(((x + 1).to("PYTHON") * 2).schedule()) == 2  # one kernel on each device
+
+
+def test_kernel_counts_flops(device):
+    x, w = inputs(device, (2, 3), (3, 5))
+    GlobalCounters.reset()
+    (x @ w).realize()
+    assert GlobalCounters.global_ops == 2 * 5 * 3 * 2  # a multiply and an add per term
+
+
+# ---- plan cache ----------------------------------------------------------------------------------
+
+
+def test_same_structure_reuses_the_plan(device):
+    def graph(x: Tensor, w: Tensor) -> Tensor:
+        return softmax(x.relu() * 2) @ w  # row max, row sum, matmul
+
+    x, w = inputs(device, (7, 5), (5, 11))
+    GlobalCounters.reset()
+    plans = len(realize._plans)
+    first = graph(x, w).realize()
+    assert len(realize._plans) == plans + 1
+    assert GlobalCounters.kernel_count == 3
+
+    x2 = Tensor(x.numpy() * 3, device=device)  # new buffers, same shapes and dtypes
+    w2 = Tensor(w.numpy() - 1, device=device)
+    GlobalCounters.reset()
+    second = graph(x2, w2).realize()
+    assert len(realize._plans) == plans + 1
+    assert GlobalCounters.compiles == 0
+    assert GlobalCounters.kernel_count == 3
+    assert not np.allclose(first.numpy(), second.numpy())
+    logits = np.maximum(x.numpy() * 3, 0) * 2
+    e = np.exp(logits - logits.max(1, keepdims=True))
+    np.testing.assert_allclose(second.numpy(), e / e.sum(1, keepdims=True) @ (w.numpy() - 1), rtol=1e-5)
+
+
+def test_new_structure_gets_a_new_plan(device):
+    (x,) = inputs(device, (3, 9))
+    (x * 5 - 2).realize()
+    plans = len(realize._plans)
+    (Tensor(x.numpy(), device=device) * 5 - 2).realize()
+    assert len(realize._plans) == plans
+    (Tensor(x.numpy()[:2], device=device) * 5 - 2).realize()  # another shape
+    assert len(realize._plans) == plans + 1
+    (x * 6 - 2).realize()  # another constant
+    assert len(realize._plans) == plans + 2
+
+
+def test_schedule_then_realize_plans_once(device):
+    (x,) = inputs(device, (6, 2))
+    out = (x.exp() + 3).sum(1)
+    plans = len(realize._plans)
+    assert len(out.schedule()) == 1
+    out.realize()
+    assert len(realize._plans) == plans + 1
