@@ -4,22 +4,51 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from fusegrad import dtypes
 from fusegrad.dtype import cast_scalar, promote_types, scalar_type, to_dtype
 from fusegrad.errors import DTypeError
 
-b, i8, u8, i16, u16, i32, u32, i64 = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16,
-                                      dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64)
+b, i8, u8, i16, u16, i32, u32, i64 = (
+    dtypes.bool,
+    dtypes.int8,
+    dtypes.uint8,
+    dtypes.int16,
+    dtypes.uint16,
+    dtypes.int32,
+    dtypes.uint32,
+    dtypes.int64,
+)
 f16, bf16, f32, f64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 
 PROMOTIONS = [  # (a, b, torch.promote_types(a, b))
-    (b, b, b), (b, i8, i8), (b, u8, u8), (b, i32, i32), (b, f16, f16), (b, f32, f32),
-    (i8, i8, i8), (i8, u8, i16), (i8, i16, i16), (i8, i32, i32), (i8, i64, i64),
-    (u8, i16, i16), (u8, i32, i32), (u8, u16, u16), (u16, i16, i32), (u32, i32, i64),
-    (i32, i64, i64), (i16, i32, i32),
-    (i8, f16, f16), (i64, f16, f16), (i32, f32, f32), (i64, f32, f32), (u8, bf16, bf16),
-    (f16, f32, f32), (f16, bf16, f32), (bf16, f32, f32), (f32, f64, f64), (f16, f64, f64),
+    (b, b, b),
+    (b, i8, i8),
+    (b, u8, u8),
+    (b, i32, i32),
+    (b, f16, f16),
+    (b, f32, f32),
+    (i8, i8, i8),
+    (i8, u8, i16),
+    (i8, i16, i16),
+    (i8, i32, i32),
+    (i8, i64, i64),
+    (u8, i16, i16),
+    (u8, i32, i32),
+    (u8, u16, u16),
+    (u16, i16, i32),
+    (u32, i32, i64),
+    (i32, i64, i64),
+    (i16, i32, i32),
+    (i8, f16, f16),
+    (i64, f16, f16),
+    (i32, f32, f32),
+    (i64, f32, f32),
+    (u8, bf16, bf16),
+    (f16, f32, f32),
+    (f16, bf16, f32),
+    (bf16, f32, f32),
+    (f32, f64, f64),
+    (f16, f64, f64),
 ]
 
 
@@ -37,11 +66,22 @@ def test_promote_types_agrees_with_numpy_where_numpy_follows_torch(a, b_):
     assert promote_types(a, b_).np == np.promote_types(a.np, b_.np)
 
 
-@pytest.mark.parametrize("value, other, expected", [
-    (1, i8, i8), (1, u8, u8), (1, f16, f16), (1, b, i32),
-    (1.5, i8, f32), (1.5, f16, f16), (1.5, f64, f64), (1.5, b, f32),
-    (True, i8, i8), (True, f32, f32), (True, b, b),
-])
+@pytest.mark.parametrize(
+    "value, other, expected",
+    [
+        (1, i8, i8),
+        (1, u8, u8),
+        (1, f16, f16),
+        (1, b, i32),
+        (1.5, i8, f32),
+        (1.5, f16, f16),
+        (1.5, f64, f64),
+        (1.5, b, f32),
+        (True, i8, i8),
+        (True, f32, f32),
+        (True, b, b),
+    ],
+)
 def test_scalar_type(value, other, expected):
     assert scalar_type(value, other) == expected
 
@@ -51,17 +91,31 @@ def test_scalar_type_rejects_other_objects():
         scalar_type("a", i32)
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("float32", f32), ("float", f32), ("half", f16), ("double", f64), ("int", i32), ("long", i64),
-    ("uchar", u8), ("char", i8), ("short", i16), ("bool", b), ("bfloat16", bf16),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("float32", f32),
+        ("float", f32),
+        ("half", f16),
+        ("double", f64),
+        ("int", i32),
+        ("long", i64),
+        ("uchar", u8),
+        ("char", i8),
+        ("short", i16),
+        ("bool", b),
+        ("bfloat16", bf16),
+    ],
+)
 def test_from_name(name, expected):
     assert dtypes.from_name(name) is expected
     assert to_dtype(name) is expected
     assert to_dtype(expected) is expected
 
 
-@pytest.mark.parametrize("name", ["float8", "Float32", "", "all", "from_name", "default_float_", "void"])
+@pytest.mark.parametrize(
+    "name", ["float8", "Float32", "", "all", "from_name", "default_float_", "void"]
+)
 def test_from_name_unknown(name):
     with pytest.raises(DTypeError) as e:
         dtypes.from_name(name)
@@ -76,9 +130,16 @@ def test_dtype_error_is_a_type_error():
         dtypes.from_name("nope")
 
 
-@pytest.mark.parametrize("npdtype, expected", [
-    (np.float32, f32), (np.float16, f16), (np.int64, i64), (np.uint8, u8), (np.bool_, b),
-])
+@pytest.mark.parametrize(
+    "npdtype, expected",
+    [
+        (np.float32, f32),
+        (np.float16, f16),
+        (np.int64, i64),
+        (np.uint8, u8),
+        (np.bool_, b),
+    ],
+)
 def test_from_numpy(npdtype, expected):
     assert dtypes.from_numpy(np.dtype(npdtype)) is expected
 
@@ -88,21 +149,47 @@ def test_from_numpy_unknown():
         dtypes.from_numpy(np.dtype(np.complex64))
 
 
-@pytest.mark.parametrize("value, expected", [
-    (True, b), (3, i32), (2.5, f32), ([1, 2], i32), ([1, 2.0], f32), ([[True], [False]], b),
-    ([True, 1], i32), ([], f32),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (True, b),
+        (3, i32),
+        (2.5, f32),
+        ([1, 2], i32),
+        ([1, 2.0], f32),
+        ([[True], [False]], b),
+        ([True, 1], i32),
+        ([], f32),
+    ],
+)
 def test_from_py(value, expected):
     assert dtypes.from_py(value) is expected
 
 
-@pytest.mark.parametrize("value, dtype, expected", [
-    (300, u8, 44), (-1, u8, 255), (256, u8, 0), (128, i8, -128), (-129, i8, 127),
-    (2**31, i32, -(2**31)), (2**32 + 5, i32, 5), (2**63, i64, -(2**63)), (-1, dtypes.uint64, 2**64 - 1),
-    (65536 + 7, u16, 7), (40000, i16, 40000 - 65536),
-    (3.9, i32, 3), (-3.9, i32, -3), (True, i32, 1),
-    (2, b, True), (0, b, False), (0.0, b, False), (1, f32, 1.0), (True, f64, 1.0),
-])
+@pytest.mark.parametrize(
+    "value, dtype, expected",
+    [
+        (300, u8, 44),
+        (-1, u8, 255),
+        (256, u8, 0),
+        (128, i8, -128),
+        (-129, i8, 127),
+        (2**31, i32, -(2**31)),
+        (2**32 + 5, i32, 5),
+        (2**63, i64, -(2**63)),
+        (-1, dtypes.uint64, 2**64 - 1),
+        (65536 + 7, u16, 7),
+        (40000, i16, 40000 - 65536),
+        (3.9, i32, 3),
+        (-3.9, i32, -3),
+        (True, i32, 1),
+        (2, b, True),
+        (0, b, False),
+        (0.0, b, False),
+        (1, f32, 1.0),
+        (True, f64, 1.0),
+    ],
+)
 def test_cast_scalar(value, dtype, expected):
     out = cast_scalar(value, dtype)
     assert out == expected and type(out) is type(expected)
@@ -115,10 +202,16 @@ def test_cast_scalar_wraps_modulo_2_to_the_bits(dtype):
         assert cast_scalar(v, dtype) == (v - dtype.min) % span + dtype.min
 
 
-@pytest.mark.parametrize("dtype, lo, hi", [
-    (i8, -128, 127), (u8, 0, 255), (i32, -(2**31), 2**31 - 1), (b, False, True),
-    (f32, -float("inf"), float("inf")),
-])
+@pytest.mark.parametrize(
+    "dtype, lo, hi",
+    [
+        (i8, -128, 127),
+        (u8, 0, 255),
+        (i32, -(2**31), 2**31 - 1),
+        (b, False, True),
+        (f32, -float("inf"), float("inf")),
+    ],
+)
 def test_min_max(dtype, lo, hi):
     assert (dtype.min, dtype.max) == (lo, hi)
 
@@ -129,10 +222,15 @@ def test_all_lists_every_real_dtype_once():
     assert "void" not in names
 
 
-@pytest.mark.parametrize("dtype, flags", [
-    (f16, (True, False, False)), (i8, (False, True, False)), (u8, (False, True, True)),
-    (b, (False, False, False)),
-])
+@pytest.mark.parametrize(
+    "dtype, flags",
+    [
+        (f16, (True, False, False)),
+        (i8, (False, True, False)),
+        (u8, (False, True, True)),
+        (b, (False, False, False)),
+    ],
+)
 def test_kind_flags(dtype, flags):
     assert (dtype.is_float, dtype.is_int, dtype.is_unsigned) == flags
 

@@ -6,7 +6,6 @@ import re
 
 import numpy as np
 import pytest
-
 from fusegrad import Tensor
 from fusegrad.errors import DeviceNotFound, DTypeError, FusegradError, ShapeError
 
@@ -20,11 +19,18 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: t(2, 3) + t(4), ShapeError, r"shapes \(2, 3\) and \(4,\) do not broadcast"),
     (lambda: t(2, 3) * t(3, 2), ShapeError, r"shapes \(2, 3\) and \(3, 2\) do not broadcast"),
     (lambda: t(5) < t(4), ShapeError, r"\(5,\) and \(4,\)"),
-    (lambda: (t(3) > 0).where(t(2), t(3)), ShapeError, r"shapes \(2,\) and \(3,\) do not broadcast"),
+    (
+        lambda: (t(3) > 0).where(t(2), t(3)),
+        ShapeError,
+        r"shapes \(2,\) and \(3,\) do not broadcast",
+    ),
     (lambda: (t(3) > 0).where(t(2, 1), t(2)), ShapeError, r"\(3,\) and \(2, 2\) and \(2, 2\)"),
     # reshape names the sizes
-    (lambda: t(2, 3).reshape(4, 2), ShapeError,
-     r"cannot reshape \(2, 3\) \(6 elements\) to \(4, 2\) \(8 elements\)"),
+    (
+        lambda: t(2, 3).reshape(4, 2),
+        ShapeError,
+        r"cannot reshape \(2, 3\) \(6 elements\) to \(4, 2\) \(8 elements\)",
+    ),
     (lambda: t(2, 3).reshape(-1, -1), ShapeError, r"only one size may be -1"),
     (lambda: t(2, 3).reshape(4, -1), ShapeError, r"cannot reshape \(2, 3\) to \(4, -1\)"),
     (lambda: t(2, 3).reshape(-2, -3), ShapeError, r"cannot reshape \(2, 3\)"),
@@ -37,7 +43,11 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: Tensor([[1, 2], [3]]), ShapeError, r"ragged"),
     (lambda: t(2, 3).item(), ShapeError, r"one element, this one has shape \(2, 3\)"),
     # axes
-    (lambda: t(2, 3).sum(2), IndexError, r"axis 2 is out of range for a 2-d tensor \(valid: -2\.\.1\)"),
+    (
+        lambda: t(2, 3).sum(2),
+        IndexError,
+        r"axis 2 is out of range for a 2-d tensor \(valid: -2\.\.1\)",
+    ),
     (lambda: t(2, 3).max(-3), IndexError, r"axis -3 is out of range for a 2-d tensor"),
     (lambda: t(2, 3).permute(0, 2), IndexError, r"axis 2 is out of range"),
     (lambda: t(2, 3).transpose(0, 5), IndexError, r"axis 5 is out of range"),
@@ -54,24 +64,43 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: t(2, 3)["a"], IndexError, r"unsupported index 'a'"),
     (lambda: t(2, 3)[True], IndexError, r"unsupported index True"),
     # dtypes
-    (lambda: Tensor([1], dtype="float8"), DTypeError, r"unknown dtype 'float8'; known dtypes: bool, int8"),
+    (
+        lambda: Tensor([1], dtype="float8"),
+        DTypeError,
+        r"unknown dtype 'float8'; known dtypes: bool, int8",
+    ),
     (lambda: t(2).cast("halfs"), DTypeError, r"unknown dtype 'halfs'.*float16"),
-    (lambda: Tensor(np.zeros(2, np.complex64)), DTypeError, r"complex64 has no fusegrad equivalent"),
+    (
+        lambda: Tensor(np.zeros(2, np.complex64)),
+        DTypeError,
+        r"complex64 has no fusegrad equivalent",
+    ),
     (lambda: t(2) + "a", DTypeError, r"cannot combine str 'a'"),
     (lambda: t(2).bitcast("int8"), FusegradError, r"bitcast from dtypes.float32 to dtypes.int8"),
     # matmul
-    (lambda: t(2, 3) @ t(4, 5), ShapeError, r"cannot multiply shapes \(2, 3\) and \(4, 5\): inner sizes differ"),
+    (
+        lambda: t(2, 3) @ t(4, 5),
+        ShapeError,
+        r"cannot multiply shapes \(2, 3\) and \(4, 5\): inner sizes differ",
+    ),
     (lambda: t(3) @ t(4), ShapeError, r"cannot multiply shapes \(3,\) and \(4,\)"),
     (lambda: t(2, 2, 3) @ t(2, 2), ShapeError, r"\(2, 2, 3\) and \(2, 2\)"),
-    (lambda: t(2, 3, 4) @ t(3, 4, 5), ShapeError, r"shapes \(2, 1\) and \(3, 1\) do not broadcast|"
-                                                   r"\(2, 3, 4\) and \(3, 4, 5\)|do not broadcast"),
+    (
+        lambda: t(2, 3, 4) @ t(3, 4, 5),
+        ShapeError,
+        r"shapes \(2, 1\) and \(3, 1\) do not broadcast|"
+        r"\(2, 3, 4\) and \(3, 4, 5\)|do not broadcast",
+    ),
     (lambda: Tensor(2.0) @ t(2), ShapeError, r"at least 1-d inputs, got shapes \(\) and \(2,\)"),
     # other misuse
     (lambda: Tensor(object()), FusegradError, r"cannot make a Tensor from object"),
     (lambda: Tensor.arange(0, 5, 0), FusegradError, r"step must not be zero"),
     (lambda: len(Tensor(1.0)), TypeError, r"len\(\) of a 0-d tensor"),
-    (lambda: t(2) + t(2, device="CPU"), FusegradError,
-     r"tensors on PYTHON and CPU cannot be combined; move one with \.to\('PYTHON'\)"),
+    (
+        lambda: t(2) + t(2, device="CPU"),
+        FusegradError,
+        r"tensors on PYTHON and CPU cannot be combined; move one with \.to\('PYTHON'\)",
+    ),
 ]
 
 
@@ -81,19 +110,27 @@ def test_error(do, error, message):
         do()
 
 
-@pytest.mark.parametrize("error, base", [
-    (ShapeError, ValueError), (DTypeError, TypeError), (DeviceNotFound, LookupError),
-])
+@pytest.mark.parametrize(
+    "error, base",
+    [
+        (ShapeError, ValueError),
+        (DTypeError, TypeError),
+        (DeviceNotFound, LookupError),
+    ],
+)
 def test_errors_are_also_builtin_errors(error, base):
     assert issubclass(error, base) and issubclass(error, FusegradError)
 
 
-@pytest.mark.parametrize("do", [
-    lambda: Tensor([1.0], device="NOSUCHDEV"),
-    lambda: Tensor([1.0], device="nosuchdev:1"),
-    lambda: Tensor([1.0], device="PYTHON").to("NOSUCHDEV"),
-    lambda: Tensor.empty(3, device="nosuchdev").realize().numpy(),
-])
+@pytest.mark.parametrize(
+    "do",
+    [
+        lambda: Tensor([1.0], device="NOSUCHDEV"),
+        lambda: Tensor([1.0], device="nosuchdev:1"),
+        lambda: Tensor([1.0], device="PYTHON").to("NOSUCHDEV"),
+        lambda: Tensor.empty(3, device="nosuchdev").realize().numpy(),
+    ],
+)
 def test_unknown_device(do):
     with pytest.raises(DeviceNotFound) as e:
         do()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import fusegrad.engine.realize as realize
 import numpy as np
 import pytest
-
-import fusegrad.engine.realize as realize
 from fusegrad import GlobalCounters, Tensor
 
 
@@ -32,7 +31,7 @@ KERNELS = [  # (name, graph built from x (4, 4), w (4, 3), b (3,), expected kern
     ("contiguous_then_more", lambda x, w, b: (x + 1).contiguous() * 2, 2),
     ("reduce_of_reduce", lambda x, w, b: (x.sum(1, keepdim=True) * x).sum(), 2),
     ("softmax", lambda x, w, b: softmax(x), 3),
-    ("two_layers", lambda x, w, b: ((x @ w).relu() @ w.T), 2),
+    ("two_layers", lambda x, w, b: (x @ w).relu() @ w.T, 2),
     ("matmul_minus_rowmax", lambda x, w, b: (x @ w) - (x @ w).max(1, keepdim=True), 3),
     ("softmax_of_matmul", lambda x, w, b: softmax(x @ w), 4),
 ]
@@ -46,16 +45,20 @@ def test_kernel_count(device, name, build, expected):
     GlobalCounters.reset()
     out.realize()
     assert GlobalCounters.kernel_count == expected
-    on_python = build(*(Tensor(t.numpy(), device="PYTHON") for t in (x, w, b)))  # fusion keeps values
-    np.testing.assert_allclose(out.numpy(), on_python.numpy(), rtol=1e-5, atol=1e-6)
+    if device != "PYTHON":  # the fused kernels agree with the interpreter (values: test_tensor_ops)
+        oracle = build(*(Tensor(t.numpy(), device="PYTHON") for t in (x, w, b)))
+        np.testing.assert_allclose(out.numpy(), oracle.numpy(), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("build", [
-    lambda x: x,
-    lambda x: x.T,
-    lambda x: x.reshape(2, 8)[:, 1:5].flip(0).permute(1, 0),
-    lambda x: x[None].expand(3, 4, 4),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda x: x,
+        lambda x: x.T,
+        lambda x: x.reshape(2, 8)[:, 1:5].flip(0).permute(1, 0),
+        lambda x: x[None].expand(3, 4, 4),
+    ],
+)
 def test_views_of_a_buffer_need_no_kernel(device, build):
     (x,) = inputs(device, (4, 4))
     out = build(x)
@@ -84,8 +87,6 @@ def test_several_outputs_in_one_schedule(device):
     np.testing.assert_allclose(b.item(), x.numpy().sum() * 2, rtol=1e-5)
 
 
-@pytest.mark.xfail(reason="COPY of a RESHAPE of a buffer realizes the RESHAPE first: an extra copy "
-                          "kernel for every .to() of a tensor with more than one dim", strict=True)
 def test_copy_between_devices_is_not_a_kernel():
     (x,) = inputs("CPU", (4, 4))
     assert (x.to("PYTHON")).schedule() == []
@@ -123,7 +124,9 @@ def test_same_structure_reuses_the_plan(device):
     assert not np.allclose(first.numpy(), second.numpy())
     logits = np.maximum(x.numpy() * 3, 0) * 2
     e = np.exp(logits - logits.max(1, keepdims=True))
-    np.testing.assert_allclose(second.numpy(), e / e.sum(1, keepdims=True) @ (w.numpy() - 1), rtol=1e-5)
+    np.testing.assert_allclose(
+        second.numpy(), e / e.sum(1, keepdims=True) @ (w.numpy() - 1), rtol=1e-5
+    )
 
 
 def test_new_structure_gets_a_new_plan(device):

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
 
@@ -17,7 +16,9 @@ f32, f16, f64 = dtypes.float32, dtypes.float16, dtypes.float64
 i8, u8, i32, i64, bool_ = dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.bool
 
 
-def rand(shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3) -> np.ndarray:
+def rand(
+    shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3
+) -> np.ndarray:
     """Random values of ``shape``, the same on every run (seeded by the arguments)."""
     rng = np.random.default_rng(zlib.crc32(repr((shape, dtype.name, low, high)).encode()))
     if dtype == bool_:
@@ -38,19 +39,21 @@ def tol(dtype: DType) -> dict:
 def check(out: Tensor | tuple, expected: Any, **kw) -> None:
     """``out`` (or each tensor of a tuple) has torch's shape and values."""
     if isinstance(out, tuple):
-        for o, e in zip(out, expected):
+        for o, e in zip(out, expected, strict=False):
             check(o, e, **kw)
         return
     want = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
     got = out.numpy()
     assert got.shape == want.shape, (got.shape, want.shape)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype)))
+    np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype))
+    )
 
 
 def both(array: np.ndarray, device: str, transpose: bool = False) -> tuple[Tensor, Any]:
     """The same values as a fusegrad tensor and a torch tensor (transposed: not contiguous)."""
     t, tt = Tensor(array, device=device), torch.from_numpy(array.copy())
-    return (t.T, tt.T) if transpose else (t, tt)
+    return (t.T, tt.permute(*reversed(range(tt.ndim)))) if transpose else (t, tt)
 
 
 # ---- joining and splitting -----------------------------------------------------------------------
@@ -110,7 +113,9 @@ def test_roll(device, shifts, dims):
 @pytest.mark.parametrize("indexing", ["ij", "xy"])
 def test_meshgrid(device, indexing):
     (a, ta), (b, tb), (c, tc) = (both(rand((n,)), device) for n in (2, 3, 4))
-    check(Tensor.meshgrid(a, b, c, indexing=indexing), torch.meshgrid(ta, tb, tc, indexing=indexing))
+    check(
+        Tensor.meshgrid(a, b, c, indexing=indexing), torch.meshgrid(ta, tb, tc, indexing=indexing)
+    )
 
 
 @pytest.mark.parametrize("diagonal", [0, 1, -2])
@@ -164,8 +169,12 @@ def test_scatter_reduce(device, reduce, include_self):
     t, tt = both(rand((4, 3), f32, 0.5, 2), device)
     idx = rand((6, 3), i64, 0, 3)  # duplicates: several values land on one element
     src, tsrc = both(rand((6, 3), f32, 0.5, 2), device)
-    want = torch.scatter_reduce(tt, 0, torch.from_numpy(idx), tsrc, reduce, include_self=include_self)
-    check(t.scatter_reduce(0, Tensor(idx, device=device), src, reduce, include_self), want, rtol=1e-5)
+    want = torch.scatter_reduce(
+        tt, 0, torch.from_numpy(idx), tsrc, reduce, include_self=include_self
+    )
+    check(
+        t.scatter_reduce(0, Tensor(idx, device=device), src, reduce, include_self), want, rtol=1e-5
+    )
 
 
 def test_scatter_reduce_int(device):
@@ -173,7 +182,10 @@ def test_scatter_reduce_int(device):
     idx, src = rand((3, 6), i64, 0, 3), rand((3, 6), i32)
     for reduce in ("sum", "amax"):
         want = torch.scatter_reduce(tt, 1, torch.from_numpy(idx), torch.from_numpy(src), reduce)
-        check(t.scatter_reduce(1, Tensor(idx, device=device), Tensor(src, device=device), reduce), want)
+        check(
+            t.scatter_reduce(1, Tensor(idx, device=device), Tensor(src, device=device), reduce),
+            want,
+        )
 
 
 @pytest.mark.parametrize("dtype", [f32, i32])
@@ -218,7 +230,10 @@ def test_getitem_lists_and_masks(device):
     check(t[[0, 2]], tt[[0, 2]])
     check(t[:, [3, 0, 0]], tt[:, [3, 0, 0]])
     check(t[t > 0], tt[tt > 0])
-    check(t[Tensor([True, False, True, True, False], device=device)], tt[torch.tensor([True, False, True, True, False])])
+    check(
+        t[Tensor([True, False, True, True, False], device=device)],
+        tt[torch.tensor([True, False, True, True, False])],
+    )
 
 
 @pytest.mark.parametrize("index", ["basic", "step", "tensor", "mask"])

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
 
@@ -17,7 +16,9 @@ f32, f16, f64 = dtypes.float32, dtypes.float16, dtypes.float64
 i8, u8, i32, i64, bool_ = dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.bool
 
 
-def rand(shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3) -> np.ndarray:
+def rand(
+    shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3
+) -> np.ndarray:
     """Random values of ``shape``, the same on every run (seeded by the arguments)."""
     rng = np.random.default_rng(zlib.crc32(repr((shape, dtype.name, low, high)).encode()))
     if dtype == bool_:
@@ -38,19 +39,21 @@ def tol(dtype: DType) -> dict:
 def check(out: Tensor | tuple, expected: Any, **kw) -> None:
     """``out`` (or each tensor of a tuple) has torch's shape and values."""
     if isinstance(out, tuple):
-        for o, e in zip(out, expected):
+        for o, e in zip(out, expected, strict=False):
             check(o, e, **kw)
         return
     want = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
     got = out.numpy()
     assert got.shape == want.shape, (got.shape, want.shape)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype)))
+    np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype))
+    )
 
 
 def both(array: np.ndarray, device: str, transpose: bool = False) -> tuple[Tensor, Any]:
     """The same values as a fusegrad tensor and a torch tensor (transposed: not contiguous)."""
     t, tt = Tensor(array, device=device), torch.from_numpy(array.copy())
-    return (t.T, tt.T) if transpose else (t, tt)
+    return (t.T, tt.permute(*reversed(range(tt.ndim)))) if transpose else (t, tt)
 
 
 # ---- elementwise against torch: (name, fusegrad function, torch function, dtypes, input range) ----
@@ -62,34 +65,76 @@ UNARY = [
     ("round", lambda x: (x * 2).round(), lambda x: torch.round(x * 2), (f32, f16), 3),
     ("sign", lambda x: x.sign(), torch.sign, (f32, i32, i8), 3),
     ("erf", lambda x: x.erf(), torch.erf, (f32,), 3),
-    ("gelu", lambda x: x.gelu(), lambda x: torch.nn.functional.gelu(x, approximate="tanh"), (f32,), 4),
+    (
+        "gelu",
+        lambda x: x.gelu(),
+        lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+        (f32,),
+        4,
+    ),
     ("gelu_exact", lambda x: x.gelu("none"), torch.nn.functional.gelu, (f32,), 4),
     ("quick_gelu", lambda x: x.quick_gelu(), lambda x: x * torch.sigmoid(1.702 * x), (f32,), 4),
     ("silu", lambda x: x.silu(), torch.nn.functional.silu, (f32, f16), 4),
     ("swish", lambda x: x.swish(), torch.nn.functional.silu, (f32,), 4),
-    ("leaky_relu", lambda x: x.leaky_relu(0.1), lambda x: torch.nn.functional.leaky_relu(x, 0.1), (f32,), 4),
+    (
+        "leaky_relu",
+        lambda x: x.leaky_relu(0.1),
+        lambda x: torch.nn.functional.leaky_relu(x, 0.1),
+        (f32,),
+        4,
+    ),
     ("elu", lambda x: x.elu(0.7), lambda x: torch.nn.functional.elu(x, 0.7), (f32,), 4),
     ("celu", lambda x: x.celu(1.5), lambda x: torch.nn.functional.celu(x, 1.5), (f32,), 4),
     ("softplus", lambda x: x.softplus(), torch.nn.functional.softplus, (f32,), 30),
-    ("softplus_beta", lambda x: x.softplus(2, 5), lambda x: torch.nn.functional.softplus(x, 2, 5), (f32,), 6),
+    (
+        "softplus_beta",
+        lambda x: x.softplus(2, 5),
+        lambda x: torch.nn.functional.softplus(x, 2, 5),
+        (f32,),
+        6,
+    ),
     ("mish", lambda x: x.mish(), torch.nn.functional.mish, (f32,), 6),
     ("hardswish", lambda x: x.hardswish(), torch.nn.functional.hardswish, (f32,), 5),
     ("hardsigmoid", lambda x: x.hardsigmoid(), torch.nn.functional.hardsigmoid, (f32,), 5),
-    ("hardtanh", lambda x: x.hardtanh(-0.5, 2), lambda x: torch.nn.functional.hardtanh(x, -0.5, 2), (f32,), 3),
+    (
+        "hardtanh",
+        lambda x: x.hardtanh(-0.5, 2),
+        lambda x: torch.nn.functional.hardtanh(x, -0.5, 2),
+        (f32,),
+        3,
+    ),
     ("softsign", lambda x: x.softsign(), torch.nn.functional.softsign, (f32,), 5),
     ("relu6", lambda x: x.relu6(), torch.nn.functional.relu6, (f32, i32), 9),
     ("clip", lambda x: x.clip(-1, 2), lambda x: torch.clamp(x, -1, 2), (f32, i32, u8), 3),
     ("clamp_min", lambda x: x.clamp(0.5), lambda x: torch.clamp(x, min=0.5), (f32,), 3),
     ("bitwise_not", lambda x: ~x, torch.bitwise_not, (i32, u8, i8, bool_), 50),
     ("isnan", lambda x: (x.log()).isnan(), lambda x: torch.isnan(torch.log(x)), (f32,), 3),
-    ("isinf", lambda x: (1 / x.floor()).isinf(), lambda x: torch.isinf(1 / torch.floor(x)), (f32,), 2),
-    ("pow_int", lambda x: x ** 3, lambda x: x ** 3, (f32, i32, i8), 5),
-    ("pow_neg_int", lambda x: x ** -2, lambda x: x ** -2, (f32,), 5),
+    (
+        "isinf",
+        lambda x: (1 / x.floor()).isinf(),
+        lambda x: torch.isinf(1 / torch.floor(x)),
+        (f32,),
+        2,
+    ),
+    ("pow_int", lambda x: x**3, lambda x: x**3, (f32, i32, i8), 5),
+    ("pow_neg_int", lambda x: x**-2, lambda x: x**-2, (f32,), 5),
     ("pow_float", lambda x: x.abs() ** 2.5, lambda x: x.abs() ** 2.5, (f32,), 5),
-    ("pow_neg_base", lambda x: x ** 1.5, lambda x: x ** 1.5, (f32,), 5),
-    ("rpow", lambda x: 2 ** x, lambda x: 2 ** x, (f32, i32), 5),
-    ("floordiv_scalar", lambda x: x // 3, lambda x: torch.div(x, 3, rounding_mode="floor"), (i32, i8, f32), 20),
-    ("floordiv_neg", lambda x: x // -4, lambda x: torch.div(x, -4, rounding_mode="floor"), (i32, f32), 20),
+    ("pow_neg_base", lambda x: x**1.5, lambda x: x**1.5, (f32,), 5),
+    ("rpow", lambda x: 2**x, lambda x: 2**x, (f32, i32), 5),
+    (
+        "floordiv_scalar",
+        lambda x: x // 3,
+        lambda x: torch.div(x, 3, rounding_mode="floor"),
+        (i32, i8, f32),
+        20,
+    ),
+    (
+        "floordiv_neg",
+        lambda x: x // -4,
+        lambda x: torch.div(x, -4, rounding_mode="floor"),
+        (i32, f32),
+        20,
+    ),
     ("mod_scalar", lambda x: x % 3, lambda x: x % 3, (i32, i8, i64), 20),
     ("mod_neg", lambda x: x % -3, lambda x: x % -3, (i32,), 20),
     ("mod_float", lambda x: x % 2.5, lambda x: x % 2.5, (f32,), 20),
@@ -133,7 +178,12 @@ BINARY = [
     ("logical_or", lambda a, b: a.logical_or(b), torch.logical_or, i32),
     ("logical_xor", lambda a, b: a.logical_xor(b), torch.logical_xor, f32),
     ("lerp", lambda a, b: a.lerp(b, 0.3), lambda a, b: torch.lerp(a, b, 0.3), f32),
-    ("lerp_tensor", lambda a, b: a.lerp(b, b.sigmoid()), lambda a, b: torch.lerp(a, b, b.sigmoid()), f32),
+    (
+        "lerp_tensor",
+        lambda a, b: a.lerp(b, b.sigmoid()),
+        lambda a, b: torch.lerp(a, b, b.sigmoid()),
+        f32,
+    ),
     ("clip_tensor", lambda a, b: a.clip(b, b + 1), lambda a, b: torch.clamp(a, b, b + 1), f32),
 ]
 
@@ -151,7 +201,9 @@ def test_pow_special_values(device):
     base = np.array([0.0, 0.0, 0.0, -2.0, -2.0, -8.0, 1.0, 4.0], dtype=np.float32)
     exp = np.array([2.0, 0.0, -1.0, 3.0, 2.0, 1 / 3, 0.0, 0.5], dtype=np.float32)
     want = torch.from_numpy(base) ** torch.from_numpy(exp)
-    check(Tensor(base, device=device) ** Tensor(exp, device=device), want, equal_nan=True, rtol=1e-5)
+    check(
+        Tensor(base, device=device) ** Tensor(exp, device=device), want, equal_nan=True, rtol=1e-5
+    )
 
 
 # ---- reductions --------------------------------------------------------------------------------
@@ -188,7 +240,9 @@ def test_argmax_argmin_first_on_ties(device, dtype, axis, keepdim):
 @pytest.mark.parametrize("dtype", [f32, i32, bool_])
 @pytest.mark.parametrize("axis, keepdim", [(None, False), (0, False), (1, True), ((0, 2), False)])
 def test_prod(device, dtype, axis, keepdim):
-    t, tt = both(rand((3, 37, 2), dtype, -2, 2) if dtype != f32 else rand((3, 37, 2), f32, 0.8, 1.2), device)
+    t, tt = both(
+        rand((3, 37, 2), dtype, -2, 2) if dtype != f32 else rand((3, 37, 2), f32, 0.8, 1.2), device
+    )
     if axis is None:
         want = torch.prod(tt)
     elif isinstance(axis, int):
@@ -203,14 +257,26 @@ def test_prod_empty_and_zero(device):
     check(Tensor([[2.0, 0.0, 3.0]], device=device).prod(1), [0.0])
 
 
-@pytest.mark.parametrize("axis, keepdim, correction", [(None, False, 1), (0, True, 0), (1, False, 2)])
+@pytest.mark.parametrize(
+    "axis, keepdim, correction", [(None, False, 1), (0, True, 0), (1, False, 2)]
+)
 def test_var_std(device, axis, keepdim, correction):
     t, tt = both(rand((6, 5)), device, transpose=True)
     ax = tuple(range(2)) if axis is None else axis
-    check(t.var(axis, keepdim, correction), torch.var(tt, ax, correction=correction, keepdim=keepdim))
-    check(t.std(axis, keepdim, correction), torch.std(tt, ax, correction=correction, keepdim=keepdim))
-    check(t.std_mean(axis, keepdim, correction), torch.std_mean(tt, ax, correction=correction, keepdim=keepdim))
-    check(t.var_mean(axis, keepdim, correction), torch.var_mean(tt, ax, correction=correction, keepdim=keepdim))
+    check(
+        t.var(axis, keepdim, correction), torch.var(tt, ax, correction=correction, keepdim=keepdim)
+    )
+    check(
+        t.std(axis, keepdim, correction), torch.std(tt, ax, correction=correction, keepdim=keepdim)
+    )
+    check(
+        t.std_mean(axis, keepdim, correction),
+        torch.std_mean(tt, ax, correction=correction, keepdim=keepdim),
+    )
+    check(
+        t.var_mean(axis, keepdim, correction),
+        torch.var_mean(tt, ax, correction=correction, keepdim=keepdim),
+    )
 
 
 # ---- scans and sorting ---------------------------------------------------------------------------
@@ -219,7 +285,9 @@ def test_var_std(device, axis, keepdim, correction):
 @pytest.mark.parametrize("dtype", [f32, i32])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_scans(device, dtype, axis):
-    t, tt = both(rand((4, 6), dtype, -2, 2) if dtype.is_int else rand((4, 6), dtype, 0.5, 1.5), device, True)
+    t, tt = both(
+        rand((4, 6), dtype, -2, 2) if dtype.is_int else rand((4, 6), dtype, 0.5, 1.5), device, True
+    )
     check(t.cumsum(axis), torch.cumsum(tt, axis))
     check(t.cumprod(axis), torch.cumprod(tt, axis), rtol=1e-5)
     check(t.cummax(axis), torch.cummax(tt, axis).values)
@@ -232,7 +300,9 @@ def test_cumsum_0d_and_size_1(device):
 
 
 @pytest.mark.parametrize("dtype", [f32, i32])
-@pytest.mark.parametrize("k, dim, largest", [(3, -1, True), (2, 0, False), (1, 1, True), (5, -1, False)])
+@pytest.mark.parametrize(
+    "k, dim, largest", [(3, -1, True), (2, 0, False), (1, 1, True), (5, -1, False)]
+)
 def test_topk(device, dtype, k, dim, largest):
     x = np.random.default_rng(k).permutation(40).reshape(5, 8).astype(dtype.np)  # distinct values
     t, tt = both(x, device, transpose=True)

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
 
@@ -17,7 +16,9 @@ f32, f16, f64 = dtypes.float32, dtypes.float16, dtypes.float64
 i8, u8, i32, i64, bool_ = dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.bool
 
 
-def rand(shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3) -> np.ndarray:
+def rand(
+    shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3
+) -> np.ndarray:
     """Random values of ``shape``, the same on every run (seeded by the arguments)."""
     rng = np.random.default_rng(zlib.crc32(repr((shape, dtype.name, low, high)).encode()))
     if dtype == bool_:
@@ -38,19 +39,21 @@ def tol(dtype: DType) -> dict:
 def check(out: Tensor | tuple, expected: Any, **kw) -> None:
     """``out`` (or each tensor of a tuple) has torch's shape and values."""
     if isinstance(out, tuple):
-        for o, e in zip(out, expected):
+        for o, e in zip(out, expected, strict=False):
             check(o, e, **kw)
         return
     want = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
     got = out.numpy()
     assert got.shape == want.shape, (got.shape, want.shape)
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype)))
+    np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype))
+    )
 
 
 def both(array: np.ndarray, device: str, transpose: bool = False) -> tuple[Tensor, Any]:
     """The same values as a fusegrad tensor and a torch tensor (transposed: not contiguous)."""
     t, tt = Tensor(array, device=device), torch.from_numpy(array.copy())
-    return (t.T, tt.T) if transpose else (t, tt)
+    return (t.T, tt.permute(*reversed(range(tt.ndim)))) if transpose else (t, tt)
 
 
 F = torch.nn.functional
@@ -74,7 +77,11 @@ CONVS = [  # (input shape, weight shape, keyword arguments)
 
 @pytest.mark.parametrize("xs, ws, kw", CONVS, ids=[str(i) for i in range(len(CONVS))])
 def test_conv(device, xs, ws, kw):
-    (x, tx), (w, tw), (b, tb) = both(rand(xs), device), both(rand(ws), device), both(rand(ws[:1]), device)
+    (x, tx), (w, tw), (b, tb) = (
+        both(rand(xs), device),
+        both(rand(ws), device),
+        both(rand(ws[:1]), device),
+    )
     ref = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(ws)]
     check(x.conv2d(w, b, **kw), ref(tx, tw, tb, **kw), **loose)
     ours = {3: x.conv1d, 4: x.conv2d, 5: x.conv3d}[len(ws)]
@@ -84,7 +91,9 @@ def test_conv(device, xs, ws, kw):
 def test_conv_non_contiguous_input(device):
     x, tx = both(rand((1, 2, 6, 5)), device)
     w, tw = both(rand((2, 2, 3, 3)), device)
-    check(x.transpose(2, 3).conv2d(w, padding=1), F.conv2d(tx.transpose(2, 3), tw, padding=1), **loose)
+    check(
+        x.transpose(2, 3).conv2d(w, padding=1), F.conv2d(tx.transpose(2, 3), tw, padding=1), **loose
+    )
 
 
 CONV_TRANSPOSES = [
@@ -95,7 +104,9 @@ CONV_TRANSPOSES = [
 ]
 
 
-@pytest.mark.parametrize("xs, ws, kw", CONV_TRANSPOSES, ids=[str(i) for i in range(len(CONV_TRANSPOSES))])
+@pytest.mark.parametrize(
+    "xs, ws, kw", CONV_TRANSPOSES, ids=[str(i) for i in range(len(CONV_TRANSPOSES))]
+)
 def test_conv_transpose(device, xs, ws, kw):
     (x, tx), (w, tw) = both(rand(xs), device), both(rand(ws), device)
     groups = kw.get("groups", 1)
@@ -122,7 +133,11 @@ def test_max_avg_pool(device, kw):
     check(x.max_pool2d(**kw), F.max_pool2d(tx, **kw))
     check(x.avg_pool2d(**kw), F.avg_pool2d(tx, **kw), **loose)
     if kw.get("padding"):
-        check(x.avg_pool2d(**kw, count_include_pad=False), F.avg_pool2d(tx, **kw, count_include_pad=False), **loose)
+        check(
+            x.avg_pool2d(**kw, count_include_pad=False),
+            F.avg_pool2d(tx, **kw, count_include_pad=False),
+            **loose,
+        )
 
 
 def test_max_pool_dilation_and_ints(device):
@@ -167,7 +182,9 @@ def test_batchnorm(device):
     v, tv = both(rand((3,), f32, 0.5, 2), device)
     want = F.batch_norm(tx, tm, tv, tw, tb, eps=1e-5)
     check(x.batchnorm(w, b, m, (v + 1e-5).rsqrt()), want, **loose)
-    check(x.batchnorm(None, None, m, (v + 1e-5).rsqrt()), F.batch_norm(tx, tm, tv, eps=1e-5), **loose)
+    check(
+        x.batchnorm(None, None, m, (v + 1e-5).rsqrt()), F.batch_norm(tx, tm, tv, eps=1e-5), **loose
+    )
 
 
 def test_layernorm(device):
@@ -188,7 +205,9 @@ def test_dropout(device):
 
 @pytest.mark.parametrize("mask", [None, "bool", "float", "causal"])
 def test_scaled_dot_product_attention(device, mask):
-    (q, tq), (k, tk), (v, tv) = (both(rand(s), device) for s in [(2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6)])
+    (q, tq), (k, tk), (v, tv) = (
+        both(rand(s), device) for s in [(2, 3, 4, 8), (2, 3, 5, 8), (2, 3, 5, 6)]
+    )
     kw, tkw = {}, {}
     if mask == "bool":
         m = rand((4, 5), bool_)
@@ -199,11 +218,19 @@ def test_scaled_dot_product_attention(device, mask):
         kw["attn_mask"], tkw["attn_mask"] = Tensor(m, device=device), torch.from_numpy(m)
     elif mask == "causal":
         kw["is_causal"] = tkw["is_causal"] = True
-    check(q.scaled_dot_product_attention(k, v, **kw), F.scaled_dot_product_attention(tq, tk, tv, **tkw), **loose)
+    check(
+        q.scaled_dot_product_attention(k, v, **kw),
+        F.scaled_dot_product_attention(tq, tk, tv, **tkw),
+        **loose,
+    )
 
 
 def test_linear_and_embedding(device):
-    (x, tx), (w, tw), (b, tb) = both(rand((2, 3, 4)), device), both(rand((4, 5)), device), both(rand((5,)), device)
+    (x, tx), (w, tw), (b, tb) = (
+        both(rand((2, 3, 4)), device),
+        both(rand((4, 5)), device),
+        both(rand((5,)), device),
+    )
     check(x.linear(w, b), F.linear(tx, tw.T, tb), **loose)
     idx = rand((2, 3), i32, 0, 6)
     (i, ti), (e, te) = both(idx, device), both(rand((7, 4)), device)
@@ -225,13 +252,23 @@ def test_cross_entropy_indices(device, reduction, smoothing):
 def test_cross_entropy_probabilities_and_spatial(device):
     (x, tx), (p, tp) = both(rand((3, 4, 2)), device), both(rand((3, 4, 2), f32, 0, 1), device)
     check(x.cross_entropy(p.softmax(1)), F.cross_entropy(tx, tp.softmax(1)), **loose)
-    check(x.cross_entropy(p.softmax(1), label_smoothing=0.1), F.cross_entropy(tx, tp.softmax(1), label_smoothing=0.1), **loose)
+    check(
+        x.cross_entropy(p.softmax(1), label_smoothing=0.1),
+        F.cross_entropy(tx, tp.softmax(1), label_smoothing=0.1),
+        **loose,
+    )
     y = rand((3, 2), i64, 0, 3)
-    check(x.cross_entropy(Tensor(y, device=device)), F.cross_entropy(tx, torch.from_numpy(y)), **loose)
+    check(
+        x.cross_entropy(Tensor(y, device=device)), F.cross_entropy(tx, torch.from_numpy(y)), **loose
+    )
 
 
 def test_cross_entropy_weight_and_nll(device):
-    (x, tx), (w, tw), y = both(rand((6, 4)), device), both(rand((4,), f32, 0.1, 2), device), rand((6,), i64, 0, 3)
+    (x, tx), (w, tw), y = (
+        both(rand((6, 4)), device),
+        both(rand((4,), f32, 0.1, 2), device),
+        rand((6,), i64, 0, 3),
+    )
     ty, fy = torch.from_numpy(y), Tensor(y, device=device)
     check(x.cross_entropy(fy, weight=w), F.cross_entropy(tx, ty, weight=tw), **loose)
     logp, tlogp = x.log_softmax(1), torch.log_softmax(tx, 1)
@@ -243,15 +280,24 @@ def test_cross_entropy_weight_and_nll(device):
 def test_sparse_categorical_crossentropy(device, smoothing):
     (x, tx), y = both(rand((2, 3, 5)), device), rand((2, 3), i64, 0, 4)
     y[0, 1] = -1
-    want = F.cross_entropy(tx.reshape(6, 5), torch.from_numpy(y).reshape(6), ignore_index=-1,
-                           label_smoothing=smoothing)
-    check(x.sparse_categorical_crossentropy(Tensor(y, device=device), label_smoothing=smoothing), want, **loose)
+    want = F.cross_entropy(
+        tx.reshape(6, 5), torch.from_numpy(y).reshape(6), ignore_index=-1, label_smoothing=smoothing
+    )
+    check(
+        x.sparse_categorical_crossentropy(Tensor(y, device=device), label_smoothing=smoothing),
+        want,
+        **loose,
+    )
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_binary_losses(device, reduction):
     (x, tx), (y, ty) = both(rand((4, 3), f32, -4, 4), device), both(rand((4, 3), f32, 0, 1), device)
-    check(x.sigmoid().binary_crossentropy(y, reduction), F.binary_cross_entropy(tx.sigmoid(), ty, reduction=reduction), **loose)
+    check(
+        x.sigmoid().binary_crossentropy(y, reduction),
+        F.binary_cross_entropy(tx.sigmoid(), ty, reduction=reduction),
+        **loose,
+    )
     want = F.binary_cross_entropy_with_logits(tx, ty, reduction=reduction)
     check(x.binary_crossentropy_logits(y, reduction), want, **loose)
     (pw, tpw) = both(rand((3,), f32, 0.5, 3), device)

@@ -143,7 +143,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
         if not todo:
             return []
-        plan = plan_for([t.uop for t in todo], [t.device for t in todo])
+        plan = plan_for([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
         return [s for s in plan.steps if isinstance(s, KernelStep)]
 
     def realize(self, *others: Tensor) -> Tensor:
@@ -152,7 +152,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
 
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
         if todo:
-            buffers = realize_uops([t.uop for t in todo], [t.device for t in todo])
+            buffers = realize_uops([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
             keep_graph = bool(_GRAD_TENSORS)
             for t, buf in zip(todo, buffers):
                 if keep_graph and t._graph is None:
@@ -602,6 +602,11 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
     if any(not isinstance(s, int) or s < 0 for s in out):
         raise ShapeError(f"a shape is a sequence of non-negative ints, got {out}")
     return out
+
+
+def _unreshaped(u: UOp) -> UOp:
+    """What to realize for ``u``: a reshape costs nothing once its source has a buffer."""
+    return u.src[0] if u.op is Ops.RESHAPE else u
 
 
 def _is_buffer(u: UOp) -> bool:

@@ -15,7 +15,6 @@ import numpy as np
 
 from fusegrad.dtype import dtypes, promote_types
 from fusegrad.errors import FusegradError, ShapeError
-from fusegrad.helpers import prod
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -50,15 +49,23 @@ class IndexMixin:
         tensors = [self, *others]
         dim = self._axis(dim)
         for t in others:
-            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != dim):
-                raise ShapeError(f"cat along dim {dim}: shape {t.shape} does not match {self.shape}")
+            if t.ndim != self.ndim or any(
+                a != b
+                for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=False))
+                if i != dim
+            ):
+                raise ShapeError(
+                    f"cat along dim {dim}: shape {t.shape} does not match {self.shape}"
+                )
         dtype = functools.reduce(promote_types, (t.dtype for t in tensors))
         tensors = [t.cast(dtype) for t in tensors]
         work = [t.cast(dtypes.uint8) for t in tensors] if dtype == dtypes.bool else tensors
         total, start, out = sum(t.shape[dim] for t in work), 0, None
         for t in work:
             size = t.shape[dim]
-            placed = t.pad([(start, total - start - size) if i == dim else None for i in range(t.ndim)])
+            placed = t.pad(
+                [(start, total - start - size) if i == dim else None for i in range(t.ndim)]
+            )
             out = placed if out is None else out + placed
             start += size
         return out.cast(dtype)
@@ -77,10 +84,14 @@ class IndexMixin:
                 raise FusegradError(f"split size must be positive, got {sizes}")
             sizes = [min(sizes, n - s) for s in range(0, n, sizes)] or [0]
         if sum(sizes) != n:
-            raise ShapeError(f"split sizes {list(sizes)} do not add up to {n} (dim {dim} of {self.shape})")
+            raise ShapeError(
+                f"split sizes {list(sizes)} do not add up to {n} (dim {dim} of {self.shape})"
+            )
         starts = np.cumsum([0, *sizes[:-1]])
-        return tuple(self.shrink([(int(s), int(s) + z) if i == dim else None for i in range(self.ndim)])
-                     for s, z in zip(starts, sizes))
+        return tuple(
+            self.shrink([(int(s), int(s) + z) if i == dim else None for i in range(self.ndim)])
+            for s, z in zip(starts, sizes, strict=False)
+        )
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """At most ``chunks`` equal pieces along ``dim``, as ``torch.chunk``."""
@@ -89,13 +100,21 @@ class IndexMixin:
 
     def repeat(self, *repeats: int | Sequence[int]) -> Tensor:
         """Tile the whole tensor ``repeats`` times along each axis, as ``torch.Tensor.repeat``."""
-        reps = tuple(repeats[0]) if len(repeats) == 1 and not isinstance(repeats[0], int) else repeats
+        reps = (
+            tuple(repeats[0]) if len(repeats) == 1 and not isinstance(repeats[0], int) else repeats
+        )
         if len(reps) < self.ndim:
-            raise ShapeError(f"repeat needs at least {self.ndim} counts for shape {self.shape}, got {reps}")
+            raise ShapeError(
+                f"repeat needs at least {self.ndim} counts for shape {self.shape}, got {reps}"
+            )
         x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         interleaved = tuple(v for s in x.shape for v in (1, s))
-        grown = tuple(v for r, s in zip(reps, x.shape) for v in (r, s))
-        return x.reshape(interleaved).expand(grown).reshape(tuple(r * s for r, s in zip(reps, x.shape)))
+        grown = tuple(v for r, s in zip(reps, x.shape, strict=False) for v in (r, s))
+        return (
+            x.reshape(interleaved)
+            .expand(grown)
+            .reshape(tuple(r * s for r, s in zip(reps, x.shape, strict=False)))
+        )
 
     def tile(self, *reps: int | Sequence[int]) -> Tensor:
         """``torch.tile``: like repeat, but fewer counts than axes repeat the last axes."""
@@ -117,7 +136,7 @@ class IndexMixin:
         shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
         dims = (dims,) if isinstance(dims, int) else tuple(dims)
         x = self
-        for shift, dim in zip(shifts, dims):
+        for shift, dim in zip(shifts, dims, strict=False):
             dim = x._axis(dim)
             n = x.shape[dim]
             if n == 0 or shift % n == 0:
@@ -168,7 +187,9 @@ class IndexMixin:
         """
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
-        return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(dtypes.int32)
+        return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(
+            dtypes.int32
+        )
 
     def _along(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
         """(*sizes, n) with [p, j] = self[p with p[dim] = j]: the ``dim`` axis copied to the end."""
@@ -189,13 +210,17 @@ class IndexMixin:
         """
         dim = self._axis(dim)
         if index.ndim != self.ndim:
-            raise ShapeError(f"gather index must have {self.ndim} dims like the input, got {index.shape}")
+            raise ShapeError(
+                f"gather index must have {self.ndim} dims like the input, got {index.shape}"
+            )
         x = self.shrink([None if i == dim else (0, s) for i, s in enumerate(index.shape)])
         n = self.shape[dim]
         mask = index.unsqueeze(-1) == type(self).arange(n, device=self.device)
         return self._pick(mask, x._along(dim, index.shape))
 
-    def _scatter_parts(self, dim: int, index: Tensor, src: Tensor | float) -> tuple[Tensor, Tensor, Tensor]:
+    def _scatter_parts(
+        self, dim: int, index: Tensor, src: Tensor | float
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """(mask, values, region): mask[q, k] is true when ``index`` sends src[q with dim k] to q."""
         dim = self._axis(dim)
         region = tuple(self.shape[i] if i == dim else s for i, s in enumerate(index.shape))
@@ -204,7 +229,11 @@ class IndexMixin:
         src = src.cast(self.dtype).shrink([(0, s) for s in index.shape])
         n, k = self.shape[dim], index.shape[dim]
         rows = self._positions_at(dim, n)
-        sent = index.unsqueeze(-1).transpose(dim, -1).expand(region[:dim] + (n,) + region[dim + 1 :] + (k,))
+        sent = (
+            index.unsqueeze(-1)
+            .transpose(dim, -1)
+            .expand(region[:dim] + (n,) + region[dim + 1 :] + (k,))
+        )
         mask = sent == rows
         values = src.unsqueeze(-1).transpose(dim, -1).expand(mask.shape)
         return mask, values, region
@@ -216,9 +245,13 @@ class IndexMixin:
 
     def _fit(self, region_values: Tensor, region: tuple[int, ...], fill: Any) -> Tensor:
         """Pad a result computed over ``region`` (the front corner) to this tensor's shape."""
-        return region_values.pad([(0, s - r) for s, r in zip(self.shape, region)], value=fill)
+        return region_values.pad(
+            [(0, s - r) for s, r in zip(self.shape, region, strict=False)], value=fill
+        )
 
-    def scatter(self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None) -> Tensor:
+    def scatter(
+        self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None
+    ) -> Tensor:
         """Write ``src`` into a copy of this tensor at ``index`` along ``dim``, as ``torch.scatter``."""
         if reduce is not None:
             return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
@@ -226,8 +259,9 @@ class IndexMixin:
         hit = self._fit(mask.max(-1), region, False)
         return hit.where(self._fit(self._pick(mask, values), region, 0), self)
 
-    def scatter_reduce(self, dim: int, index: Tensor, src: Tensor, reduce: str,
-                       include_self: bool = True) -> Tensor:
+    def scatter_reduce(
+        self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True
+    ) -> Tensor:
         """Combine ``src`` into this tensor at ``index`` with ``reduce`` (sum, prod, mean, amax, amin)."""
         mask, values, region = self._scatter_parts(dim, index, src)
         hit = self._fit(mask.max(-1), region, False)
@@ -237,17 +271,29 @@ class IndexMixin:
                 return (total + self).cast(self.dtype) if include_self else hit.where(total, self)
             count = self._fit(mask.sum(-1), region, 0) + (1 if include_self else 0)
             total = total + self if include_self else total
-            mean = total / count.maximum(1) if self.dtype.is_float else total.floor_divide(count.maximum(1))
+            mean = (
+                total / count.maximum(1)
+                if self.dtype.is_float
+                else total.floor_divide(count.maximum(1))
+            )
             return hit.where(mean.cast(self.dtype), self)
         if reduce in ("amax", "amin", "prod"):
             fill = {"amax": self.dtype.min, "amin": self.dtype.max, "prod": 1}[reduce]
             chosen = mask.where(values, values.full_like(fill))
-            part = chosen.max(-1) if reduce == "amax" else chosen.min(-1) if reduce == "amin" else chosen.prod(-1)
+            part = (
+                chosen.max(-1)
+                if reduce == "amax"
+                else chosen.min(-1)
+                if reduce == "amin"
+                else chosen.prod(-1)
+            )
             part = self._fit(part.cast(self.dtype), region, fill)
             if include_self:
                 part = {"amax": self.maximum, "amin": self.minimum, "prod": self.mul}[reduce](part)
             return hit.where(part.cast(self.dtype), self)
-        raise FusegradError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+        raise FusegradError(
+            f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}"
+        )
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """``value`` where ``mask`` is true, else this tensor (keeping its dtype)."""
@@ -269,8 +315,12 @@ class IndexMixin:
         for item in items:
             if isinstance(item, (list, tuple)) or (_is_tensor(item) and item.dtype == dtypes.bool):
                 arr = np.asarray(item.numpy() if _is_tensor(item) else item)
-                if arr.dtype == np.bool_:  # a mask: its coordinates, one int index per axis it spans
-                    expanded += [type(self)(c.astype(np.int32), device=self.device) for c in arr.nonzero()]
+                if (
+                    arr.dtype == np.bool_
+                ):  # a mask: its coordinates, one int index per axis it spans
+                    expanded += [
+                        type(self)(c.astype(np.int32), device=self.device) for c in arr.nonzero()
+                    ]
                     continue
                 item = type(self)(arr.astype(np.int32), device=self.device)
             expanded.append(item)
@@ -309,13 +359,16 @@ class IndexMixin:
             idx = (idx < 0).where(idx + n, idx)
             hot_shape = [1] * nk
             hot_shape[j] = n
-            hot = idx.reshape(bshape + (1,) * (nr + nk)) == type(self).arange(n, device=self.device).reshape(
-                (1,) * (nb + nr) + tuple(hot_shape))
+            hot = idx.reshape(bshape + (1,) * (nr + nk)) == type(self).arange(
+                n, device=self.device
+            ).reshape((1,) * (nb + nr) + tuple(hot_shape))
             mask = hot if mask is None else mask & hot
         out = self._pick(mask, x, axis=tuple(range(nb + nr, nb + nr + nk)))  # (*B, *R)
         adjacent = axes == list(range(axes[0], axes[0] + nk))
         if adjacent and axes[0] > 0:
-            order = list(range(nb, nb + axes[0])) + list(range(nb)) + list(range(nb + axes[0], nb + nr))
+            order = (
+                list(range(nb, nb + axes[0])) + list(range(nb)) + list(range(nb + axes[0], nb + nr))
+            )
             out = out.permute(order)
         return out
 
@@ -324,12 +377,22 @@ class IndexMixin:
         flat_positions = type(self).arange(self.numel(), device=self.device).reshape(self.shape)
         chosen = flat_positions[index]  # which element each selected slot is
         value = value if _is_tensor(value) else type(self).full((), value, self.dtype, self.device)
-        value = value.cast(self.dtype)._broadcast_to(chosen.shape) if value.shape != chosen.shape else value.cast(self.dtype)
+        value = (
+            value.cast(self.dtype)._broadcast_to(chosen.shape)
+            if value.shape != chosen.shape
+            else value.cast(self.dtype)
+        )
         if chosen.numel() == 0:
             return
-        flat = chosen.reshape(-1, 1) == type(self).arange(self.numel(), device=self.device).reshape(1, -1)
+        flat = chosen.reshape(-1, 1) == type(self).arange(self.numel(), device=self.device).reshape(
+            1, -1
+        )
         hit = flat.max(0).reshape(self.shape)
-        new = self.flatten()._pick(flat, value.reshape(-1, 1).expand(flat.shape), axis=0).reshape(self.shape)
+        new = (
+            self.flatten()
+            ._pick(flat, value.reshape(-1, 1).expand(flat.shape), axis=0)
+            .reshape(self.shape)
+        )
         self.uop = hit.where(new, self).cast(self.dtype).uop
 
     # ---- einsum and linear -----------------------------------------------------------------------
@@ -341,23 +404,29 @@ class IndexMixin:
         inputs, _, output = formula.partition("->")
         names = inputs.split(",")
         if len(names) != len(operands):
-            raise FusegradError(f"einsum {formula!r} names {len(names)} operands, got {len(operands)}")
+            raise FusegradError(
+                f"einsum {formula!r} names {len(names)} operands, got {len(operands)}"
+            )
         if "->" not in formula:
             letters = "".join(names)
             output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
         order = sorted(set("".join(names)), key=lambda c: (c not in output, output.find(c), c))
         sizes: dict[str, int] = {}
         product = None
-        for name, t in zip(names, operands):
+        for name, t in zip(names, operands, strict=False):
             if len(name) != t.ndim or len(set(name)) != len(name):
-                raise FusegradError(f"einsum term {name!r} does not fit shape {t.shape} (repeats unsupported)")
-            for c, s in zip(name, t.shape):
+                raise FusegradError(
+                    f"einsum term {name!r} does not fit shape {t.shape} (repeats unsupported)"
+                )
+            for c, s in zip(name, t.shape, strict=False):
                 if sizes.setdefault(c, s) != s and s != 1 and sizes[c] != 1:
                     raise ShapeError(f"einsum axis {c!r} has sizes {sizes[c]} and {s}")
                 sizes[c] = max(sizes[c], s)
             present = [c for c in order if c in name]
             moved = t.permute([name.index(c) for c in present])
-            moved = moved.reshape(tuple(moved.shape[present.index(c)] if c in name else 1 for c in order))
+            moved = moved.reshape(
+                tuple(moved.shape[present.index(c)] if c in name else 1 for c in order)
+            )
             product = moved if product is None else product * moved
         summed = tuple(range(len(output), len(order)))
         return product.sum(summed) if summed else product.expand(tuple(sizes[c] for c in order))

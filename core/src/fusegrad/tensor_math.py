@@ -68,7 +68,9 @@ class MathMixin:
         magnitude = (exp * self.abs().log2()).exp2()
         whole = exp.trunc() == exp
         odd = whole & ((exp * 0.5).trunc() != exp * 0.5)
-        signed = (self < 0).where(odd.where(-magnitude, whole.where(magnitude, math.nan)), magnitude)
+        signed = (self < 0).where(
+            odd.where(-magnitude, whole.where(magnitude, math.nan)), magnitude
+        )
         return (exp == 0).where(1.0, signed)
 
     def __pow__(self, x):
@@ -89,7 +91,9 @@ class MathMixin:
         if a.dtype.is_float:
             return (a / b).floor()
         if a.dtype == dtypes.bool:
-            raise FusegradError("floor division of bool tensors is not defined; cast them to int first")
+            raise FusegradError(
+                "floor division of bool tensors is not defined; cast them to int first"
+            )
         q, r = a._alu(Ops.IDIV, b), a._alu(Ops.MOD, b)
         if a.dtype.is_unsigned:
             return q
@@ -219,8 +223,11 @@ class MathMixin:
             return self
         limit = 2.0 ** _MANTISSA_BITS[self.dtype]
         small = self.abs() < limit  # false for inf and nan, which pass through
-        whole = self.cast(dtypes.int64 if self.dtype == dtypes.float64 else dtypes.int32)
-        return small.where(whole.cast(self.dtype), self)
+        whole = self.cast(dtypes.int64 if self.dtype == dtypes.float64 else dtypes.int32).cast(
+            self.dtype
+        )
+        whole = (whole == 0).where(self * 0, whole)  # -0.7 truncates to -0.0, as in C
+        return small.where(whole, self)
 
     def floor(self) -> Tensor:
         """Round down: trunc(x) - 1 where that moved x up."""
@@ -271,7 +278,9 @@ class MathMixin:
         """True where x is neither inf nor nan."""
         return (self - self) == 0 if self.dtype.is_float else self.full_like(True, dtypes.bool)
 
-    def clip(self, min_: Tensor | float | None = None, max_: Tensor | float | None = None) -> Tensor:
+    def clip(
+        self, min_: Tensor | float | None = None, max_: Tensor | float | None = None
+    ) -> Tensor:
         """Limit values to ``[min_, max_]`` (either may be None)."""
         if min_ is None and max_ is None:
             raise FusegradError("clip needs min_ or max_ (or both)")
@@ -290,7 +299,10 @@ class MathMixin:
         """The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7)."""
         x = self._float_operand()
         t = (1 + 0.3275911 * x.abs()).reciprocal()
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        poly = t * (
+            0.254829592
+            + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+        )
         return x.sign() * (1 - poly * (-(x * x)).exp())
 
     def gelu(self, approximate: str = "tanh") -> Tensor:
@@ -421,7 +433,9 @@ class MathMixin:
 
     # ---- products and statistics -----------------------------------------------------------------
 
-    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None) -> Tensor:
+    def prod(
+        self, axis: Axis = None, keepdim: bool = False, dtype: DType | str | None = None
+    ) -> Tensor:
         """The product over ``axis``, multiplying halves pairwise (exact for integers).
 
         >>> Tensor([1, 2, 3, 4]).prod().item()
@@ -435,8 +449,14 @@ class MathMixin:
         kept = tuple(x.shape[i] for i in rest)
         count = prod(x.shape[a] for a in axes)
         if count == 0:
-            return type(self).full(kept if not keepdim else tuple(1 if i in axes else s for i, s in
-                                   enumerate(self.shape)), 1, x.dtype, self.device)
+            return type(self).full(
+                kept
+                if not keepdim
+                else tuple(1 if i in axes else s for i, s in enumerate(self.shape)),
+                1,
+                x.dtype,
+                self.device,
+            )
         x = x.permute(rest + list(axes)).reshape(kept + (count,))
         level = 0
         while x.shape[-1] > 1:
@@ -464,10 +484,14 @@ class MathMixin:
         """The standard deviation: sqrt(var)."""
         return self.var(axis, keepdim, correction).sqrt()
 
-    def var_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def var_mean(
+        self, axis: Axis = None, keepdim: bool = False, correction: int = 1
+    ) -> tuple[Tensor, Tensor]:
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def std_mean(self, axis: Axis = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def std_mean(
+        self, axis: Axis = None, keepdim: bool = False, correction: int = 1
+    ) -> tuple[Tensor, Tensor]:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
     # ---- scans -----------------------------------------------------------------------------------
@@ -520,7 +544,9 @@ class MathMixin:
         ahead = (b > a) if descending else (b < a)
         return (ahead | ((b == a) & earlier)).sum(-1)  # (..., n): rank of element i
 
-    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(
+        self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+    ) -> tuple[Tensor, Tensor]:
         """The ``k`` largest (or smallest) values along ``dim`` and their indices, in order.
 
         >>> [t.tolist() for t in Tensor([3, 1, 4, 1, 5]).topk(2)]
@@ -534,7 +560,9 @@ class MathMixin:
         x = self.transpose(dim, -1)
         slot = type(self).arange(k, device=self.device)
         picked = ranks.unsqueeze(-2) == slot.reshape(k, 1)  # (..., k, n)
-        values = picked.where(x.unsqueeze(-2), 0).sum(-1, dtype=self.dtype if self.dtype != dtypes.bool else None)
+        values = picked.where(x.unsqueeze(-2), 0).sum(
+            -1, dtype=self.dtype if self.dtype != dtypes.bool else None
+        )
         positions = picked.where(type(self).arange(n, device=self.device), 0).sum(-1)
         values = values.cast(self.dtype)
         return values.transpose(dim, -1), positions.transpose(dim, -1)

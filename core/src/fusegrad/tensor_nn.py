@@ -54,7 +54,9 @@ class NNMixin:
         i = self.shape[axis]
         span = dilation * (kernel - 1) + 1
         if i < span:
-            raise ShapeError(f"a window of {span} does not fit in an axis of size {i} (shape {self.shape})")
+            raise ShapeError(
+                f"a window of {span} does not fit in an axis of size {i} (shape {self.shape})"
+            )
         o = (i - span) // stride + 1
         before, after = self.shape[:axis], self.shape[axis + 1 :]
         if dilation == 1 and stride == kernel:  # windows that tile the axis: a plain reshape
@@ -63,12 +65,20 @@ class NNMixin:
         # rows of length i + dilation over the axis repeated: row b starts at b * dilation
         row = i + dilation
         times = -(-kernel * row // i)
-        x = self.unsqueeze(axis).expand(before + (times, i) + after).reshape(before + (times * i,) + after)
+        x = (
+            self.unsqueeze(axis)
+            .expand(before + (times, i) + after)
+            .reshape(before + (times * i,) + after)
+        )
         x = x.shrink([(0, kernel * row) if a == axis else None for a in range(x.ndim)])
-        x = x.reshape(before + (kernel, row) + after)[(slice(None),) * (axis + 1) + (slice(0, (o - 1) * stride + 1, stride),)]
+        x = x.reshape(before + (kernel, row) + after)[
+            (slice(None),) * (axis + 1) + (slice(0, (o - 1) * stride + 1, stride),)
+        ]
         return x.transpose(axis, axis + 1)
 
-    def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    def _pool(
+        self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+    ) -> Tensor:
         """(..., *spatial) to (..., *out, *kernel): sliding windows over the last len(kernel) axes."""
         n, lead = len(kernel), self.ndim - len(kernel)
         x = self
@@ -79,8 +89,15 @@ class NNMixin:
 
     # ---- convolution -----------------------------------------------------------------------------
 
-    def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Size = 1,
-               padding: Size | str = 0, dilation: Size = 1, groups: int = 1) -> Tensor:
+    def conv2d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Size = 1,
+        padding: Size | str = 0,
+        dilation: Size = 1,
+        groups: int = 1,
+    ) -> Tensor:
         """N-d convolution (cross-correlation) as PyTorch's: input (N, C_in, *spatial), weight
         (C_out, C_in / groups, *kernel); ``padding`` may be an int, one per axis, 'same' or 'valid'.
         The number of spatial axes is taken from ``weight``, so this is conv1d and conv3d too."""
@@ -89,8 +106,10 @@ class NNMixin:
         cout, cin_g, *ks = weight.shape
         batch, cin = x.shape[0], x.shape[1]
         if x.ndim != n + 2 or cin != cin_g * groups or cout % groups:
-            raise ShapeError(f"conv of input {self.shape} with weight {weight.shape} and groups={groups}: "
-                             f"need input (N, {cin_g * groups}, ...) with {n} spatial axes")
+            raise ShapeError(
+                f"conv of input {self.shape} with weight {weight.shape} and groups={groups}: "
+                f"need input (N, {cin_g * groups}, ...) with {n} spatial axes"
+            )
         stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
         pads = _conv_padding(padding, tuple(ks), dilation, stride)
         win = x.pad([None, None] + pads)._pool(tuple(ks), stride, dilation)  # (N, C_in, *o, *k)
@@ -102,12 +121,26 @@ class NNMixin:
             out = out + bias.reshape((1, cout) + (1,) * n)
         return out if self.ndim == n + 2 else out.squeeze(0)
 
-    def conv1d(self, weight: Tensor, bias: Tensor | None = None, stride: Size = 1, padding: Size | str = 0,
-               dilation: Size = 1, groups: int = 1) -> Tensor:
+    def conv1d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Size = 1,
+        padding: Size | str = 0,
+        dilation: Size = 1,
+        groups: int = 1,
+    ) -> Tensor:
         return self._conv_n(1, weight, bias, stride, padding, dilation, groups)
 
-    def conv3d(self, weight: Tensor, bias: Tensor | None = None, stride: Size = 1, padding: Size | str = 0,
-               dilation: Size = 1, groups: int = 1) -> Tensor:
+    def conv3d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Size = 1,
+        padding: Size | str = 0,
+        dilation: Size = 1,
+        groups: int = 1,
+    ) -> Tensor:
         return self._conv_n(3, weight, bias, stride, padding, dilation, groups)
 
     def _conv_n(self, n: int, weight: Tensor, *args: Any) -> Tensor:
@@ -115,9 +148,16 @@ class NNMixin:
             raise ShapeError(f"conv{n}d needs a {n + 2}-d weight, got shape {weight.shape}")
         return self.conv2d(weight, *args)
 
-    def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, stride: Size = 1,
-                         padding: Size = 0, output_padding: Size = 0, groups: int = 1,
-                         dilation: Size = 1) -> Tensor:
+    def conv_transpose2d(
+        self,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        stride: Size = 1,
+        padding: Size = 0,
+        output_padding: Size = 0,
+        groups: int = 1,
+        dilation: Size = 1,
+    ) -> Tensor:
         """N-d transposed convolution as PyTorch's; weight (C_in, C_out / groups, *kernel).
 
         It is the convolution of the input spread out by ``stride`` (zeros between elements),
@@ -126,15 +166,20 @@ class NNMixin:
         x = self.unsqueeze(0) if self.ndim == n + 1 else self
         cin, cout_g, *ks = weight.shape
         stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
-        padding, output_padding = _tuple(padding, n, "padding"), _tuple(output_padding, n, "output_padding")
+        padding, output_padding = (
+            _tuple(padding, n, "padding"),
+            _tuple(output_padding, n, "output_padding"),
+        )
         for j, s in enumerate(stride):
             if s > 1:
                 a, size = 2 + j, x.shape[2 + j]
-                spread = x.unsqueeze(a + 1).pad([(0, s - 1) if i == a + 1 else None for i in range(x.ndim + 1)])
+                spread = x.unsqueeze(a + 1).pad(
+                    [(0, s - 1) if i == a + 1 else None for i in range(x.ndim + 1)]
+                )
                 x = spread.reshape(x.shape[:a] + (size * s,) + x.shape[a + 1 :])
                 x = x.shrink([(0, (size - 1) * s + 1) if i == a else None for i in range(x.ndim)])
-        edge = [d * (k - 1) - p for d, k, p in zip(dilation, ks, padding)]
-        x = x.pad([None, None] + [(e, e + op) for e, op in zip(edge, output_padding)])
+        edge = [d * (k - 1) - p for d, k, p in zip(dilation, ks, padding, strict=False)]
+        x = x.pad([None, None] + [(e, e + op) for e, op in zip(edge, output_padding, strict=False)])
         w = weight.reshape((groups, cin // groups, cout_g) + tuple(ks)).transpose(1, 2)
         w = w.reshape((groups * cout_g, cin // groups) + tuple(ks)).flip(list(range(2, 2 + n)))
         out = x.conv2d(w, bias, 1, 0, dilation, groups)
@@ -148,14 +193,15 @@ class NNMixin:
 
     # ---- pooling ---------------------------------------------------------------------------------
 
-    def _pool_setup(self, kernel_size: Size, stride: Size | None, padding: Size, dilation: Size,
-                    ceil_mode: bool) -> tuple:
+    def _pool_setup(
+        self, kernel_size: Size, stride: Size | None, padding: Size, dilation: Size, ceil_mode: bool
+    ) -> tuple:
         n = 2 if isinstance(kernel_size, int) else len(kernel_size)
         ks = _tuple(kernel_size, n, "kernel_size")
         st = ks if stride is None or stride == () else _tuple(stride, n, "stride")
         pd, dl = _tuple(padding, n, "padding"), _tuple(dilation, n, "dilation")
         extra = []
-        for i, k, s, p, d in zip(self.shape[-n:], ks, st, pd, dl):
+        for i, k, s, p, d in zip(self.shape[-n:], ks, st, pd, dl, strict=False):
             span = d * (k - 1) + 1
             o = (-(-(i + 2 * p - span) // s) if ceil_mode else (i + 2 * p - span) // s) + 1
             if ceil_mode and (o - 1) * s >= i + p:  # the last window must start inside the input
@@ -163,28 +209,44 @@ class NNMixin:
             extra.append(max(0, (o - 1) * s + span - (i + 2 * p)))
         return n, ks, st, pd, dl, extra
 
-    def max_pool2d(self, kernel_size: Size = (2, 2), stride: Size | None = None, padding: Size = 0,
-                   dilation: Size = 1, ceil_mode: bool = False) -> Tensor:
+    def max_pool2d(
+        self,
+        kernel_size: Size = (2, 2),
+        stride: Size | None = None,
+        padding: Size = 0,
+        dilation: Size = 1,
+        ceil_mode: bool = False,
+    ) -> Tensor:
         """The largest value of each window over the last len(kernel_size) axes (padding never wins)."""
-        n, ks, st, pd, dl, extra = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
+        n, ks, st, pd, dl, extra = self._pool_setup(
+            kernel_size, stride, padding, dilation, ceil_mode
+        )
         lead = [None] * (self.ndim - n)
-        x = self.pad(lead + [(p, p + e) for p, e in zip(pd, extra)], value=self.dtype.min)
+        x = self.pad(
+            lead + [(p, p + e) for p, e in zip(pd, extra, strict=False)], value=self.dtype.min
+        )
         return x._pool(ks, st, dl).max(tuple(range(x.ndim, x.ndim + n)))
 
-    def avg_pool2d(self, kernel_size: Size = (2, 2), stride: Size | None = None, padding: Size = 0,
-                   ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    def avg_pool2d(
+        self,
+        kernel_size: Size = (2, 2),
+        stride: Size | None = None,
+        padding: Size = 0,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> Tensor:
         """The mean of each window; ``count_include_pad`` counts the explicit padding, never the
         extra cells ``ceil_mode`` adds (as PyTorch)."""
         n, ks, st, pd, dl, extra = self._pool_setup(kernel_size, stride, padding, 1, ceil_mode)
         lead = [None] * (self.ndim - n)
-        x = self._float_operand().pad(lead + [(p, p + e) for p, e in zip(pd, extra)])
+        x = self._float_operand().pad(lead + [(p, p + e) for p, e in zip(pd, extra, strict=False)])
         total = x._pool(ks, st, dl).sum(tuple(range(x.ndim, x.ndim + n)))
         ones = type(self).ones(self.shape[-n:], device=self.device)
         if count_include_pad:
             ones = ones.pad([(p, p) for p in pd], value=1.0)
             ones = ones.pad([(0, e) for e in extra])
         else:
-            ones = ones.pad([(p, p + e) for p, e in zip(pd, extra)])
+            ones = ones.pad([(p, p + e) for p, e in zip(pd, extra, strict=False)])
         count = ones._pool(ks, st, dl).sum(tuple(range(n, 2 * n)))
         return total / count
 
@@ -210,8 +272,13 @@ class NNMixin:
 
     # ---- resizing --------------------------------------------------------------------------------
 
-    def interpolate(self, size: Size | None = None, scale_factor: float | Sequence[float] | None = None,
-                    mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+    def interpolate(
+        self,
+        size: Size | None = None,
+        scale_factor: float | Sequence[float] | None = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+    ) -> Tensor:
         """Resize the spatial axes (all but the first two), as ``torch.nn.functional.interpolate``.
 
         Modes: nearest, nearest-exact, linear, bilinear, trilinear (linear along each axis)."""
@@ -220,13 +287,15 @@ class NNMixin:
             if scale_factor is None:
                 raise FusegradError("interpolate needs size or scale_factor")
             factors = scale_factor if isinstance(scale_factor, Sequence) else (scale_factor,) * n
-            outs = tuple(int(math.floor(i * f)) for i, f in zip(self.shape[2:], factors))
+            outs = tuple(
+                int(math.floor(i * f)) for i, f in zip(self.shape[2:], factors, strict=False)
+            )
             scales = [1 / f for f in factors]
         else:
             outs = _tuple(size, n, "size")
-            scales = [i / o for i, o in zip(self.shape[2:], outs)]
+            scales = [i / o for i, o in zip(self.shape[2:], outs, strict=False)]
         x = self
-        for j, (o, scale) in enumerate(zip(outs, scales)):
+        for j, (o, scale) in enumerate(zip(outs, scales, strict=False)):
             axis, i = 2 + j, self.shape[2 + j]
             dst = np.arange(o, dtype=np.float64)
             if mode in ("nearest", "nearest-exact"):
@@ -235,7 +304,9 @@ class NNMixin:
                 x = x._take([(axis, type(self)(src, device=self.device))])
                 continue
             if mode not in ("linear", "bilinear", "trilinear"):
-                raise FusegradError(f"interpolate mode {mode!r} is not supported; use nearest or linear")
+                raise FusegradError(
+                    f"interpolate mode {mode!r} is not supported; use nearest or linear"
+                )
             if align_corners:
                 pos = dst * ((i - 1) / (o - 1)) if o > 1 else np.zeros(o)
             else:
@@ -250,8 +321,14 @@ class NNMixin:
 
     # ---- normalisation, dropout, attention -------------------------------------------------------
 
-    def batchnorm(self, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
-                  axis: int = 1) -> Tensor:
+    def batchnorm(
+        self,
+        weight: Tensor | None,
+        bias: Tensor | None,
+        mean: Tensor,
+        invstd: Tensor,
+        axis: int = 1,
+    ) -> Tensor:
         """(x - mean) * weight * invstd + bias, the per-channel tensors laid along ``axis``."""
         axis = self._axis(axis)
         shape = tuple(self.shape[axis] if i == axis else 1 for i in range(self.ndim))
@@ -276,9 +353,15 @@ class NNMixin:
         keep = type(self).rand(self.shape, device=self.device) >= p
         return keep.where(self * (1 / (1 - p)), 0).cast(self.dtype)
 
-    def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                     dropout_p: float = 0.0, is_causal: bool = False,
-                                     scale: float | None = None) -> Tensor:
+    def scaled_dot_product_attention(
+        self,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        scale: float | None = None,
+    ) -> Tensor:
         """softmax(q @ k^T * scale + mask) @ v; a bool mask marks what may be attended to."""
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self.matmul(key.transpose(-2, -1)) * scale
@@ -287,7 +370,11 @@ class NNMixin:
             allowed = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
             scores = allowed.where(scores, -math.inf)
         if attn_mask is not None:
-            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+            scores = (
+                attn_mask.where(scores, -math.inf)
+                if attn_mask.dtype == dtypes.bool
+                else scores + attn_mask
+            )
         return scores.softmax(-1).dropout(dropout_p).matmul(value)
 
     # ---- losses ----------------------------------------------------------------------------------
@@ -296,10 +383,19 @@ class NNMixin:
         """target (indices, the class axis missing) as a bool one-hot along ``axis``."""
         classes = self.shape[axis]
         shape = tuple(classes if i == axis else 1 for i in range(self.ndim))
-        return target.unsqueeze(axis) == type(self).arange(classes, device=self.device).reshape(shape)
+        return target.unsqueeze(axis) == type(self).arange(classes, device=self.device).reshape(
+            shape
+        )
 
-    def _nll(self, target: Tensor, axis: int, ignore_index: int, label_smoothing: float,
-             reduction: str, weight: Tensor | None = None) -> Tensor:
+    def _nll(
+        self,
+        target: Tensor,
+        axis: int,
+        ignore_index: int,
+        label_smoothing: float,
+        reduction: str,
+        weight: Tensor | None = None,
+    ) -> Tensor:
         """The negative log likelihood of log-probabilities ``self`` at class indices ``target``."""
         shape = tuple(self.shape[axis] if i == axis else 1 for i in range(self.ndim))
         w = self.ones_like() if weight is None else weight.reshape(shape)._broadcast_to(self.shape)
@@ -313,13 +409,24 @@ class NNMixin:
             return _reduce_loss(loss, reduction)
         return loss.sum() / valid.where(picked.sum(axis), 0.0).sum()
 
-    def nll_loss(self, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
-                 reduction: str = "mean") -> Tensor:
+    def nll_loss(
+        self,
+        target: Tensor,
+        weight: Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+    ) -> Tensor:
         """``torch.nn.functional.nll_loss``: self holds log-probabilities, classes on axis 1."""
         return self._nll(target, 1 if self.ndim > 1 else 0, ignore_index, 0.0, reduction, weight)
 
-    def cross_entropy(self, target: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
-                      ignore_index: int = -100, weight: Tensor | None = None) -> Tensor:
+    def cross_entropy(
+        self,
+        target: Tensor,
+        reduction: str = "mean",
+        label_smoothing: float = 0.0,
+        ignore_index: int = -100,
+        weight: Tensor | None = None,
+    ) -> Tensor:
         """``torch.nn.functional.cross_entropy`` of logits (classes on axis 1); ``target`` is class
         indices or class probabilities."""
         axis = 1 if self.ndim > 1 else 0
@@ -329,21 +436,31 @@ class NNMixin:
         classes = self.shape[axis]
         target = target * (1 - label_smoothing) + label_smoothing / classes
         if weight is not None:
-            target = target * weight.reshape(tuple(classes if i == axis else 1 for i in range(self.ndim)))
+            target = target * weight.reshape(
+                tuple(classes if i == axis else 1 for i in range(self.ndim))
+            )
         return _reduce_loss(-(target * logp).sum(axis), reduction)
 
-    def sparse_categorical_crossentropy(self, target: Tensor, ignore_index: int = -1,
-                                        label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(
+        self,
+        target: Tensor,
+        ignore_index: int = -1,
+        label_smoothing: float = 0.0,
+        reduction: str = "mean",
+    ) -> Tensor:
         """tinygrad's cross entropy of logits with classes on the last axis and index targets."""
-        return self.log_softmax(-1)._nll(target, self.ndim - 1, ignore_index, label_smoothing, reduction)
+        return self.log_softmax(-1)._nll(
+            target, self.ndim - 1, ignore_index, label_smoothing, reduction
+        )
 
     def binary_crossentropy(self, target: Tensor, reduction: str = "mean") -> Tensor:
         """-(y log p + (1 - y) log(1 - p)) of probabilities, the logs clamped at -100 (PyTorch)."""
         loss = -(target * self.log().maximum(-100) + (1 - target) * (1 - self).log().maximum(-100))
         return _reduce_loss(loss, reduction)
 
-    def binary_crossentropy_logits(self, target: Tensor, reduction: str = "mean",
-                                   pos_weight: Tensor | None = None) -> Tensor:
+    def binary_crossentropy_logits(
+        self, target: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
+    ) -> Tensor:
         """Binary cross entropy of logits: (1 - y) x + (1 + (w - 1) y) log(1 + e**-x), stably."""
         log_sigmoid_neg = (1 + (-self.abs()).exp()).log() + (-self).relu()  # log(1 + e**-x)
         scale = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
@@ -361,15 +478,16 @@ class NNMixin:
         return _reduce_loss((self - target).abs(), reduction)
 
 
-def _conv_padding(padding: Size | str, ks: tuple[int, ...], dilation: tuple[int, ...],
-                  stride: tuple[int, ...]) -> list[tuple[int, int]]:
+def _conv_padding(
+    padding: Size | str, ks: tuple[int, ...], dilation: tuple[int, ...], stride: tuple[int, ...]
+) -> list[tuple[int, int]]:
     """(before, after) per spatial axis from an int, ints, 'valid' or 'same'."""
     if padding == "valid":
         return [(0, 0)] * len(ks)
     if padding == "same":
         if any(s != 1 for s in stride):
             raise FusegradError("padding='same' needs stride 1, as in PyTorch")
-        totals = [d * (k - 1) for d, k in zip(dilation, ks)]
+        totals = [d * (k - 1) for d, k in zip(dilation, ks, strict=False)]
         return [(t // 2, t - t // 2) for t in totals]
     if isinstance(padding, str):
         raise FusegradError(f"padding must be an int, ints, 'same' or 'valid', got {padding!r}")

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-
 from fusegrad import Tensor, dtypes, nn
 from fusegrad.errors import ShapeError
 from fusegrad.nn.state import get_state_dict
@@ -31,7 +30,10 @@ CASES = {
     "batchnorm_no_affine": (lambda: (nn.BatchNorm2d(3, affine=False), torch.nn.BatchNorm2d(3, affine=False)), (4, 3, 2, 2)),
     "layernorm": (lambda: (nn.LayerNorm(5), torch.nn.LayerNorm(5)), (3, 4, 5)),
     "layernorm_2axes": (lambda: (nn.LayerNorm((4, 5), eps=1e-3), torch.nn.LayerNorm((4, 5), eps=1e-3)), (3, 4, 5)),
+    "layernorm_no_affine": (lambda: (nn.LayerNorm(5, elementwise_affine=False),
+                                     torch.nn.LayerNorm(5, elementwise_affine=False)), (3, 5)),
     "groupnorm": (lambda: (nn.GroupNorm(2, 4), torch.nn.GroupNorm(2, 4)), (3, 4, 3, 3)),
+    "groupnorm_no_affine": (lambda: (nn.GroupNorm(4, 4, affine=False), torch.nn.GroupNorm(4, 4, affine=False)), (2, 4, 5)),
     "rmsnorm": (lambda: (nn.RMSNorm(5), torch.nn.RMSNorm(5, eps=1e-6)), (3, 4, 5)),
 }
 
@@ -40,7 +42,7 @@ def _copy_weights(ours, theirs) -> None:
     """Give our layer the torch layer's values (randomised first, so that ones and zeros don't hide bugs)."""
     rng = np.random.default_rng(1)
     with torch.no_grad():
-        for name, p in theirs.named_parameters():
+        for _, p in theirs.named_parameters():
             p.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, p.shape).astype(np.float32)) * p.sign().where(p != 0, 1))
     for name, value in theirs.state_dict().items():
         getattr(ours, name).assign(Tensor(value.numpy()))

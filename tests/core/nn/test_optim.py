@@ -3,10 +3,9 @@ steps of least squares from the same start, and the cost of a step in schedules 
 
 from __future__ import annotations
 
+import fusegrad.engine.realize as engine
 import numpy as np
 import pytest
-
-import fusegrad.engine.realize as engine
 from fusegrad import GlobalCounters, Tensor, nn
 from fusegrad.errors import FusegradError
 from fusegrad.nn.optim import LAMB, SGD, Adam, AdamW
@@ -72,8 +71,8 @@ PAIRS = {
 @pytest.mark.parametrize("name", PAIRS)
 def test_optimizer_matches_torch(name):
     ours, theirs = PAIRS[name]
-    for step, (mine, ref) in enumerate(zip(_train(ours), _train_torch(theirs))):
-        for a, b in zip(mine, ref):
+    for step, (mine, ref) in enumerate(zip(_train(ours), _train_torch(theirs), strict=True)):
+        for a, b in zip(mine, ref, strict=True):
             # Adam divides by sqrt(v): float32 rounding of tiny gradients shows at 1e-5
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
 
@@ -98,8 +97,8 @@ def _lamb_reference(lr=0.1, b1=0.9, b2=0.999, eps=1e-6, wd=0.01) -> list[list[np
 
 def test_lamb_matches_reference():
     mine = _train(lambda p: LAMB(p, lr=0.1, weight_decay=0.01))
-    for step, (got, want) in enumerate(zip(mine, _lamb_reference())):
-        for a, b in zip(got, want):
+    for step, (got, want) in enumerate(zip(mine, _lamb_reference(), strict=True)):
+        for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"step {step}")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from fusegrad import Tensor, nn
 from fusegrad.nn.optim import SGD, Adam
 from fusegrad.nn.state import get_parameters
@@ -58,3 +57,12 @@ def test_cnn_with_batchnorm_memorises_a_batch():
     assert losses[0] > 0.4 and losses[-1] < 0.05, losses[::5]
     assert model.bn.num_batches_tracked.item() == 30  # the running statistics moved each step
     assert np.abs(model.bn.running_mean.numpy()).max() > 0
+
+
+def test_reading_the_loss_before_backward_keeps_its_graph():
+    """``loss.item()`` realizes the loss; ``backward`` must still see what it was computed from."""
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    assert loss.item() == 5.0
+    loss.backward()
+    assert w.grad.tolist() == [2.0, 4.0]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from fusegrad import Tensor, dtypes
 from fusegrad.uop.ops import Ops, UOp
 from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
@@ -26,25 +25,31 @@ x, y = var("x"), var("y")
 # ---- hash-consing --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("build", [
-    lambda: c(3),
-    lambda: c(1.5, f32),
-    lambda: x + 1,
-    lambda: (x * 4 + y) // 2,
-    lambda: UOp(Ops.RESHAPE, f32, (c(1.0, f32),), (1, 1)),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: c(3),
+        lambda: c(1.5, f32),
+        lambda: x + 1,
+        lambda: (x * 4 + y) // 2,
+        lambda: UOp(Ops.RESHAPE, f32, (c(1.0, f32),), (1, 1)),
+    ],
+)
 def test_same_node_is_same_object(build):
     assert build() is build()
 
 
-@pytest.mark.parametrize("a, b", [
-    (c(1, i32), c(1, f32)),                  # dtype
-    (c(1.0, f32), UOp(Ops.CONST, f32, (), 1)),  # 1.0 vs 1
-    (c(0.0, f32), c(-0.0, f32)),             # equal floats, different bits
-    (UOp(Ops.CONST, bool_, (), True), UOp(Ops.CONST, bool_, (), 1)),
-    (x + 1, 1 + x),                          # source order
-    (x, var("x", size=11)),                  # sources
-])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (c(1, i32), c(1, f32)),  # dtype
+        (c(1.0, f32), UOp(Ops.CONST, f32, (), 1)),  # 1.0 vs 1
+        (c(0.0, f32), c(-0.0, f32)),  # equal floats, different bits
+        (UOp(Ops.CONST, bool_, (), True), UOp(Ops.CONST, bool_, (), 1)),
+        (x + 1, 1 + x),  # source order
+        (x, var("x", size=11)),  # sources
+    ],
+)
 def test_different_nodes_are_different_objects(a, b):
     assert a is not b
 
@@ -70,42 +75,56 @@ def matches(pat: UPat, u: UOp) -> dict | None:
     return captures if pat.match(u, captures) else None
 
 
-@pytest.mark.parametrize("pat, u, expected", [
-    (UPat(Ops.ADD), x + 1, {}),
-    (UPat(Ops.ADD), x * 2, None),
-    (UPat({Ops.ADD, Ops.MUL}), x * 2, {}),
-    (UPat(dtype=f32), c(1.0, f32), {}),
-    (UPat(dtype=f32), c(1), None),
-    (UPat(dtype={f32, i32}), c(1), {}),
-    (UPat.var("a"), x, {"a": x}),
-    (UPat.cvar("k"), c(3), {"k": c(3)}),
-    (UPat.cvar("k"), x, None),
-    (UPat.const(3), c(3), {}),
-    (UPat.const(3), c(4), None),
-    (UPat.const(1), c(1.0, f32), {}),                 # 1 == 1.0: numbers compare by value
-    (UPat.const(1), UOp.const(bool_, True), None),   # but True is not the number 1
-    (UPat.var("a") + UPat.cvar("k"), x + 3, {"a": x, "k": c(3)}),
-    (UPat.var("a") + UPat.var("a"), x + x, {"a": x}),  # one name, one node
-    (UPat.var("a") + UPat.var("a"), x + y, None),
-    (UPat(Ops.RANGE, arg=("x", "global")), x, {}),
-    (UPat(Ops.RANGE, arg=("y", "global")), x, None),
-    (UPat(Ops.ADD, src=(UPat.var("a"),)), x + 1, None),  # wrong number of sources
-    (UPat(Ops.ADD, src=(UPat.var("a"),), allow_any_len=True), x + 1, {"a": x}),
-    (UPat(Ops.ADD, src=UPat.var("a")), x + 1, None),
-])
+@pytest.mark.parametrize(
+    "pat, u, expected",
+    [
+        (UPat(Ops.ADD), x + 1, {}),
+        (UPat(Ops.ADD), x * 2, None),
+        (UPat({Ops.ADD, Ops.MUL}), x * 2, {}),
+        (UPat(dtype=f32), c(1.0, f32), {}),
+        (UPat(dtype=f32), c(1), None),
+        (UPat(dtype={f32, i32}), c(1), {}),
+        (UPat.var("a"), x, {"a": x}),
+        (UPat.cvar("k"), c(3), {"k": c(3)}),
+        (UPat.cvar("k"), x, None),
+        (UPat.const(3), c(3), {}),
+        (UPat.const(3), c(4), None),
+        (UPat.const(1), c(1.0, f32), {}),  # 1 == 1.0: numbers compare by value
+        (UPat.const(1), UOp.const(bool_, True), None),  # but True is not the number 1
+        (UPat.var("a") + UPat.cvar("k"), x + 3, {"a": x, "k": c(3)}),
+        (UPat.var("a") + UPat.var("a"), x + x, {"a": x}),  # one name, one node
+        (UPat.var("a") + UPat.var("a"), x + y, None),
+        (UPat(Ops.RANGE, arg=("x", "global")), x, {}),
+        (UPat(Ops.RANGE, arg=("y", "global")), x, None),
+        (UPat(Ops.ADD, src=(UPat.var("a"),)), x + 1, None),  # wrong number of sources
+        (UPat(Ops.ADD, src=(UPat.var("a"),), allow_any_len=True), x + 1, {"a": x}),
+        (UPat(Ops.ADD, src=UPat.var("a")), x + 1, None),
+    ],
+)
 def test_upat_match(pat, u, expected):
     assert matches(pat, u) == expected
 
 
-@pytest.mark.parametrize("pat, u, expected", [
-    (UPat.var("a") + UPat.cvar("k"), 3 + x, {"a": x, "k": c(3)}),   # ADD commutes
-    (UPat.var("a") * UPat.cvar("k"), c(2) * x, {"a": x, "k": c(2)}),  # MUL commutes
-    (UPat(Ops.MAX, src=(UPat.var("a"), UPat.cvar("k"))), UOp(Ops.MAX, i32, (c(0), x)), {"a": x, "k": c(0)}),
-    (UPat(Ops.CMPNE, src=(UPat.var("a"), UPat.cvar("k"))), c(0).ne(x), {"a": x, "k": c(0)}),
-    (UPat(Ops.CMPLT, src=(UPat.var("a"), UPat.cvar("k"))), c(0).lt(x), None),  # < does not commute
-    (UPat.var("a") // UPat.cvar("k"), c(8) // x, None),                          # nor does //
-    (UPat.var("a") % UPat.cvar("k"), c(8) % x, None),                            # nor %
-])
+@pytest.mark.parametrize(
+    "pat, u, expected",
+    [
+        (UPat.var("a") + UPat.cvar("k"), 3 + x, {"a": x, "k": c(3)}),  # ADD commutes
+        (UPat.var("a") * UPat.cvar("k"), c(2) * x, {"a": x, "k": c(2)}),  # MUL commutes
+        (
+            UPat(Ops.MAX, src=(UPat.var("a"), UPat.cvar("k"))),
+            UOp(Ops.MAX, i32, (c(0), x)),
+            {"a": x, "k": c(0)},
+        ),
+        (UPat(Ops.CMPNE, src=(UPat.var("a"), UPat.cvar("k"))), c(0).ne(x), {"a": x, "k": c(0)}),
+        (
+            UPat(Ops.CMPLT, src=(UPat.var("a"), UPat.cvar("k"))),
+            c(0).lt(x),
+            None,
+        ),  # < does not commute
+        (UPat.var("a") // UPat.cvar("k"), c(8) // x, None),  # nor does //
+        (UPat.var("a") % UPat.cvar("k"), c(8) % x, None),  # nor %
+    ],
+)
 def test_upat_commutative(pat, u, expected):
     assert matches(pat, u) == expected
 
@@ -173,23 +192,28 @@ def test_ctx_is_passed_when_asked_for():
 ADD_ZERO = PatternMatcher([(UPat.var("a") + 0, lambda a: a)])
 
 
-@pytest.mark.parametrize("before, after", [
-    (x + 0, x),
-    ((x + 0) + 0, x),                       # to a fixed point
-    ((x + 0) * (y + 0), x * y),             # everywhere in the graph
-    (((x + 0) * 2 + 0) // 3, (x * 2) // 3),
-    (x * 2, x * 2),                         # nothing to do: the same node back
-])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (x + 0, x),
+        ((x + 0) + 0, x),  # to a fixed point
+        ((x + 0) * (y + 0), x * y),  # everywhere in the graph
+        (((x + 0) * 2 + 0) // 3, (x * 2) // 3),
+        (x * 2, x * 2),  # nothing to do: the same node back
+    ],
+)
 def test_graph_rewrite(before, after):
     assert graph_rewrite(before, ADD_ZERO) is after
 
 
 def test_rewrite_of_rewrite_output():
     # x*2 -> x+x, then x+x -> x*2 would loop; here the second rule finishes: x+x -> 2x via shl
-    pm = PatternMatcher([
-        (UPat.var("a") * 2, lambda a: a + a),
-        (UPat.var("a") + UPat.var("a"), lambda a: UOp(Ops.SHL, a.dtype, (a, c(1)))),
-    ])
+    pm = PatternMatcher(
+        [
+            (UPat.var("a") * 2, lambda a: a + a),
+            (UPat.var("a") + UPat.var("a"), lambda a: UOp(Ops.SHL, a.dtype, (a, c(1)))),
+        ]
+    )
     assert graph_rewrite(x * 2 + 5, pm) is UOp(Ops.SHL, i32, (x, c(1))) + 5
 
 

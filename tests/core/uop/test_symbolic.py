@@ -5,14 +5,20 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from fusegrad import dtypes
 from fusegrad.uop.ops import Ops, UOp
 from fusegrad.uop.pattern import graph_rewrite
 from fusegrad.uop.symbolic import SIMPLIFY, exec_alu
 
-f32, f64, i8, u8, i32, i64, bool_ = (dtypes.float32, dtypes.float64, dtypes.int8, dtypes.uint8,
-                                     dtypes.int32, dtypes.int64, dtypes.bool)
+f32, f64, i8, u8, i32, i64, bool_ = (
+    dtypes.float32,
+    dtypes.float64,
+    dtypes.int8,
+    dtypes.uint8,
+    dtypes.int32,
+    dtypes.int64,
+    dtypes.bool,
+)
 
 
 def var(name: str, size: int, dtype=i32) -> UOp:
@@ -29,7 +35,7 @@ def fvar(name: str) -> UOp:
     return UOp(Ops.LOAD, f32, (UOp(Ops.PARAM, f32, (), (0, 4)),), name)
 
 
-x, y = var("x", 100), var("y", 4)   # x in [0, 99], y in [0, 3]
+x, y = var("x", 100), var("y", 4)  # x in [0, 99], y in [0, 3]
 b = UOp(Ops.LOAD, bool_, (UOp(Ops.PARAM, bool_, (), (0, 4)),), "b")
 fx = fvar("fx")
 neg = UOp(Ops.LOAD, i32, (UOp(Ops.PARAM, i32, (), (1, 4)),), "n")  # an int of unknown sign
@@ -40,40 +46,40 @@ def simplify(u: UOp) -> UOp:
 
 
 RULES = [  # (before, after)
-    (x + 0, x),                                   # x + 0 -> x
-    (0 + x, x),                                   # commutes
+    (x + 0, x),  # x + 0 -> x
+    (0 + x, x),  # commutes
     (fx + 0.0, fx),
-    (x * 1, x),                                   # x * 1 -> x
+    (x * 1, x),  # x * 1 -> x
     (1 * x, x),
     (fx * 1.0, fx),
-    (x * 0, c(0)),                                # x * 0 -> 0 for ints
-    (fx * 0.0, fx * 0.0),                         # but not for floats (nan * 0 is nan)
-    (x // 1, x),                                  # x // 1 -> x
-    (x % 1, c(0)),                                # x % 1 -> 0
-    ((x + 2) + 3, x + 5),                         # (x + a) + b -> x + (a + b)
-    ((x * 2) * 3, x * 6),                         # (x * a) * b -> x * (a * b)
-    ((x + 2) * 3, x * 3 + 6),                     # (x + a) * b -> x*b + a*b
-    (x // 100, c(0)),                             # 0 <= x < c: x // c -> 0
-    (x % 100, x),                                 # 0 <= x < c: x % c -> x
+    (x * 0, c(0)),  # x * 0 -> 0 for ints
+    (fx * 0.0, fx * 0.0),  # but not for floats (nan * 0 is nan)
+    (x // 1, x),  # x // 1 -> x
+    (x % 1, c(0)),  # x % 1 -> 0
+    ((x + 2) + 3, x + 5),  # (x + a) + b -> x + (a + b)
+    ((x * 2) * 3, x * 6),  # (x * a) * b -> x * (a * b)
+    ((x + 2) * 3, x * 3 + 6),  # (x + a) * b -> x*b + a*b
+    (x // 100, c(0)),  # 0 <= x < c: x // c -> 0
+    (x % 100, x),  # 0 <= x < c: x % c -> x
     (x % 200, x),
-    ((x * 4 + y) // 4, x),                        # (a*c + b) // c -> a, when 0 <= b < c
-    ((x * 4 + y) % 4, y),                         # (a*c + b) % c -> b
-    ((x * 8 + y) // 4, x * 2),                    # c divides the coefficient
-    ((x * 8 + y * 4) % 8, (y * 4) % 8),           # the divisible term drops out
+    ((x * 4 + y) // 4, x),  # (a*c + b) // c -> a, when 0 <= b < c
+    ((x * 4 + y) % 4, y),  # (a*c + b) % c -> b
+    ((x * 8 + y) // 4, x * 2),  # c divides the coefficient
+    ((x * 8 + y * 4) % 8, (y * 4) % 8),  # the divisible term drops out
     ((x * 4 + y + 4) // 4, x + 1),
-    ((x // 4) // 3, x // 12),                     # (a // b) // c -> a // (b*c)
-    ((x % 12) % 4, x % 4),                        # (a % (k*c)) % c -> a % c
-    ((x // 7) * 7 + x % 7, x),                    # (x//c)*c + x%c -> x
+    ((x // 4) // 3, x // 12),  # (a // b) // c -> a // (b*c)
+    ((x % 12) % 4, x % 4),  # (a % (k*c)) % c -> a % c
+    ((x // 7) * 7 + x % 7, x),  # (x//c)*c + x%c -> x
     (x % 7 + (x // 7) * 7, x),
-    (x.lt(100), c(True, bool_)),                  # decided by bounds
+    (x.lt(100), c(True, bool_)),  # decided by bounds
     (x.lt(0), c(False, bool_)),
-    (x.lt(50), x.lt(50)),                         # undecided: kept
-    ((x + 1).lt(1), c(False, bool_)),             # 1 <= x + 1
-    (c(True, bool_).where(x, y), x),              # True ? a : b -> a
-    (c(False, bool_).where(x, y), y),             # False ? a : b -> b
-    (b & True, b),                                # x & True -> x
-    (b & False, c(False, bool_)),                 # x & False -> False
-    (((x * 4 + y) // 4 + 0) * 1, x),              # rules compose
+    (x.lt(50), x.lt(50)),  # undecided: kept
+    ((x + 1).lt(1), c(False, bool_)),  # 1 <= x + 1
+    (c(True, bool_).where(x, y), x),  # True ? a : b -> a
+    (c(False, bool_).where(x, y), y),  # False ? a : b -> b
+    (b & True, b),  # x & True -> x
+    (b & False, c(False, bool_)),  # x & False -> False
+    (((x * 4 + y) // 4 + 0) * 1, x),  # rules compose
 ]
 
 
@@ -82,14 +88,17 @@ def test_rule(before, after):
     assert simplify(before) is after
 
 
-@pytest.mark.parametrize("before", [
-    neg // 4,                  # truncating division of a possibly negative value: kept
-    neg % 4,
-    (neg * 4 + y) // 4,
-    x // 7,
-    x % 7,
-    (x + y) // 4,             # neither term divisible: kept
-])
+@pytest.mark.parametrize(
+    "before",
+    [
+        neg // 4,  # truncating division of a possibly negative value: kept
+        neg % 4,
+        (neg * 4 + y) // 4,
+        x // 7,
+        x % 7,
+        (x + y) // 4,  # neither term divisible: kept
+    ],
+)
 def test_rules_that_must_not_fire(before):
     assert simplify(before) is before
 
@@ -105,14 +114,14 @@ FOLDS = [  # (expression on constants, expected constant)
     (c(2) + c(3), c(5)),
     ((c(2) + c(3)) * c(4), c(20)),
     (c(7) // c(2), c(3)),
-    (c(-7) // c(2), c(-3)),                 # C truncates towards zero (Python gives -4)
+    (c(-7) // c(2), c(-3)),  # C truncates towards zero (Python gives -4)
     (c(7) // c(-2), c(-3)),
     (c(-7) // c(-2), c(3)),
     (c(7) % c(3), c(1)),
-    (c(-7) % c(3), c(-1)),                  # C: the sign of the dividend (Python gives 2)
+    (c(-7) % c(3), c(-1)),  # C: the sign of the dividend (Python gives 2)
     (c(7) % c(-3), c(1)),
     (c(-7) % c(-3), c(-1)),
-    (c(127, i8) + c(1, i8), c(-128, i8)),   # wraps like C
+    (c(127, i8) + c(1, i8), c(-128, i8)),  # wraps like C
     (c(250, u8) + c(10, u8), c(4, u8)),
     (c(2**30) * c(4), c(0)),
     (c(2**31 - 1) + c(1), c(-(2**31))),
@@ -132,7 +141,7 @@ FOLDS = [  # (expression on constants, expected constant)
     (UOp(Ops.XOR, i32, (c(6), c(3))), c(5)),
     (UOp(Ops.SHL, i8, (c(1, i8), c(7, i8))), c(-128, i8)),
     (c(3.7, f32).cast(i32), c(3)),
-    (c(-3.7, f32).cast(i32), c(-3)),         # casts truncate
+    (c(-3.7, f32).cast(i32), c(-3)),  # casts truncate
     (c(300).cast(u8), c(44, u8)),
     (c(-1).cast(u8), c(255, u8)),
     (c(2).cast(bool_), c(True, bool_)),
@@ -145,11 +154,14 @@ def test_constant_folding(before, after):
     assert simplify(before) is after
 
 
-@pytest.mark.parametrize("before", [
-    UOp(Ops.IDIV, f32, (c(7.0, f32), c(2.0, f32))),   # float IDIV/MOD are not folded
-    UOp(Ops.MOD, f32, (c(7.0, f32), c(2.0, f32))),
-    c(1.0, f32).cast(dtypes.bfloat16),                 # no host bfloat16 rounding
-])
+@pytest.mark.parametrize(
+    "before",
+    [
+        UOp(Ops.IDIV, f32, (c(7.0, f32), c(2.0, f32))),  # float IDIV/MOD are not folded
+        UOp(Ops.MOD, f32, (c(7.0, f32), c(2.0, f32))),
+        c(1.0, f32).cast(dtypes.bfloat16),  # no host bfloat16 rounding
+    ],
+)
 def test_not_folded(before):
     assert simplify(before) is before
 
@@ -159,15 +171,18 @@ def test_sqrt_of_negative_folds_to_nan():
     assert out.op is Ops.CONST and math.isnan(out.arg)
 
 
-@pytest.mark.parametrize("op, dtype, args, expected", [
-    (Ops.IDIV, i32, (-9, 4), -2),
-    (Ops.MOD, i32, (-9, 4), -1),
-    (Ops.IDIV, i32, (5, 0), 0),          # defined as 0 rather than a trap
-    (Ops.ADD, u8, (255, 1), 0),
-    (Ops.MUL, i8, (64, 2), -128),
-    (Ops.NEG, bool_, (True,), False),
-    (Ops.ADD, f32, (0.5, 0.25), 0.75),
-])
+@pytest.mark.parametrize(
+    "op, dtype, args, expected",
+    [
+        (Ops.IDIV, i32, (-9, 4), -2),
+        (Ops.MOD, i32, (-9, 4), -1),
+        (Ops.IDIV, i32, (5, 0), 0),  # defined as 0 rather than a trap
+        (Ops.ADD, u8, (255, 1), 0),
+        (Ops.MUL, i8, (64, 2), -128),
+        (Ops.NEG, bool_, (True,), False),
+        (Ops.ADD, f32, (0.5, 0.25), 0.75),
+    ],
+)
 def test_exec_alu(op, dtype, args, expected):
     out = exec_alu(op, dtype, args)
     assert out == expected and type(out) is type(expected)

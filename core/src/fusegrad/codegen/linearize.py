@@ -109,7 +109,7 @@ class Linearizer:
 
     def place_reduce(self, red: UOp, number: int) -> Callable[[dict[UOp, UOp]], UOp]:
         """Emit the accumulator and loops of one REDUCE; return how to read its result."""
-        value, loop = red.src[0], red.src[1]
+        value, loops = red.src[0], list(red.src[1:])
         ups = [u for u in self.upcast if u in self.used[red]]
         count = prod(u.src[0].arg for u in ups)
         acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, count))
@@ -124,11 +124,12 @@ class Linearizer:
         self.place_tree(UOp(Ops.STORE, src=(slot(init_loops, start), start)))
         self.close(init_loops)
         body = [u for u in toposort([value]) if u not in self.placed]
-        self.place_nested([loop, *ups], set(self.outer), body, self.used)
-        current = UOp(Ops.LOAD, red.dtype, (slot(ups, loop), loop))
-        self.place_tree(UOp(Ops.STORE, src=(slot(ups, loop), current.alu(red.arg, value))))
-        self.close([loop, *ups])
-        end = UOp(Ops.END, src=(loop,))
+        self.place_nested([*loops, *ups], set(self.outer), body, self.used)
+        inner = loops[-1] if loops else acc
+        current = UOp(Ops.LOAD, red.dtype, (slot(ups, inner), inner))
+        self.place_tree(UOp(Ops.STORE, src=(slot(ups, inner), current.alu(red.arg, value))))
+        self.close([*loops, *ups])
+        end = UOp(Ops.END, src=(loops[0],)) if loops else current
         return lambda copies: UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups], end), end))
 
     def place_rest(self, results: dict[UOp, Callable[[dict[UOp, UOp]], UOp]]) -> None:

@@ -110,14 +110,13 @@ class Lowerer:
         return valid.where(value, UOp.const(u.dtype, 0))
 
     def _lower_reduce(self, u: UOp, idx: Index, gate: UOp) -> UOp:
+        """A loop per reduced axis (size-1 axes need none) around the value of the source."""
         reduce_op, axes = u.arg
         src = u.src[0]
-        reduced_shape = tuple(src.shape[a] for a in axes)
-        rng = self.new_range(prod(reduced_shape), "reduce")
-        ridx = iter(unflatten(rng, reduced_shape))
-        inner = tuple(next(ridx) if a in axes else i for a, i in enumerate(idx))
+        loops = {a: self.new_range(src.shape[a], "reduce") for a in axes if src.shape[a] != 1}
+        inner = tuple(loops.get(a, idx_const(0)) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
-        return UOp(Ops.REDUCE, u.dtype, (value, rng), reduce_op)
+        return UOp(Ops.REDUCE, u.dtype, (value, *loops.values()), reduce_op)
 
 
 def output_index(

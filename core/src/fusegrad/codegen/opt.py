@@ -35,8 +35,8 @@ def _reduce_of(value: UOp) -> UOp | None:
     return reduces[0] if len(reduces) == 1 else None
 
 
-def _independence(value: UOp) -> dict[int, int]:
-    """For each output axis, how many input reads in the reduction do not change along it.
+def _load_axes(value: UOp) -> list[set[int]]:
+    """For each input read inside the reduction, the output axes its index changes along.
 
     Found by lowering once with a loop per axis and looking for each loop in each load's index.
     """
@@ -49,9 +49,8 @@ def _independence(value: UOp) -> dict[int, int]:
     sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
     nodes = toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=plain), SIMPLIFY)])
     # with the plain order, output loop number i is output axis i
-    loops = {u.arg[0]: u for u in nodes if u.op is Ops.RANGE and u.arg[1] != "reduce"}
-    index_nodes = [set(toposort([u.src[0]])) for u in nodes if u.op is Ops.LOAD]
-    return {axis: sum(1 for idx in index_nodes if loop not in idx) for axis, loop in loops.items()}
+    loops = {u: u.arg[0] for u in nodes if u.op is Ops.RANGE and u.arg[1] != "reduce"}
+    return [{loops[n] for n in toposort([u.src[0]]) if n in loops} for u in nodes if u.op is Ops.LOAD]
 
 
 def _amount(size: int, choices: tuple[int, ...]) -> int:
@@ -72,8 +71,13 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     if (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1:
         upcast.append((vec_axis, vec))
     others = [d for d in axes if d != vec_axis]
-    independent = _independence(value) if others else {}
-    reuse = max(others, key=lambda d: independent.get(d, 0), default=None)
+    loads = _load_axes(value) if others else []
+
+    def reuse_score(d: int) -> tuple[int, int]:
+        """Vector loads that need not be repeated along ``d`` first, then any loads."""
+        return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a))
+
+    reuse = max(others, key=reuse_score, default=None)
     if reuse is not None and (amount := _amount(shape[reuse], (8, 4, 2))) > 1:
         if (vec if upcast else 1) * amount <= MAX_ACCUMULATORS:
             upcast.insert(0, (reuse, amount))

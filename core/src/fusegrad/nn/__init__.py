@@ -21,7 +21,7 @@ from fusegrad.tensor import Tensor
 
 __all__ = [
     "BatchNorm", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "Dropout",
-    "Embedding", "GroupNorm", "LayerNorm", "Linear", "RMSNorm",
+    "Embedding", "GroupNorm", "LayerNorm", "Linear", "RMSNorm", "optim", "state",
 ]
 
 IntOrTuple = int | Sequence[int]
@@ -184,7 +184,9 @@ class LayerNorm:
         if x.shape[-len(self.normalized_shape):] != self.normalized_shape:
             raise ShapeError(f"LayerNorm{self.normalized_shape} got input of shape {x.shape}")
         y = x.layernorm(axis=self.axis, eps=self.eps)
-        return y * self.weight + self.bias if self.elementwise_affine else y
+        if self.weight is None or self.bias is None:
+            return y
+        return y * self.weight + self.bias
 
 
 class GroupNorm:
@@ -201,7 +203,7 @@ class GroupNorm:
         if x.ndim < 2 or x.shape[1] != self.num_channels:
             raise ShapeError(f"GroupNorm of {self.num_channels} channels got input of shape {x.shape}")
         y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(axis=-1, eps=self.eps).reshape(x.shape)
-        if not self.affine:
+        if self.weight is None or self.bias is None:
             return y
         per_channel = (1, -1, *(1,) * (x.ndim - 2))
         return y * self.weight.reshape(per_channel) + self.bias.reshape(per_channel)

@@ -87,7 +87,7 @@ class SGD(Optimizer):
     >>> from fusegrad import Tensor
     >>> w = Tensor([1.0, 2.0], requires_grad=True)
     >>> opt = SGD([w], lr=0.5)
-    >>> (w * w).sum().backward()
+    >>> _ = (w * w).sum().backward()
     >>> opt.step()
     >>> w.tolist()
     [0.0, 0.0]
@@ -102,7 +102,7 @@ class SGD(Optimizer):
         self.b = self._state() if momentum else []
 
     def _update(self, grads: list[Tensor]) -> list[Tensor]:
-        for i, (t, g) in enumerate(zip(self.params, grads)):
+        for i, (t, g) in enumerate(zip(self.params, grads, strict=True)):
             if self.weight_decay:
                 g = g + self.weight_decay * t.detach()
             if self.momentum:
@@ -131,7 +131,7 @@ class LAMB(Optimizer):
     def _update(self, grads: list[Tensor]) -> list[Tensor]:
         b1_t = self.b1_t.assign(self.b1_t * self.b1)
         b2_t = self.b2_t.assign(self.b2_t * self.b2)
-        for t, g, m, v in zip(self.params, grads, self.m, self.v):
+        for t, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             m.assign(self.b1 * m + (1.0 - self.b1) * g)
             v.assign(self.b2 * v + (1.0 - self.b2) * (g * g))
             m_hat = m / (1.0 - b1_t.to(t.device))

@@ -125,7 +125,7 @@ class PythonProgram:
         while pc < len(self.rows):
             op, dtype, src, arg = self.rows[pc]
             if op is Ops.PARAM:
-                values[pc] = buffers[arg[0]].view(dtype.np)
+                values[pc] = buffers[arg[0]][: arg[1] * dtype.itemsize].view(dtype.np)
             elif op is Ops.CONST:
                 values[pc] = np.array(arg, dtype=dtype.np)
             elif op is Ops.SPECIAL:

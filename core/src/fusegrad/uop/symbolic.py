@@ -131,48 +131,58 @@ def add_all(xs: list[UOp], dtype: DType) -> UOp:
     return out
 
 
-def split_by_divisor(x: UOp, c: int) -> tuple[list[UOp], list[UOp]] | None:
-    """Split the nonnegative terms of ``x`` into those divisible by ``c`` and the rest."""
+def split_coefficients(x: UOp, c: int) -> tuple[list[UOp], list[UOp]] | None:
+    """Write each term ``t*k`` of ``x`` as ``t*(k//c)*c + t*(k%c)``: the quotient and remainder parts.
+
+    Only for sums of nonnegative terms with nonnegative coefficients, where // and % behave alike
+    in C and in mathematics.
+    """
     parts = terms(x)
-    if any(t.vmin < 0 for t in parts):
+    if any(t.vmin < 0 or coefficient(t) < 0 for t in parts):
         return None
-    whole = [t for t in parts if coefficient(t) % c == 0]
-    rest = [t for t in parts if coefficient(t) % c != 0]
-    return whole, rest
+    quotients, remainders = [], []
+    for t in parts:
+        k = coefficient(t)
+        base = UOp.const(t.dtype, 1) if t.op is Ops.CONST else divide_term(t, k) if k != 1 else t
+        if k // c:
+            quotients.append(base * (k // c) if t.op is not Ops.CONST else UOp.const(t.dtype, k // c))
+        if k % c:
+            remainders.append(base * (k % c) if t.op is not Ops.CONST else UOp.const(t.dtype, k % c))
+    return quotients, remainders
 
 
 def simplify_div(x: UOp, c: UOp) -> UOp | None:
-    """(a*c + b) // c -> a + b // c, for nonnegative a, b."""
+    """(a*(q*c + r) + b) // c -> a*q + (a*r + b) // c, for nonnegative terms; 0 when x < c."""
     if c.arg <= 0 or x.vmin < 0:
         return None
     if x.vmax < c.arg:
         return UOp.const(x.dtype, 0)
     if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
         return x.src[0] // (x.src[1].arg * c.arg)  # (a // b) // c -> a // (b*c)
-    split = split_by_divisor(x, c.arg)
+    split = split_coefficients(x, c.arg)
     if split is None or not split[0]:
         return None
-    whole, rest = split
-    quotient = add_all([divide_term(t, c.arg) for t in whole], x.dtype)
-    if not rest:
+    quotients, remainders = split
+    quotient = add_all(quotients, x.dtype)
+    if not remainders:
         return quotient
-    rest_sum = add_all(rest, x.dtype)
-    return quotient if rest_sum.vmax < c.arg else quotient + rest_sum // c.arg
+    rest = add_all(remainders, x.dtype)
+    return quotient if rest.vmax < c.arg else quotient + rest // c.arg
 
 
 def simplify_mod(x: UOp, c: UOp) -> UOp | None:
-    """(a*c + b) % c -> b % c, and x % c -> x when 0 <= x < c, for nonnegative terms."""
+    """(a*(q*c + r) + b) % c -> (a*r + b) % c, for nonnegative terms; x when 0 <= x < c."""
     if c.arg <= 0 or x.vmin < 0:
         return None
     if x.vmax < c.arg:
         return x
     if x.op is Ops.MOD and x.src[1].op is Ops.CONST and x.src[1].arg % c.arg == 0:
         return x.src[0] % c.arg  # (a % (k*c)) % c -> a % c
-    split = split_by_divisor(x, c.arg)
+    split = split_coefficients(x, c.arg)
     if split is None or not split[0]:
         return None
     rest = add_all(split[1], x.dtype)
-    return rest if rest.vmax < c.arg and rest.vmin >= 0 else rest % c.arg
+    return rest if rest.vmax < c.arg else rest % c.arg
 
 
 def recombine_divmod(x: UOp, c: UOp, y: UOp) -> UOp | None:
