@@ -113,6 +113,8 @@ class Lowerer:
         """A loop per reduced axis (size-1 axes need none) around the value of the source."""
         reduce_op, axes = u.arg
         src = u.src[0]
+        if any(src.shape[a] == 0 for a in axes):  # nothing to reduce: the identity
+            return UOp.const(u.dtype, 0 if reduce_op is Ops.ADD else u.dtype.min)
         loops = {a: self.new_range(src.shape[a], "reduce") for a in axes if src.shape[a] != 1}
         inner = tuple(loops.get(a, idx_const(0)) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
