@@ -75,8 +75,8 @@ def is_view(u: UOp) -> bool:
     return u.op is Ops.PARAM
 
 
-def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
-    """The nodes that must be written to a buffer."""
+def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
+    """Roots, CONTIGUOUS, COPY (and what it copies), and reduces read by several consumers."""
     realize = {r for r in roots if r.op is not Ops.PARAM}
     consumers: dict[UOp, int] = {}
     reduce_below: dict[UOp, UOp] = {}  # a REDUCE_AXIS, or a movement op over one -> that reduce
@@ -91,28 +91,88 @@ def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
             reduce_below[u] = u
         elif u.op in GroupOp.Movement and u.src[0] in reduce_below:
             reduce_below[u] = reduce_below[u.src[0]]
-    # a reduce read by several consumers (directly or through a view) gets a buffer
-    realize |= {red for u, red in reduce_below.items() if consumers.get(u, 0) > 1}
-    # a REDUCE reached through an EXPAND/PAD (bit 1) or inside a REDUCE (bit 2) is cut off
-    work, seen = list(realize), set()
+    return realize | {red for u, red in reduce_below.items() if consumers.get(u, 0) > 1}
+
+
+def _expensive(node: UOp, realize: set[UOp], limit: int = 2) -> bool:
+    """Whether computing ``node`` inside a kernel takes ``limit`` or more ALU ops."""
+    count, stack, seen = 0, [node], set()
+    while stack:
+        u = stack.pop()
+        if u in seen or u.op is Ops.PARAM or (u in realize and u is not node):
+            continue
+        seen.add(u)
+        if u.op in GroupOp.ALU:
+            count += 1
+            if count >= limit:
+                return True
+        stack.extend(u.src)
+    return False
+
+
+def _below_views(u: UOp) -> UOp:
+    while u.op in GroupOp.Movement:
+        u = u.src[0]
+    return u
+
+
+def _kernel_cuts(realize: set[UOp]) -> set[UOp]:
+    """Nodes that must be cut off from the kernels of ``realize`` to avoid repeated work.
+
+    A REDUCE reached through an EXPAND/PAD (state bit 1) or inside a REDUCE (bit 2) would run
+    again for every repeated element; so would an elementwise computation of two or more ops
+    read through an EXPAND (a convolution reads each input element once per filter tap).
+    """
+    cuts: set[UOp] = set()
+    work, seen = [r for r in realize if r.op is not Ops.COPY], set()
     while work:
         kernel_root = work.pop()
-        stack = [(kernel_root, 0)] if kernel_root.op is not Ops.COPY else []
+        stack = [(kernel_root, 0)]
         while stack:
             node, state = stack.pop()
-            is_root = node is kernel_root
-            if not is_root and (node.op is Ops.PARAM or node in realize) or (node, state) in seen:
+            if node is not kernel_root and (node.op is Ops.PARAM or node in realize or node in cuts):
+                continue
+            if (node, state) in seen:
                 continue
             seen.add((node, state))
-            if node.op is Ops.REDUCE_AXIS:
-                if state:
-                    realize.add(node)
-                    work.append(node)
+            if node.op is Ops.REDUCE_AXIS and state:
+                cuts.add(node)
+                work.append(node)
+                continue
+            if node.op is Ops.EXPAND:
+                base = _below_views(node)
+                if base.op not in (Ops.PARAM, Ops.CONST) and base not in realize and _expensive(base, realize):
+                    cuts.add(base)
+                    work.append(base)
                     continue
-                state |= 2
-            elif node.op in (Ops.EXPAND, Ops.PAD):
-                state |= 1
+            state |= 2 if node.op is Ops.REDUCE_AXIS else 1 if node.op in (Ops.EXPAND, Ops.PAD) else 0
             stack.extend((s, state) for s in node.src)
+    return cuts
+
+
+def _shared_reduces(realize: set[UOp]) -> set[UOp]:
+    """Reduces that two or more kernels would each compute: they get a buffer instead."""
+    reached_by: dict[UOp, int] = {}
+    for kernel_root in realize:
+        if kernel_root.op is Ops.COPY:
+            continue
+        stack, seen = list(kernel_root.src), set()
+        while stack:
+            u = stack.pop()
+            if u in seen or u.op is Ops.PARAM or u in realize:
+                continue
+            seen.add(u)
+            if u.op is Ops.REDUCE_AXIS:
+                reached_by[u] = reached_by.get(u, 0) + 1
+            stack.extend(u.src)
+    return {u for u, n in reached_by.items() if n > 1}
+
+
+def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
+    """The nodes that must be written to a buffer; everything else fuses into its consumer."""
+    realize = _forced_realizes(roots, order)
+    while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
+        realize |= added
     return realize
 
 
