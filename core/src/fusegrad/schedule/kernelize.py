@@ -94,20 +94,31 @@ def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
     return realize | {red for u, red in reduce_below.items() if consumers.get(u, 0) > 1}
 
 
-def _expensive(node: UOp, realize: set[UOp], limit: int = 2) -> bool:
-    """Whether computing ``node`` inside a kernel takes ``limit`` or more ALU ops."""
-    count, stack, seen = 0, [node], set()
-    while stack:
+#: a cut costs a kernel launch and a pass over memory: worth it when it saves this much ALU work
+REPEATED_WORK_LIMIT = 1 << 20
+_COSTLY = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.IDIV, Ops.MOD})
+
+
+def _alu_cost(node: UOp, realize: set[UOp], cap: int = 64) -> int:
+    """Roughly how many ALU ops computing one element of ``node`` takes (4 per costly op)."""
+    cost, stack, seen = 0, [node], set()
+    while stack and cost < cap:
         u = stack.pop()
         if u in seen or u.op is Ops.PARAM or (u in realize and u is not node):
             continue
         seen.add(u)
         if u.op in GroupOp.ALU:
-            count += 1
-            if count >= limit:
-                return True
+            cost += 4 if u.op in _COSTLY else 1
         stack.extend(u.src)
-    return False
+    return cost
+
+
+def _repeats_work(expand: UOp, base: UOp, realize: set[UOp]) -> bool:
+    """Whether reading ``base`` through ``expand`` recomputes enough to deserve a buffer."""
+    if base.op in (Ops.PARAM, Ops.CONST) or base in realize or base.size == 0:
+        return False
+    repeated = expand.size - base.size
+    return repeated * _alu_cost(base, realize) > REPEATED_WORK_LIMIT
 
 
 def _below_views(u: UOp) -> UOp:
@@ -120,8 +131,8 @@ def _kernel_cuts(realize: set[UOp]) -> set[UOp]:
     """Nodes that must be cut off from the kernels of ``realize`` to avoid repeated work.
 
     A REDUCE reached through an EXPAND/PAD (state bit 1) or inside a REDUCE (bit 2) would run
-    again for every repeated element; so would an elementwise computation of two or more ops
-    read through an EXPAND (a convolution reads each input element once per filter tap).
+    again for every repeated element; so would elementwise work read through an EXPAND when the
+    repeats add up (a convolution reads each input element once per filter tap).
     """
     cuts: set[UOp] = set()
     work, seen = [r for r in realize if r.op is not Ops.COPY], set()
@@ -139,12 +150,10 @@ def _kernel_cuts(realize: set[UOp]) -> set[UOp]:
                 cuts.add(node)
                 work.append(node)
                 continue
-            if node.op is Ops.EXPAND:
-                base = _below_views(node)
-                if base.op not in (Ops.PARAM, Ops.CONST) and base not in realize and _expensive(base, realize):
-                    cuts.add(base)
-                    work.append(base)
-                    continue
+            if node.op is Ops.EXPAND and _repeats_work(node, base := _below_views(node), realize):
+                cuts.add(base)
+                work.append(base)
+                continue
             state |= 2 if node.op is Ops.REDUCE_AXIS else 1 if node.op in (Ops.EXPAND, Ops.PAD) else 0
             stack.extend((s, state) for s in node.src)
     return cuts
