@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fusegrad.dtype import DType, dtypes
+from fusegrad.dtype import dtypes
 from fusegrad.renderer.cstyle import CStyleRenderer
 from fusegrad.uop.ops import UOp
 
@@ -14,11 +14,6 @@ class CPURenderer(CStyleRenderer):
 
     def prelude(self, program: list[UOp]) -> str:
         return "#include <math.h>\n#include <stdbool.h>\n"
-
-    def render_math(self, op, dtype: DType, x: str) -> str:
-        if dtype == dtypes.float16:  # C has no half-precision libm: compute in float, round back
-            return self.render_cast(super().render_math(op, dtypes.float32, f"(float)({x})"), dtype)
-        return super().render_math(op, dtype, x)
 
     def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
         lines = super().render_loop(u, name, size)

@@ -41,11 +41,11 @@ def _clone_loop(r: UOp, copy: int) -> UOp:
     return r.replace(arg=(_COPY_AXIS * copy + r.arg[0], r.arg[1]))
 
 
-def _index(loops: list[UOp]) -> UOp:
-    """The flat position of the loop variables in an array of their trip counts."""
-    out = loops[0]
-    for loop in loops[1:]:
-        out = out * loop.src[0].arg + loop
+def _index(parts: list[UOp], sizes: list[int]) -> UOp:
+    """The flat position of ``parts`` (loop variables or constants) in an array of ``sizes``."""
+    out = parts[0]
+    for part, size in zip(parts[1:], sizes[1:]):
+        out = out * size + part
     return out
 
 
@@ -109,28 +109,41 @@ class Linearizer:
 
     def place_reduce(self, red: UOp, number: int) -> Callable[[dict[UOp, UOp]], UOp]:
         """Emit the accumulator and loops of one REDUCE; return how to read its result."""
-        value, loops = red.src[0], list(red.src[1:])
+        value = red.src[0]
+        loops = [r for r in red.src[1:] if r.arg[1] != "lane"]
+        lanes = [r for r in red.src[1:] if r.arg[1] == "lane"]
         ups = [u for u in self.upcast if u in self.used[red]]
-        count = prod(u.src[0].arg for u in ups)
-        acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, count))
+        sizes = [u.src[0].arg for u in ups + lanes]
+        acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, prod(sizes)))
         start = UOp.const(red.dtype, red.dtype.min if IDENTITY[red.arg] is None else IDENTITY[red.arg])
 
-        def slot(loops: list[UOp], after: UOp) -> UOp:
-            return UOp(Ops.INDEX, red.dtype, (acc, _index(loops))) if count > 1 else acc
+        def slot(index: list[UOp]) -> UOp:
+            return UOp(Ops.INDEX, red.dtype, (acc, _index(index, sizes))) if sizes else acc
 
         self.place([start, acc])
-        init_loops = [_clone_loop(u, 1) for u in ups]
+        init_loops = [_clone_loop(u, 1) for u in ups + lanes]
         self.place_nested(init_loops, set(self.outer), [], self.used)
-        self.place_tree(UOp(Ops.STORE, src=(slot(init_loops, start), start)))
+        self.place_tree(UOp(Ops.STORE, src=(slot(init_loops), start)))
         self.close(init_loops)
         body = [u for u in toposort([value]) if u not in self.placed]
-        self.place_nested([*loops, *ups], set(self.outer), body, self.used)
-        inner = loops[-1] if loops else acc
-        current = UOp(Ops.LOAD, red.dtype, (slot(ups, inner), inner))
-        self.place_tree(UOp(Ops.STORE, src=(slot(ups, inner), current.alu(red.arg, value))))
-        self.close([*loops, *ups])
-        end = UOp(Ops.END, src=(loops[0],)) if loops else current
-        return lambda copies: UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups], end), end))
+        self.place_nested([*loops, *ups, *lanes], set(self.outer), body, self.used)
+        inner = ([*loops, *lanes] or [acc])[-1]
+        current = UOp(Ops.LOAD, red.dtype, (slot(ups + lanes), inner))
+        self.place_tree(UOp(Ops.STORE, src=(slot(ups + lanes), current.alu(red.arg, value))))
+        self.close([*loops, *ups, *lanes])
+        end = UOp(Ops.END, src=(([*loops, *lanes])[0],)) if loops or lanes else current
+
+        def result(copies: dict[UOp, UOp]) -> UOp:
+            """The accumulator at the copies of the upcast loops, its lanes combined."""
+            reads = [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups] + [UOp.const(dtypes.index, i)]), end))
+                     for i in range(lanes[0].src[0].arg)] if lanes else \
+                    [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups]), end))]
+            out = reads[0]
+            for r in reads[1:]:
+                out = out.alu(red.arg, r)
+            return out
+
+        return result
 
     def place_rest(self, results: dict[UOp, Callable[[dict[UOp, UOp]], UOp]]) -> None:
         """What needs the reductions or the upcast loops: in a copy of the upcast loops."""

@@ -49,6 +49,7 @@ def in_range(i: UOp, lo: int, hi: int) -> UOp:
 class Lowerer:
     """Walks one kernel AST; ``next_axis`` numbers the loops it opens."""
 
+    opts: KernelOpts | None = None
     next_axis: int = 100  # reduce loops are numbered after the output loops
     memo: dict = field(default_factory=dict)
 
@@ -115,10 +116,14 @@ class Lowerer:
         src = u.src[0]
         if any(src.shape[a] == 0 for a in axes):  # nothing to reduce: the identity
             return UOp.const(u.dtype, 0 if reduce_op is Ops.ADD else u.dtype.min)
-        loops = {a: self.new_range(src.shape[a], "reduce") for a in axes if src.shape[a] != 1}
-        inner = tuple(loops.get(a, idx_const(0)) if a in axes else i for a, i in enumerate(idx))
+        lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (-1, 1)
+        loops = {a: self.new_range(src.shape[a] // (lanes if a == lane_axis else 1), "reduce")
+                 for a in axes if src.shape[a] != 1}
+        lane = [self.new_range(lanes, "lane")] if lane_axis in loops else []
+        inner = tuple((loops.get(a, idx_const(0)) * lanes + lane[0] if lane and a == lane_axis
+                       else loops.get(a, idx_const(0))) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
-        return UOp(Ops.REDUCE, u.dtype, (value, *loops.values()), reduce_op)
+        return UOp(Ops.REDUCE, u.dtype, (value, *loops.values(), *lane), reduce_op)
 
 
 def output_index(
@@ -161,6 +166,6 @@ def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
     work = prod(value.shape) * max((r.src[0].size // max(r.size, 1) for r in reduced), default=1)
     idx, flat = output_index(value.shape, grid, opts, parallel=work > PARALLEL_WORK)
     true = UOp.const(dtypes.bool, True)
-    result = Lowerer().lower(value, idx, true)
+    result = Lowerer(opts).lower(value, idx, true)
     write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
     return UOp(Ops.SINK, dtypes.void, (write,))

@@ -23,11 +23,14 @@ MAX_ACCUMULATORS = 256
 
 @dataclass(frozen=True)
 class KernelOpts:
-    """The loop structure of a kernel: output axes as loops in ``order`` (outermost first), and
-    ``upcast`` pairs ``(axis, amount)`` that become inner loops of ``amount`` trips."""
+    """The loop structure of a kernel: output axes as loops in ``order`` (outermost first),
+    ``upcast`` pairs ``(axis, amount)`` that become inner loops of ``amount`` trips, and ``lanes``."""
 
     order: tuple[int, ...]
     upcast: tuple[tuple[int, int], ...] = ()
+    #: ``(reduced axis, amount)``: that axis of the reduction runs as vector lanes, each with an
+    #: accumulator of its own, combined after the loop
+    lanes: tuple[int, int] | None = None
 
 
 def _reduce_of(value: UOp) -> UOp | None:
@@ -60,16 +63,16 @@ def _amount(size: int, choices: tuple[int, ...]) -> int:
 def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     """The loop structure for ``ast``, or None to keep one flat loop (elementwise kernels)."""
     value = ast.src[0].src[1]
-    if uses_grid or Context.NOOPT or _reduce_of(value) is None or value.size < 64:
+    reduce = _reduce_of(value)
+    if uses_grid or Context.NOOPT or reduce is None:
         return None
     shape = value.shape
     axes = [d for d, s in enumerate(shape) if s > 1]
-    if not axes:
-        return None
     upcast: list[tuple[int, int]] = []
-    vec_axis = axes[-1]
-    if (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1:
+    vec_axis = axes[-1] if axes else None
+    if vec_axis is not None and (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1:
         upcast.append((vec_axis, vec))
+    lanes = None if upcast else _lanes(reduce)
     others = [d for d in axes if d != vec_axis]
     loads = _load_axes(value) if others else []
 
@@ -77,11 +80,19 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
         """Vector loads that need not be repeated along ``d`` first, then any loads."""
         return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a))
 
-    reuse = max(others, key=reuse_score, default=None)
-    if reuse is not None and (amount := _amount(shape[reuse], (8, 4, 2))) > 1:
-        if (vec if upcast else 1) * amount <= MAX_ACCUMULATORS:
-            upcast.insert(0, (reuse, amount))
-    order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse)) + (vec_axis,)
+    budget = MAX_ACCUMULATORS // max(1, upcast[0][1] if upcast else 1) // (lanes[1] if lanes else 1)
+    reuse = next((d for d in sorted(others, key=reuse_score, reverse=True)
+                  if 1 < _amount(shape[d], (8, 4, 2)) <= budget), None)
     if reuse is not None:
-        order += (reuse,)
-    return KernelOpts(order, tuple(upcast))
+        upcast.insert(0, (reuse, _amount(shape[reuse], (8, 4, 2))))
+    order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
+    order += tuple(d for d in (vec_axis, reuse) if d is not None)
+    return KernelOpts(order, tuple(upcast), lanes)
+
+
+def _lanes(reduce: UOp) -> tuple[int, int] | None:
+    """Split the innermost reduced axis into vector lanes when the output offers no vector axis."""
+    src = reduce.src[0]
+    axis = max(reduce.arg[1])
+    amount = _amount(src.shape[axis], (16, 8, 4))
+    return (axis, amount) if amount > 1 else None

@@ -29,9 +29,16 @@ class Renderer:
     native_bfloat16: bool = False
     #: loops over more elements than this may run on several threads (CPU)
     parallel_threshold: int = 1 << 15
+    #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
+    #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
+    min_storage_bits: int = 8
 
     def __init__(self, device: str = ""):
         self.device = device
+
+    def dtype_advice(self, dtype: DType) -> str:
+        """What to do about ``dtype`` when this target cannot hold it; ends the error message."""
+        return "cast the tensor to a supported dtype or use another device"
 
     def render(self, name: str, program: list[UOp]) -> str:
         """Return the source of one kernel called ``name`` computing ``program``."""

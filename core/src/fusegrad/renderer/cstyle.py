@@ -16,6 +16,23 @@ def _binary(symbol: str) -> Callable[[str, str], str]:
     return lambda a, b: f"({a}{symbol}{b})"
 
 
+#: The short type names OpenCL C and Metal share (``uchar``, ``ulong``...): a GPU renderer's table.
+SHORT_TYPE_NAMES: dict[DType, str] = {
+    dtypes.bool: "bool",
+    dtypes.int8: "char",
+    dtypes.uint8: "uchar",
+    dtypes.int16: "short",
+    dtypes.uint16: "ushort",
+    dtypes.int32: "int",
+    dtypes.uint32: "uint",
+    dtypes.int64: "long",
+    dtypes.uint64: "ulong",
+    dtypes.float16: "half",
+    dtypes.float32: "float",
+    dtypes.float64: "double",
+}
+
+
 class CStyleRenderer(Renderer):
     """Renders a linear program as one C-family function."""
 
@@ -54,6 +71,17 @@ class CStyleRenderer(Renderer):
         Ops.MULACC: lambda a, b, c: f"(({a}*{b})+{c})",
     }
     math_functions = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
+    #: appended to a math function's name for float32 (C's ``sqrtf``); "" where names are overloaded
+    float32_math_suffix = "f"
+    #: dtypes whose math functions are computed in float32 and rounded back (no half-precision libm)
+    math_in_float32: frozenset[DType] = frozenset({dtypes.float16})
+    #: how the language spells the float constants NaN and infinity
+    nan, infinity = "NAN", "INFINITY"
+    #: literal suffixes of 64-bit (signed, unsigned) constants; OpenCL C and Metal say ``l``, ``ul``
+    int64_suffixes = ("ll", "ull")
+    #: GPU targets whose launch covers more threads than the grid's size (whole groups) set this:
+    #: each thread past the end returns at once, before it loads or stores anything
+    guard_grid = False
 
     # ---- pieces a subclass overrides ------------------------------------------------------------
 
@@ -66,12 +94,23 @@ class CStyleRenderer(Renderer):
 
     def render_math(self, op: Ops, dtype: DType, x: str) -> str:
         """sqrt/exp2/log2/sin of ``x``: ``sqrtf`` for float, ``sqrt`` for double."""
-        suffix = "f" if dtype == dtypes.float32 else ""
+        if dtype in self.math_in_float32:
+            f32 = f"({self.type_name(dtypes.float32)})({x})"
+            return self.render_cast(self.render_math(op, dtypes.float32, f32), dtype)
+        suffix = self.float32_math_suffix if dtype == dtypes.float32 else ""
         return f"{self.math_functions[op]}{suffix}({x})"
 
     def render_special(self, u: UOp) -> str:
         """The expression for a grid index (SPECIAL) of a GPU target."""
         raise NotImplementedError(f"{type(self).__name__} launches no grid")
+
+    def render_grid_index(self, u: UOp) -> list[str]:
+        """The lines that define grid index ``u`` (a SPECIAL ``(name, size)``), guarded if needed."""
+        name, size = u.arg
+        lines = [f"int {name} = {self.render_special(u)};"]
+        if self.guard_grid:  # no barrier follows in a kernel of ours, so returning early is safe
+            lines.append(f"if ({name} >= {size}) return;")
+        return lines
 
     def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
         """The line(s) that open the loop of a RANGE."""
@@ -87,16 +126,16 @@ class CStyleRenderer(Renderer):
     def render_const(self, value: bool | int | float, dtype: DType) -> str:
         if dtype.is_float:
             if math.isnan(value):
-                text = "NAN"
+                text = self.nan
             elif math.isinf(value):
-                text = "INFINITY" if value > 0 else "-INFINITY"
+                text = self.infinity if value > 0 else f"-{self.infinity}"
             else:
                 text = repr(float(value)) + ("f" if dtype != dtypes.float64 else "")
             return text if dtype in (dtypes.float32, dtypes.float64) else self.render_cast(text, dtype)
         if dtype == dtypes.bool:
             return "1" if value else "0"
         if dtype.itemsize == 8:
-            suffix = "ull" if dtype.is_unsigned else "ll"
+            suffix = self.int64_suffixes[dtype.is_unsigned]
             if value == dtype.min:
                 return f"({value + 1}{suffix}-1)"
             return f"{value}{suffix}"
@@ -104,11 +143,22 @@ class CStyleRenderer(Renderer):
             return f"({value + 1}-1)"
         return f"{value}u" if dtype.is_unsigned else str(value)
 
-    def kernel_signature(self, name: str, params: list[UOp]) -> str:
-        args = [
-            f"{self.buffer_qualifier}{self.type_name(p.dtype)}* {self.restrict} data{p.arg[0]}"
-            for p in params
-        ]
+    def param_type(self, dtype: DType) -> str:
+        """The element type of a buffer argument (OpenCL may not pass ``bool*``)."""
+        return self.type_name(dtype)
+
+    def render_param(self, u: UOp) -> str:
+        """One buffer argument of the kernel, ``float* restrict data1``."""
+        restrict = f" {self.restrict}" if self.restrict else ""
+        return f"{self.buffer_qualifier}{self.param_type(u.dtype)}*{restrict} data{u.arg[0]}"
+
+    def extra_params(self, program: list[UOp]) -> list[str]:
+        """Arguments after the buffers (Metal's thread position)."""
+        return []
+
+    def kernel_signature(self, name: str, params: list[UOp], program: list[UOp] | None = None) -> str:
+        """``void name(float* restrict data0, ...)``: the prefix, the buffers, any extra arguments."""
+        args = [self.render_param(p) for p in params] + self.extra_params(program or [])
         return f"{self.kernel_prefix} {name}({', '.join(args)})"
 
     # ---- the walk ------------------------------------------------------------------------------
@@ -138,7 +188,8 @@ class CStyleRenderer(Renderer):
                 names[u] = self.render_const(u.arg, u.dtype)
             elif op is Ops.SPECIAL:
                 names[u] = u.arg[0]
-                emit(f"int {u.arg[0]} = {self.render_special(u)};")
+                for line in self.render_grid_index(u):
+                    emit(line)
             elif op is Ops.RANGE:
                 names[u] = f"ridx{u.arg[0]}"
                 for line in self.render_loop(u, names[u], src[0]):
@@ -168,7 +219,8 @@ class CStyleRenderer(Renderer):
             else:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
         body = "\n".join(lines)
-        return f"{self.prelude(program)}{self.kernel_signature(name, params)} {{\n{body}\n}}\n"
+        signature = self.kernel_signature(name, params, program)
+        return f"{self.prelude(program)}{signature} {{\n{body}\n}}\n"
 
     def render_alu(self, u: UOp, src: list[str]) -> str:
         if u.op in self.math_functions:

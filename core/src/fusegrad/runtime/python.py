@@ -23,13 +23,15 @@ class PythonAllocator(Allocator):
     """Host memory as numpy byte arrays."""
 
     def alloc(self, nbytes: int) -> np.ndarray:
-        return np.zeros(nbytes, dtype=np.uint8)
+        # whole 32-bit words, so that a program with packed narrow types can view it as uint32
+        return np.zeros(nbytes + -nbytes % 4, dtype=np.uint8)
 
     def copyin(self, handle: np.ndarray, src: memoryview) -> None:
-        handle[:] = np.frombuffer(src, dtype=np.uint8)
+        handle[: src.nbytes] = np.frombuffer(src, dtype=np.uint8)
 
     def copyout(self, dest: memoryview, handle: np.ndarray) -> None:
-        np.frombuffer(dest, dtype=np.uint8)[:] = handle
+        out = np.frombuffer(dest, dtype=np.uint8)
+        out[:] = handle[: out.size]
 
 
 class PythonRenderer(Renderer):
@@ -94,6 +96,9 @@ _NUMPY_OPS = {
 }
 
 
+_ATOMICS = {Ops.ATOMIC_AND: np.bitwise_and, Ops.ATOMIC_OR: np.bitwise_or}
+
+
 class PythonProgram:
     """Interprets one linear program."""
 
@@ -147,6 +152,10 @@ class PythonProgram:
                 values[pc] = self._load(src, values, regs)
             elif op is Ops.STORE:
                 self._store(src, values, regs)
+            elif op in _ATOMICS:  # ufunc.at applies every lane, even lanes sharing a word
+                buf, idx = values[src[0]]
+                idx, value = np.broadcast_arrays(idx, values[src[1]])
+                _ATOMICS[op].at(buf, idx, value)
             elif op is Ops.CAST:
                 x = values[src[0]]
                 values[pc] = (x != 0) if dtype == dtypes.bool else x.astype(dtype.np)

@@ -116,7 +116,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     skipped: dict[str, list[str]] = defaultdict(list)
     for outcome in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(outcome, []):
-            if not isinstance(report, pytest.TestReport) or not _from_suite(config, report):
+            if not isinstance(report, pytest.TestReport) or "conformance" not in report.keywords:
                 continue
             if outcome == "passed" and report.when != "call":
                 continue
@@ -132,9 +132,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         shown = ", ".join(tests[:4]) + (f" and {len(tests) - 4} more" if len(tests) > 4 else "")
         terminalreporter.write_line(f"skipped {len(tests)}: {reason}")
         terminalreporter.write_line(f"    {shown}")
-
-
-def _from_suite(config: pytest.Config, report: pytest.TestReport) -> bool:
-    """Whether a report (perhaps from an xdist worker) is of one of the suite's tests."""
-    path = (config.rootpath / report.nodeid.partition("::")[0]).resolve()
-    return SUITE in path.parents

@@ -51,6 +51,8 @@ class Ops(Enum):
     INDEX = auto()  # src: (param, offset); a pointer into a buffer
     LOAD = auto()  # src: (index,) or (index, gate, alternative)
     STORE = auto()  # src: (index, value)
+    ATOMIC_AND = auto()  # src: (index, value); *index &= value, atomically (packed narrow stores)
+    ATOMIC_OR = auto()  # src: (index, value[, after]); *index |= value atomically, after ``after``
     CONST = auto()
     CAST = auto()
     BITCAST = auto()
@@ -100,6 +102,8 @@ BACKEND_OPS = frozenset(
     {Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF}
     | {Ops.ENDIF, Ops.BARRIER, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CONST, Ops.CAST, Ops.BITCAST}
     | GroupOp.ALU
+    # only in programs for renderers with ``min_storage_bits`` > 8 (see codegen/decompose.py)
+    | {Ops.ATOMIC_AND, Ops.ATOMIC_OR}
 )
 
 

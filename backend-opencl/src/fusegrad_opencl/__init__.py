@@ -1,0 +1,99 @@
+"""fusegrad's OpenCL backend: OpenCL C built by the device's driver and run through pyopencl.
+
+Hook implementations only. pyopencl is imported when the devices are counted, and only if it is
+installed: ``OPENCL:0``, ``OPENCL:1``... are the OpenCL devices of every platform, GPUs first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import TYPE_CHECKING
+
+from fusegrad.device import DeviceSpec
+from fusegrad.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from fusegrad.device import Allocator, Compiler
+    from fusegrad.renderer import Renderer
+
+FUSEGRAD_BACKEND_API = 1
+#: With a GPU (or accelerator): above CPU (10). With only CPU devices (PoCL), below the CPU
+#: backend, which is faster on the same cores: OPENCL is then chosen by name, never by default.
+GPU_PRIORITY, CPU_ONLY_PRIORITY = 20, 5
+NOT_INSTALLED = "pyopencl not installed (pip install fusegrad-opencl)"
+
+
+def is_opencl(device: str) -> bool:
+    """Whether ``device`` (``"OPENCL"``, ``"opencl:1"``...) names one of this backend's devices."""
+    return device.partition(":")[0].upper() == "OPENCL"
+
+
+@functools.cache
+def survey() -> tuple[int, bool, str | None]:
+    """(device count, whether one is not a CPU, None or why no device can be used)."""
+    if importlib.util.find_spec("pyopencl") is None:
+        return 1, False, NOT_INSTALLED
+    import pyopencl as cl
+
+    from fusegrad_opencl.device import find_devices
+
+    try:
+        devices = find_devices()
+    except cl.Error as e:
+        why = str(e).strip() or type(e).__name__
+        return 1, False, f"no OpenCL platform ({why}); install an OpenCL driver, e.g. " \
+            "pip install pocl-binary-distribution"
+    if not devices:
+        return 1, False, "no OpenCL device: the OpenCL platforms found have no device"
+    return len(devices), any(d.type & ~cl.device_type.CPU for d in devices), None
+
+
+@hookimpl
+def fusegrad_devices() -> list[DeviceSpec]:
+    """One spec for every OpenCL device found (``count``), or one saying why there is none."""
+    count, has_gpu, why = survey()
+    priority = GPU_PRIORITY if has_gpu else CPU_ONLY_PRIORITY
+    return [DeviceSpec("OPENCL", priority, lambda: why, count)]
+
+
+@hookimpl
+def fusegrad_allocator(device: str) -> Allocator | None:
+    """``cl.Buffer`` memory in the device's context."""
+    if not is_opencl(device):
+        return None
+    from fusegrad_opencl.device import CLAllocator, open_device
+
+    return CLAllocator(open_device(device))
+
+
+@hookimpl
+def fusegrad_compiler(device: str) -> Compiler | None:
+    """The device's OpenCL driver; results are device binaries."""
+    if not is_opencl(device):
+        return None
+    from fusegrad_opencl.compiler import CLCompiler
+    from fusegrad_opencl.device import open_device
+
+    return CLCompiler(open_device(device))
+
+
+@hookimpl
+def fusegrad_program(device: str) -> type | None:
+    """Kernels built from the device binary, enqueued on the device's queue."""
+    if not is_opencl(device):
+        return None
+    from fusegrad_opencl.device import CLProgram, open_device
+
+    return functools.partial(CLProgram, open_device(device))  # type: ignore[return-value]
+
+
+@hookimpl
+def fusegrad_renderer(device: str) -> Renderer | None:
+    """OpenCL C, with float16 and float64 as the device's extensions allow."""
+    if not is_opencl(device):
+        return None
+    from fusegrad_opencl.device import open_device
+    from fusegrad_opencl.renderer import OpenCLRenderer
+
+    return OpenCLRenderer(device, open_device(device).extensions)
