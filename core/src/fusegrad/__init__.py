@@ -5,9 +5,10 @@
 
 from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
+from fusegrad.engine.jit import TinyJit
 from fusegrad.engine.realize import GlobalCounters
 from fusegrad.helpers import Context, context
 from fusegrad.tensor import Tensor
 
-__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "context", "dtypes"]
+__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "TinyJit", "context", "dtypes"]
 __version__ = "0.1.0"

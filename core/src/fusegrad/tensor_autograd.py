@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 
 # Tensors that asked for gradients; backward() looks for them in the graph it differentiates.
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
+_ASSIGNS = [0]  # how many assigns ran; TinyJit refuses to capture functions that assign
+
+
+def assign_count() -> int:
+    return _ASSIGNS[0]
 
 
 class _Switch(ContextDecorator):
@@ -138,4 +143,5 @@ class AutogradMixin:
             x = x.to(self.device)  # type: ignore[attr-defined]
         self.uop = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
         self._graph = None
+        _ASSIGNS[0] += 1
         return self  # type: ignore[return-value]

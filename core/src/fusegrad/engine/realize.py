@@ -8,6 +8,7 @@ prebuilt runner. No rewrite, no disk, no subprocess.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,8 @@ class Runner:
 
 
 _runners: dict[tuple[UOp, str], Runner] = {}
+#: set by TinyJit while it captures: called with (runner, buffers) after every kernel launch
+recorder: Callable[[tuple[Runner, list[Buffer]]], None] | None = None
 
 
 def get_runner(ast: UOp, device: str) -> Runner:
@@ -79,11 +82,17 @@ def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
             if step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
             seconds = step.runner([buffers[s].handle for s in step.slots], wait=timing)
+            if recorder is not None:
+                recorder((step.runner, [buffers[s] for s in step.slots]))
             GlobalCounters.kernel_count += 1
             GlobalCounters.global_ops += step.runner.kernel.flops
             if timing:
                 _report(step.runner, seconds)
         else:
+            if recorder is not None:
+                from fusegrad.engine.jit import JitError
+
+                raise JitError("TinyJit cannot capture a copy between devices yet; move tensors first")
             _copy(buffers[step.dest], buffers[step.source])
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start

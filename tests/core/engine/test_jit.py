@@ -1,0 +1,59 @@
+"""TinyJit: capture on the second call, replay with new inputs after that."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusegrad import GlobalCounters, Tensor, TinyJit
+from fusegrad.engine import realize
+from fusegrad.engine.jit import JitError
+
+
+def test_replay_uses_the_new_inputs(device):
+    f = TinyJit(lambda a, b: ((a + b) * 2 - a.exp()).sum(0).realize())
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x, y = rng.standard_normal((3, 4), np.float32), rng.standard_normal((3, 4), np.float32)
+        got = f(Tensor(x, device=device), Tensor(y, device=device)).numpy()
+        np.testing.assert_allclose(got, ((x + y) * 2 - np.exp(x)).sum(0), rtol=1e-5, atol=1e-6)
+    assert f.calls == 2 and len(f.launches) == 1
+
+
+def test_replay_builds_no_graph_and_schedules_nothing(monkeypatch):
+    f = TinyJit(lambda a: (a * 3).realize())
+    a = Tensor([1.0, 2.0])
+    f(a), f(a)
+    plans = len(realize._plans)
+    monkeypatch.setattr(realize, "make_plan", lambda *_: pytest.fail("replay scheduled"))
+    GlobalCounters.reset()
+    assert f(Tensor([5.0, 6.0])).tolist() == [15.0, 18.0]
+    assert GlobalCounters.kernel_count == 1 and GlobalCounters.compiles == 0
+    assert len(realize._plans) == plans
+
+
+def test_a_new_shape_captures_again():
+    f = TinyJit(lambda a: (a + 1).realize())
+    for n in (2, 2, 2, 3, 3, 3):
+        assert f(Tensor([1.0] * n)).tolist() == [2.0] * n
+    assert f.signature is not None and f.signature[0][0] == (3,)
+
+
+def test_weights_outside_the_inputs_are_captured():
+    w = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    f = TinyJit(lambda x: (x @ w).relu().realize())
+    for v in ([1.0, 0.0], [0.0, 1.0], [-1.0, 1.0]):
+        np.testing.assert_allclose(f(Tensor([v])).numpy(), np.maximum(np.array([v]) @ w.numpy(), 0))
+
+
+def test_a_function_that_assigns_is_refused():
+    w = Tensor([1.0, 2.0])
+
+    def step(x: Tensor) -> Tensor:
+        w.assign(w + x)
+        return w.realize()
+
+    f = TinyJit(step)
+    f(Tensor([1.0, 1.0]))
+    with pytest.raises(JitError, match="assigns to tensors"):
+        f(Tensor([1.0, 1.0]))
