@@ -218,7 +218,6 @@ def test_kernel_compiled_event_reaches_listeners(fake_plugins: FakePlugins):
     assert device == "PYTHON" and name in kernel_source and seconds >= 0
 
 
-@pytest.mark.xfail(strict=True, reason="the engine does not call fusegrad_kernel_run yet")
 def test_kernel_run_event_reaches_listeners(fake_plugins: FakePlugins):
     source = """
         from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
@@ -233,3 +232,24 @@ def test_kernel_run_event_reaches_listeners(fake_plugins: FakePlugins):
     fake_plugins.install("fake_runlistener", source)
     assert add_one("PYTHON") == [2, 3, 4]
     assert [device for _, device, _ in sys.modules["fake_runlistener"].events] == ["PYTHON"]
+
+
+def test_rewrite_rules_hook_changes_the_kernel(fake_plugins: FakePlugins):
+    source = """
+        from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
+        from fusegrad.uop.ops import Ops, UOp
+        from fusegrad.uop.pattern import PatternMatcher, UPat
+
+        FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
+
+        @hookimpl
+        def fusegrad_rewrite_rules(stage, device):
+            if stage != "kernel" or device != "PYTHON":
+                return None
+            # a deliberately wrong rule, to see it applied: every x * c becomes x + c
+            return PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c"))),
+                                    lambda x, c: x + c)])
+        """
+    fake_plugins.install("fake_rules", source)
+    x = Tensor(np.arange(4, dtype=np.float32), device="PYTHON")
+    assert (x * 3).numpy().tolist() == [3, 4, 5, 6]

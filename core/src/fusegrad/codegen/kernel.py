@@ -11,7 +11,7 @@ from fusegrad.codegen.opt import heuristic_opts
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
-from fusegrad.uop.pattern import graph_rewrite
+from fusegrad.uop.pattern import PatternMatcher, graph_rewrite
 from fusegrad.uop.symbolic import SIMPLIFY
 
 
@@ -25,6 +25,14 @@ class KernelSource:
     global_size: tuple[int, ...] | None
     n_buffers: int
     flops: int
+
+
+def plugin_rules(stage: str, device: str) -> PatternMatcher:
+    """The rewrite rules plugins add at ``stage`` for ``device`` (hook ``fusegrad_rewrite_rules``)."""
+    from fusegrad.plugin.manager import plugins
+
+    found = plugins().hook.fusegrad_rewrite_rules(stage=stage, device=device)
+    return PatternMatcher([rule for matcher in found if matcher is not None for rule in matcher.rules])
 
 
 def kernel_name(ast: UOp) -> str:
@@ -60,8 +68,10 @@ def generate(ast: UOp, renderer: Renderer) -> KernelSource:
         print(f"--- optimisation: {opts} ---")
     graph = lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
-    graph = graph_rewrite(graph, SIMPLIFY)
+    graph = graph_rewrite(graph, SIMPLIFY + plugin_rules("kernel", renderer.device))
     graph = decompose(graph, renderer)
+    if extra := plugin_rules("program", renderer.device).rules:
+        graph = graph_rewrite(graph, PatternMatcher(extra))
     _debug_stage("simplified and decomposed", graph)
     program = linearize(graph)
     _debug_stage("linear program", program)

@@ -63,9 +63,7 @@ def get_runner(ast: UOp, device: str) -> Runner:
     binary = rt.compiler.compile_cached(kernel.source)
     seconds = time.perf_counter() - start
     GlobalCounters.compiles += 1
-    from fusegrad.plugin.manager import plugins
-
-    plugins().hook.fusegrad_kernel_compiled(
+    _plugins().hook.fusegrad_kernel_compiled(
         name=kernel.name, device=device, source=kernel.source, seconds=seconds
     )
     runner = _runners[key] = Runner(kernel, rt.program(kernel.name, binary), device)
@@ -88,6 +86,10 @@ def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
             GlobalCounters.global_ops += step.runner.kernel.flops
             if timing:
                 _report(step.runner, seconds)
+            if _has_run_listeners():
+                _plugins().hook.fusegrad_kernel_run(
+                    name=step.runner.kernel.name, device=step.device, seconds=seconds
+                )
         else:
             if recorder is not None:
                 from fusegrad.engine.jit import JitError
@@ -100,6 +102,20 @@ def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
         kernels = sum(type(s) is KernelStep for s in plan.steps)
         print(f"realized {kernels} kernel(s) in {elapsed * 1e3:.3f} ms")
     return buffers
+
+
+def _plugins():
+    from fusegrad.plugin.manager import plugins
+
+    return plugins()
+
+
+def _has_run_listeners() -> bool:
+    """Whether any plugin listens to kernel launches (asked once per plugin manager)."""
+    pm = _plugins()
+    if pm.has_run_listeners is None:
+        pm.has_run_listeners = bool(pm.hook.fusegrad_kernel_run.get_hookimpls())
+    return pm.has_run_listeners
 
 
 def _report(runner: Runner, seconds: float | None) -> None:

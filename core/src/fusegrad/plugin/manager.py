@@ -35,6 +35,7 @@ class PluginManager(pluggy.PluginManager):
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
+        self.has_run_listeners: bool | None = None  # cached by the engine's hot path
         self._specs: dict | None = None
 
     def load_module(self, info: PluginInfo, module: ModuleType) -> None:

@@ -1,0 +1,100 @@
+"""One MNIST training step (the examples/mnist.py CNN, batch 128, Adam): fusegrad CPU vs torch CPU.
+
+    python bench/bench_mnist.py [--steps 5]
+
+Prints the median step time of each, measured in this run after a warm-up step (which for
+fusegrad includes compiling every kernel: its time is printed too), and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+from mnist import Model  # noqa: E402
+
+from fusegrad import Tensor, nn  # noqa: E402
+from fusegrad.nn.state import get_parameters  # noqa: E402
+
+
+def fusegrad_step_times(x: np.ndarray, y: np.ndarray, steps: int) -> tuple[float, list[float]]:
+    Tensor.manual_seed(0)
+    model = Model()
+    optimizer = nn.optim.Adam(get_parameters(model), lr=1e-3)
+    images, labels = Tensor(x), Tensor(y)
+
+    def step() -> None:
+        with Tensor.train():
+            optimizer.zero_grad()
+            model(images).sparse_categorical_crossentropy(labels).backward()
+            optimizer.step()
+
+    start = time.perf_counter()
+    step()
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return first, times
+
+
+def torch_step_times(x: np.ndarray, y: np.ndarray, steps: int) -> list[float] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    tnn = torch.nn
+    model = tnn.Sequential(
+        tnn.Conv2d(1, 32, 5), tnn.ReLU(), tnn.Conv2d(32, 32, 5), tnn.BatchNorm2d(32), tnn.ReLU(),
+        tnn.MaxPool2d(2), tnn.Conv2d(32, 64, 3), tnn.ReLU(), tnn.Conv2d(64, 64, 3),
+        tnn.BatchNorm2d(64), tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(576, 10),
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    images, labels = torch.from_numpy(x), torch.from_numpy(y).long()
+
+    def step() -> None:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, 128).astype(np.int32)
+    first, ours = fusegrad_step_times(x, y, args.steps)
+    theirs = torch_step_times(x, y, args.steps)
+    ours_ms = statistics.median(ours) * 1e3
+    print(f"fusegrad first step (compiles included) {first:8.2f} s")
+    print(f"fusegrad train step                     {ours_ms:8.1f} ms")
+    if theirs is None:
+        print("torch is not installed: no ratio")
+        return
+    theirs_ms = statistics.median(theirs) * 1e3
+    print(f"torch    train step                     {theirs_ms:8.1f} ms")
+    print(f"ratio (fusegrad time / torch time)      {ours_ms / theirs_ms:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
