@@ -1,6 +1,6 @@
 """A short tour: lazy tensors, fused kernels, generated C, and a check against numpy.
 
-Run it with ``bash scripts/demo.sh`` (or ``python examples/demo.py`` in the venv).
+Run it with ``.venv/bin/python examples/demo.py`` after ``bash scripts/setup.sh``.
 ``DEV=PYTHON`` runs the same on the interpreter device; ``DEBUG=3`` prints every kernel's source.
 """
 
