@@ -209,7 +209,8 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
 
     def cast(self, dtype: DType | str) -> Tensor:
         """Convert to ``dtype`` (floats to ints truncate, as in C and PyTorch)."""
-        return self._wrap(self.uop.cast(to_dtype(dtype)), self.device)
+        dtype = to_dtype(dtype)
+        return self if dtype == self.uop.dtype else self._wrap(self.uop.cast(dtype), self.device)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         """Reinterpret the bits as ``dtype`` of the same size."""
@@ -395,7 +396,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         return a._alu(Ops.MAX, b)
 
     def minimum(self, other: Tensor | Scalar) -> Tensor:
+        """min(a, b) = -max(-a, -b) for floats, so that a tie splits the gradient as maximum's."""
         a, b = self._operands(other)
+        if a.dtype.is_float:
+            return -((-a)._alu(Ops.MAX, -b))
         return (a < b).where(a, b)
 
     def where(self, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
@@ -498,8 +502,8 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         return self._float_operand()._alu(Ops.RECIP)
 
     def relu(self) -> Tensor:
-        """max(x, 0)"""
-        return self.maximum(0)
+        """x where x > 0, else 0 (so the gradient at 0 is 0, as torch's)."""
+        return (self > 0).where(self, self.zeros_like())
 
     def sigmoid(self) -> Tensor:
         """1 / (1 + e**-x)"""

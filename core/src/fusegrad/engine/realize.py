@@ -7,8 +7,10 @@ prebuilt runner. No rewrite, no disk, no subprocess.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,15 +52,9 @@ _runners: dict[tuple[UOp, str], Runner] = {}
 recorder: Callable[[tuple[Runner, list[Buffer]]], None] | None = None
 
 
-def get_runner(ast: UOp, device: str) -> Runner:
-    """The compiled kernel for ``ast`` on ``device`` (compiled once per process)."""
-    key = (ast, device)
-    if (runner := _runners.get(key)) is not None:
-        return runner
+def _compile(kernel: KernelSource, device: str) -> Runner:
+    """Compile one generated kernel (or read it from the disk cache) and load it."""
     rt = Device[device]
-    kernel = generate(ast, rt.renderer)
-    if Context.DEBUG >= 3:
-        print(kernel.source)
     start = time.perf_counter()
     binary = rt.compiler.compile_cached(kernel.source)
     seconds = time.perf_counter() - start
@@ -66,13 +62,42 @@ def get_runner(ast: UOp, device: str) -> Runner:
     _plugins().hook.fusegrad_kernel_compiled(
         name=kernel.name, device=device, source=kernel.source, seconds=seconds
     )
-    runner = _runners[key] = Runner(kernel, rt.program(kernel.name, binary), device)
+    return Runner(kernel, rt.program(kernel.name, binary), device)
+
+
+def _generate(ast: UOp, device: str) -> KernelSource:
+    kernel = generate(ast, Device[device].renderer)
+    if Context.DEBUG >= 3:
+        print(kernel.source)
+    return kernel
+
+
+def get_runner(ast: UOp, device: str) -> Runner:
+    """The compiled kernel for ``ast`` on ``device`` (compiled once per process)."""
+    key = (ast, device)
+    if (runner := _runners.get(key)) is None:
+        runner = _runners[key] = _compile(_generate(ast, device), device)
     return runner
+
+
+def compile_steps(steps: list) -> None:
+    """Compile the new kernels of a plan at once: the compiler processes run in parallel."""
+    todo = list(dict.fromkeys((s.ast, s.device) for s in steps
+                              if type(s) is KernelStep and s.runner is None and (s.ast, s.device) not in _runners))
+    if len(todo) < 2:
+        return
+    kernels = [_generate(ast, device) for ast, device in todo]  # Python: one at a time
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        runners = list(pool.map(lambda kd: _compile(*kd), zip(kernels, (d for _, d in todo))))
+    _runners.update(zip(todo, runners))
 
 
 def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
     """Execute ``plan`` with ``inputs`` bound to its first slots; return every slot's buffer."""
     buffers = inputs + [Buffer(dev, size, dtype) for size, dtype, dev in plan.new_slots]
+    if not plan.compiled:
+        compile_steps(plan.steps)
+        plan.compiled = True
     timing = Context.DEBUG >= 2
     start = time.perf_counter()
     for step in plan.steps:

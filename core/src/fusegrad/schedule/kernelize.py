@@ -15,7 +15,7 @@ Where the cuts go:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.dtype import DType
@@ -49,7 +49,7 @@ class Plan:
     new_slots: list[tuple[int, DType, str]]  # (size, dtype, device) of slots after the inputs
     outputs: list[int]  # the slot holding each root
     n_inputs: int
-    last_use: dict = field(default_factory=dict)
+    compiled: bool = False  # set once its kernels were compiled (together, in parallel)
 
 
 def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
