@@ -94,7 +94,11 @@ def compile_steps(steps: list) -> None:
 
 def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
     """Execute ``plan`` with ``inputs`` bound to its first slots; return every slot's buffer."""
-    buffers = inputs + [Buffer(dev, size, dtype) for size, dtype, dev in plan.new_slots]
+    pieces: dict[int, Buffer] = {}
+    for piece, (size, dtype, dev) in zip(plan.memory, plan.new_slots):
+        if piece not in pieces:
+            pieces[piece] = Buffer(dev, size, dtype)
+    buffers = inputs + [pieces[piece] for piece in plan.memory]
     if not plan.compiled:
         compile_steps(plan.steps)
         plan.compiled = True

@@ -15,7 +15,7 @@ Where the cuts go:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fusegrad.dtype import DType
@@ -50,6 +50,8 @@ class Plan:
     outputs: list[int]  # the slot holding each root
     n_inputs: int
     compiled: bool = False  # set once its kernels were compiled (together, in parallel)
+    #: new slot -> the memory it uses; slots whose lifetimes don't overlap share (see plan_memory)
+    memory: list[int] = field(default_factory=list)
 
 
 def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
@@ -252,7 +254,43 @@ def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str
         ast, slots = kernel_ast(u, slot_of)
         _check_devices(u, slots, device_of[u], n_inputs, slot_devices, new_slots)
         steps.append(KernelStep(ast, slots, device_of[u]))
-    return Plan(steps, new_slots, [slot_of[r] for r in roots], n_inputs)
+    outputs = [slot_of[r] for r in roots]
+    memory = plan_memory(steps, new_slots, n_inputs, set(outputs))
+    return Plan(steps, new_slots, outputs, n_inputs, memory=memory)
+
+
+def _slots_of(step: KernelStep | CopyStep) -> tuple[int, tuple[int, ...]]:
+    """The slot a step writes and the slots it reads."""
+    if isinstance(step, CopyStep):
+        return step.dest, (step.source,)
+    return step.slots[0], step.slots[1:]
+
+
+def plan_memory(steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: int,
+                outputs: set[int]) -> list[int]:
+    """Give each new slot a piece of memory, reusing one whose slot is dead (never read again).
+
+    A step's output never shares memory with a slot that step reads. Outputs are never reused:
+    they are what realize returns.
+    """
+    last_read: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for slot in _slots_of(step)[1]:
+            last_read[slot] = i
+    memory: list[int] = [-1] * len(new_slots)
+    free: dict[tuple, list[int]] = {}
+    pieces = 0
+    for i, step in enumerate(steps):
+        written, read = _slots_of(step)
+        key = new_slots[written - n_inputs]
+        if (pool := free.get(key)) and written not in outputs:
+            memory[written - n_inputs] = pool.pop()
+        else:
+            memory[written - n_inputs], pieces = pieces, pieces + 1
+        for slot in set(read):
+            if slot >= n_inputs and slot not in outputs and last_read.get(slot) == i:
+                free.setdefault(new_slots[slot - n_inputs], []).append(memory[slot - n_inputs])
+    return memory
 
 
 def _assign_devices(roots, devices, realize, slot_devices) -> dict[UOp, str]:
