@@ -25,6 +25,7 @@ class Context:
 
     DEBUG: int = getenv("DEBUG")
     NOOPT: int = getenv("NOOPT")
+    BEAM: int = getenv("BEAM")
 
 
 @contextmanager

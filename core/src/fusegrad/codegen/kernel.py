@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from fusegrad.codegen.decompose import decompose
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import lower_kernel
-from fusegrad.codegen.opt import heuristic_opts
+from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
@@ -25,6 +25,7 @@ class KernelSource:
     global_size: tuple[int, ...] | None
     n_buffers: int
     flops: int
+    opts: KernelOpts | None = None
 
 
 def plugin_rules(stage: str, device: str) -> PatternMatcher:
@@ -59,11 +60,15 @@ def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
             print(graph)
 
 
-def generate(ast: UOp, renderer: Renderer) -> KernelSource:
-    """Turn a kernel AST into source for ``renderer``."""
+_DEFAULT = object()
+
+
+def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _DEFAULT) -> KernelSource:
+    """Turn a kernel AST into source for ``renderer`` (with ``opts``, else the heuristic's)."""
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
-    opts = heuristic_opts(ast, grid)
+    if opts is _DEFAULT:
+        opts = heuristic_opts(ast, grid)
     if Context.DEBUG >= 4:
         print(f"--- optimisation: {opts} ---")
     graph = lower_kernel(ast, grid=grid, opts=opts)
@@ -81,7 +86,7 @@ def generate(ast: UOp, renderer: Renderer) -> KernelSource:
     global_size = tuple(u.arg[1] for u in special) if special else None
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
-    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops)
+    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops, opts)  # type: ignore[arg-type]
 
 
 def count_flops(program: list[UOp]) -> int:

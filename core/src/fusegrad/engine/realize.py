@@ -66,7 +66,13 @@ def _compile(kernel: KernelSource, device: str) -> Runner:
 
 
 def _generate(ast: UOp, device: str) -> KernelSource:
-    kernel = generate(ast, Device[device].renderer)
+    rt = Device[device]
+    if Context.BEAM and rt.renderer.grid_dims is None:
+        from fusegrad.codegen.search import beam_search
+
+        kernel = generate(ast, rt.renderer, beam_search(ast, rt, device, Context.BEAM))
+    else:
+        kernel = generate(ast, rt.renderer)
     if Context.DEBUG >= 3:
         print(kernel.source)
     return kernel

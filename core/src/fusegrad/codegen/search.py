@@ -1,0 +1,129 @@
+"""BEAM search: time candidate loop structures of a kernel on the device, keep the fastest.
+
+``BEAM=N`` turns it on. The candidates are the heuristic's choice and its neighbours (other
+upcast amounts, another reused axis, lanes or none); the ``N`` fastest of each round are
+widened again, for two rounds. Every candidate is compiled (in parallel), run on buffers of the
+kernel's sizes after a warm-up, and timed as the median of several runs. The winner is never
+slower than the heuristic's choice, since that is a candidate too; it is cached on disk per
+kernel, device and compiler, so the search runs once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+
+from fusegrad.codegen.kernel import KernelSource, generate
+from fusegrad.codegen.opt import MAX_ACCUMULATORS, KernelOpts, _reduce_of, heuristic_opts
+from fusegrad.device import Buffer, Runtime
+from fusegrad.helpers import cache_dir
+from fusegrad.uop.ops import Ops, UOp, toposort
+
+REPEATS = 5
+
+
+def _neighbours(opts: KernelOpts | None, ast: UOp) -> list[KernelOpts | None]:
+    """Loop structures one change away from ``opts``."""
+    value = ast.src[0].src[1]
+    shape = value.shape
+    axes = [d for d, s in enumerate(shape) if s > 1]
+    if not axes or _reduce_of(value) is None:
+        return []
+    base = opts or KernelOpts(tuple(range(len(shape))))
+    out: list[KernelOpts | None] = [None]
+    for axis in axes:
+        for amount in (2, 4, 8, 16, 32):
+            if shape[axis] % amount or shape[axis] == amount:
+                continue
+            kept = tuple(u for u in base.upcast if u[0] != axis)
+            for upcast in (kept + ((axis, amount),), ((axis, amount),)):
+                if _accumulators(upcast, base.lanes) <= MAX_ACCUMULATORS and len(upcast) <= 2:
+                    order = tuple(d for d in base.order if d not in dict(upcast)) + tuple(dict(upcast))
+                    out.append(KernelOpts(order, upcast, base.lanes))
+    reduce = _reduce_of(value)
+    axis = max(reduce.arg[1])
+    for amount in (4, 8, 16):
+        if reduce.src[0].shape[axis] % amount == 0 and _accumulators(base.upcast, (axis, amount)) <= MAX_ACCUMULATORS:
+            out.append(KernelOpts(base.order, base.upcast, (axis, amount)))
+    out.append(KernelOpts(base.order, base.upcast, None))
+    return list(dict.fromkeys(out))
+
+
+def _accumulators(upcast: tuple, lanes: tuple | None) -> int:
+    n = 1
+    for _, amount in upcast:
+        n *= amount
+    return n * (lanes[1] if lanes else 1)
+
+
+def _time(kernel: KernelSource, rt: Runtime, device: str, ast: UOp) -> float:
+    """Median seconds of the compiled kernel on scratch buffers of the right sizes."""
+    params = sorted({u.arg: u for u in toposort([ast]) if u.op is Ops.PARAM}.values(), key=lambda u: u.arg[0])
+    buffers = [Buffer(device, max(1, p.arg[1]), p.dtype) for p in params]
+    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    handles = [b.handle for b in buffers]
+    program(*handles, global_size=kernel.global_size, wait=True)
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        measured = program(*handles, global_size=kernel.global_size, wait=True)
+        times.append(measured if measured else time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _cache_path(ast: UOp, device: str, rt: Runtime) -> str:
+    key = hashlib.sha256(f"{rt.compiler.identity}\0{device}\0{ast!r}".encode()).hexdigest()
+    return os.path.join(cache_dir(), "beam", key + ".json")
+
+
+def _load(path: str) -> KernelOpts | None | bool:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    if data is None:
+        return None
+    return KernelOpts(tuple(data["order"]), tuple(tuple(u) for u in data["upcast"]),
+                      tuple(data["lanes"]) if data["lanes"] else None)
+
+
+def _save(path: str, opts: KernelOpts | None) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(opts) if opts else None, f)
+    os.replace(tmp, path)
+
+
+def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | None:
+    """The fastest loop structure found for ``ast`` on ``device`` (cached on disk)."""
+    path = _cache_path(ast, device, rt)
+    if (cached := _load(path)) is not False:
+        return cached  # type: ignore[return-value]
+    start = time.perf_counter()
+    default = heuristic_opts(ast, rt.renderer.grid_dims is not None)
+    timed: dict[KernelOpts | None, float] = {}
+    frontier: list[KernelOpts | None] = [default]
+    for _ in range(2):
+        todo = [o for o in dict.fromkeys(frontier + [n for f in frontier for n in _neighbours(f, ast)])
+                if o not in timed]
+        kernels = [generate(ast, rt.renderer, o) for o in todo]
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # compile in parallel
+            list(pool.map(lambda k: rt.compiler.compile_cached(k.source), kernels))
+        for o, k in zip(todo, kernels):
+            timed[o] = _time(k, rt, device, ast)
+        frontier = sorted(timed, key=timed.__getitem__)[:width]
+        sys.stderr.write(f"\rBEAM {kernels[0].name if kernels else ''}: {len(timed)} candidates, "
+                         f"best {timed[frontier[0]] * 1e3:.3f} ms (default {timed[default] * 1e3:.3f} ms)")
+    best = frontier[0]
+    sys.stderr.write(f" in {time.perf_counter() - start:.1f} s\n")
+    _save(path, best)
+    return best
