@@ -11,7 +11,11 @@ stamp=.venv/.fusegrad-installed
 if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e core -e backend-cpu \
-    "pytest>=8" "pytest-xdist>=3" "ruff>=0.6"
+    "pytest>=8" "pytest-xdist>=3" "ruff>=0.6" \
+    "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+  .venv/bin/python -m pip install -q -e backend-webgpu wgpu
+  # reference for the differential tests (only this torch: others download gigabytes)
+  .venv/bin/python -m pip install -q "torch==2.13.0" "safetensors>=0.4"
   touch "$stamp"
 fi
 if ! command -v cc >/dev/null && ! command -v gcc >/dev/null && ! command -v clang >/dev/null; then
