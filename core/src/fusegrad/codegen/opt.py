@@ -38,11 +38,8 @@ def _reduce_of(value: UOp) -> UOp | None:
     return reduces[0] if len(reduces) == 1 else None
 
 
-def _load_axes(value: UOp) -> list[set[int]]:
-    """For each input read inside the reduction, the output axes its index changes along.
-
-    Found by lowering once with a loop per axis and looking for each loop in each load's index.
-    """
+def _plain_kernel(value: UOp) -> list[UOp]:
+    """The nodes of ``value``'s kernel lowered with a plain loop per output axis, simplified."""
     from fusegrad.codegen.lower import lower_kernel
     from fusegrad.uop.pattern import graph_rewrite
     from fusegrad.uop.symbolic import SIMPLIFY
@@ -50,10 +47,24 @@ def _load_axes(value: UOp) -> list[set[int]]:
     plain = KernelOpts(tuple(range(len(value.shape))))
     out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
     sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
-    nodes = toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=plain), SIMPLIFY)])
+    return toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=plain), SIMPLIFY)])
+
+
+def _load_axes(nodes: list[UOp]) -> list[set[int]]:
+    """For each input read, the output axes its index changes along."""
     # with the plain order, output loop number i is output axis i
     loops = {u: u.arg[0] for u in nodes if u.op is Ops.RANGE and u.arg[1] != "reduce"}
     return [{loops[n] for n in toposort([u.src[0]]) if n in loops} for u in nodes if u.op is Ops.LOAD]
+
+
+def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
+    """Whether some input is read at consecutive addresses along the innermost reduce loop."""
+    from fusegrad.uop.symbolic import terms
+
+    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "reduce"), key=lambda u: u.arg[0])
+    if not loops:
+        return False
+    return any(loops[-1] in terms(u.src[0].src[1]) for u in nodes if u.op is Ops.LOAD)
 
 
 def _amount(size: int, choices: tuple[int, ...]) -> int:
@@ -72,9 +83,10 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     vec_axis = axes[-1] if axes else None
     if vec_axis is not None and (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1:
         upcast.append((vec_axis, vec))
-    lanes = None if upcast else _lanes(reduce)
+    nodes = _plain_kernel(value)
+    lanes = None if upcast or not _innermost_reduce_is_contiguous(nodes) else _lanes(reduce)
     others = [d for d in axes if d != vec_axis]
-    loads = _load_axes(value) if others else []
+    loads = _load_axes(nodes) if others else []
 
     def reuse_score(d: int) -> tuple[int, int]:
         """Vector loads that need not be repeated along ``d`` first, then any loads."""
