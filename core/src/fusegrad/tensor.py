@@ -524,6 +524,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = self._resolve_axes(axis)
         shape = self.shape
+        if len(axes) == self.ndim and (parts := _split_for_cores(self.numel())):
+            # a long full reduction in two steps, so that every core takes a part of it
+            partial = self.reshape(parts, self.numel() // parts)._reduce(op, 1, False)
+            return partial._reduce(op, 0, False).reshape((1,) * self.ndim if keepdim else ())
         if axes:
             out = self._wrap(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self.device)
         else:
@@ -585,6 +589,13 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
+
+
+def _split_for_cores(n: int) -> int | None:
+    """How many parts to cut a full reduction of ``n`` elements into (None: leave it whole)."""
+    if n < 1 << 18:
+        return None
+    return next((p for p in (64, 32, 16, 8, 4, 2) if n % p == 0), None)
 
 
 def _sum_dtype(dtype: DType) -> DType:

@@ -57,14 +57,21 @@ def _load_axes(nodes: list[UOp]) -> list[set[int]]:
     return [{loops[n] for n in toposort([u.src[0]]) if n in loops} for u in nodes if u.op is Ops.LOAD]
 
 
-def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
-    """Whether some input is read at consecutive addresses along the innermost reduce loop."""
+def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
+    """Whether some input is read at consecutive addresses as ``loop`` counts up."""
     from fusegrad.uop.symbolic import terms
 
+    return any(loop in terms(u.src[0].src[1]) for u in nodes if u.op is Ops.LOAD)
+
+
+def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
     loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "reduce"), key=lambda u: u.arg[0])
-    if not loops:
-        return False
-    return any(loops[-1] in terms(u.src[0].src[1]) for u in nodes if u.op is Ops.LOAD)
+    return bool(loops) and _reads_consecutively(nodes, loops[-1])
+
+
+def _output_axis_is_contiguous(nodes: list[UOp], axis: int) -> bool:
+    loops = [u for u in nodes if u.op is Ops.RANGE and u.arg == (axis, "global") or u.arg == (axis, "parallel")]
+    return bool(loops) and _reads_consecutively(nodes, loops[0])
 
 
 def _amount(size: int, choices: tuple[int, ...]) -> int:
@@ -81,9 +88,11 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     axes = [d for d, s in enumerate(shape) if s > 1]
     upcast: list[tuple[int, int]] = []
     vec_axis = axes[-1] if axes else None
-    if vec_axis is not None and (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1:
-        upcast.append((vec_axis, vec))
     nodes = _plain_kernel(value)
+    if vec_axis is not None and (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1 and (
+        _output_axis_is_contiguous(nodes, vec_axis) or not _innermost_reduce_is_contiguous(nodes)
+    ):
+        upcast.append((vec_axis, vec))
     lanes = None if upcast or not _innermost_reduce_is_contiguous(nodes) else _lanes(reduce)
     others = [d for d in axes if d != vec_axis]
     loads = _load_axes(nodes) if others else []
