@@ -284,8 +284,10 @@ class MathMixin:
         """Limit values to ``[min_, max_]`` (either may be None)."""
         if min_ is None and max_ is None:
             raise FusegradError("clip needs min_ or max_ (or both)")
-        x = self if min_ is None else self.maximum(min_)
-        return x if max_ is None else x.minimum(max_)
+        x = self
+        if min_ is not None:  # where, not maximum: at a bound the gradient goes to x, as torch's
+            x = (x < min_).where(min_, x)
+        return x if max_ is None else (x > max_).where(max_, x)
 
     clamp = clip
 
@@ -298,12 +300,16 @@ class MathMixin:
     def erf(self) -> Tensor:
         """The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7)."""
         x = self._float_operand()
-        t = (1 + 0.3275911 * x.abs()).reciprocal()
+        # erf is odd: f(|x|) mirrored with where, since sign(x) * f(|x|) has no slope at 0
+        negative = x < 0
+        ax = negative.where(-x, x)
+        t = (1 + 0.3275911 * ax).reciprocal()
         poly = t * (
             0.254829592
             + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
         )
-        return x.sign() * (1 - poly * (-(x * x)).exp())
+        y = 1 - poly * (-(ax * ax)).exp()
+        return negative.where(-y, y)
 
     def gelu(self, approximate: str = "tanh") -> Tensor:
         """GELU; ``approximate="tanh"`` (tinygrad's, the default) or ``"none"`` (exact, erf)."""
@@ -326,7 +332,7 @@ class MathMixin:
 
     def relu6(self) -> Tensor:
         """min(max(x, 0), 6)"""
-        return self.relu().minimum(6)
+        return self.hardtanh(0, 6)
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
         """x where x > 0, else neg_slope * x."""
@@ -338,12 +344,13 @@ class MathMixin:
 
     def celu(self, alpha: float = 1.0) -> Tensor:
         """max(0, x) + min(0, alpha * (e**(x/alpha) - 1))"""
-        return self.relu() + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+        return (self > 0).where(self, alpha * ((self / alpha).exp() - 1))
 
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + e**(beta x)) / beta, and x itself where beta x > threshold."""
         bx = self._float_operand() * beta
-        stable = bx.relu() + (1 + (-bx.abs()).exp()).log()  # log(1 + e**y) without overflow
+        # log(1 + e**y) without overflow; maximum, not relu, gives slope 1/2 at 0 as it should
+        stable = bx.maximum(0) + (1 + (-bx.abs()).exp()).log()
         return (bx > threshold).where(self._float_operand(), stable / beta)
 
     def mish(self) -> Tensor:
@@ -359,7 +366,9 @@ class MathMixin:
         return self * self.hardsigmoid()
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
-        return self.clip(min_val, max_val)
+        """x limited to [min_val, max_val]; unlike clip, no gradient at the bounds (torch's)."""
+        x = (self <= min_val).where(min_val, self)
+        return (x >= max_val).where(max_val, x)
 
     def softsign(self) -> Tensor:
         """x / (1 + |x|)"""

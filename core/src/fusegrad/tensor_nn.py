@@ -462,7 +462,8 @@ class NNMixin:
         self, target: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None
     ) -> Tensor:
         """Binary cross entropy of logits: (1 - y) x + (1 + (w - 1) y) log(1 + e**-x), stably."""
-        log_sigmoid_neg = (1 + (-self.abs()).exp()).log() + (-self).relu()  # log(1 + e**-x)
+        # log(1 + e**-x); maximum, not relu, so the slope at 0 is -1/2
+        log_sigmoid_neg = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
         scale = 1 if pos_weight is None else 1 + (pos_weight - 1) * target
         return _reduce_loss((1 - target) * self + scale * log_sigmoid_neg, reduction)
 

@@ -1,0 +1,186 @@
+"""Every speed workload of the project, fusegrad against the peers installed, in one run.
+
+    python bench/run.py [--quick]
+
+Peers: numpy, torch (2.13.0) and tinygrad (0.14.0), each when importable. For each workload it
+prints medians and the ratio of each peer's time to fusegrad's (> 1: fusegrad is faster), plus
+this machine's copy bandwidth and a measured FMA peak, so the figures can be read against the
+hardware. Compile time is excluded (each workload runs once before timing); the MNIST train
+step is in bench/bench_mnist.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from fusegrad import Device, Tensor, TinyJit
+
+Peer = dict[str, Callable[[], object]]
+
+
+def median(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - start) / inner)
+    return statistics.median(times)
+
+
+def peers() -> dict[str, object]:
+    found: dict[str, object] = {}
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, torch.get_num_threads()))
+        found["torch"] = torch
+    except ImportError:
+        pass
+    try:
+        import tinygrad
+
+        found["tinygrad"] = tinygrad
+    except ImportError:
+        pass
+    return found
+
+
+def report(name: str, unit: str, amount: float, times: dict[str, float]) -> None:
+    ours = times["fusegrad"]
+    cells = [f"fusegrad {amount / ours:9.2f} {unit}" if amount else f"fusegrad {ours * 1e6:9.1f} us"]
+    for peer, t in times.items():
+        if peer != "fusegrad":
+            value = f"{amount / t:9.2f}" if amount else f"{t * 1e6:9.1f}"
+            cells.append(f"{peer} {value} ({t / ours:5.2f}x)")
+    print(f"{name:<28s} " + "   ".join(cells))
+
+
+def workloads(n_big: int, matmul_sizes: tuple[int, ...], found: dict) -> list[tuple]:
+    """(name, unit, amount per run, {peer: setup -> fn})"""
+    rng = np.random.default_rng(0)
+    out = []
+    for n in matmul_sizes:
+        a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+        out.append((f"matmul {n}x{n} f32", "GFLOP/s", 2 * n**3 * 1e-9, a, b,
+                    lambda x, y: x @ y))
+    x = rng.standard_normal(n_big, np.float32)
+    out.append((f"5-op chain {n_big / 2**20:.1f}M", "GB/s", 8 * n_big * 1e-9, x, None,
+                lambda x, _: ((x * 2.0 + 1.0) * x - 0.5).relu() if not isinstance(x, np.ndarray)
+                else np.maximum((x * 2.0 + 1.0) * x - 0.5, 0)))
+    out.append((f"sum {n_big / 2**20:.1f}M f32", "GB/s", 4 * n_big * 1e-9, x, None, lambda x, _: x.sum()))
+    s = rng.standard_normal((4096, 4096) if n_big > 1 << 20 else (512, 512), np.float32)
+    out.append((f"softmax {s.shape[0]}x{s.shape[1]}", "GB/s", 8 * s.size * 1e-9, s, None, _softmax))
+    return out
+
+
+def _softmax(x, _):
+    if isinstance(x, np.ndarray):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    return x.softmax(-1) if hasattr(x, "softmax") else x
+
+
+def run_workload(name, unit, amount, a, b, fn, found, repeats) -> None:
+    times: dict[str, float] = {}
+    ta, tb = Tensor(a), Tensor(b) if b is not None else None
+    times["fusegrad"] = median(lambda: fn(ta, tb).realize(), repeats)
+    times["numpy"] = median(lambda: fn(a, b), repeats)
+    if (torch := found.get("torch")) is not None:
+        xa, xb = torch.from_numpy(a), torch.from_numpy(b) if b is not None else None
+        times["torch"] = median(lambda: fn(xa, xb), repeats)
+    if (tg := found.get("tinygrad")) is not None:
+        ga, gb = tg.Tensor(a).realize(), tg.Tensor(b).realize() if b is not None else None
+        times["tinygrad"] = median(lambda: fn(ga, gb).realize(), repeats)
+    report(name, unit, amount, times)
+
+
+def eager_and_jit(found: dict, repeats: int) -> None:
+    a, b = Tensor([1.0, 2.0, 3.0, 4.0]), Tensor([4.0, 3.0, 2.0, 1.0])
+    times = {"fusegrad": median(lambda: (a + b).realize(), repeats, 500)}
+    an, bn = a.numpy(), b.numpy()
+    times["numpy"] = median(lambda: an + bn, repeats, 500)
+    if (torch := found.get("torch")) is not None:
+        ta, tb = torch.from_numpy(an), torch.from_numpy(bn)
+        times["torch"] = median(lambda: ta + tb, repeats, 500)
+    if (tg := found.get("tinygrad")) is not None:
+        ga, gb = tg.Tensor(an).realize(), tg.Tensor(bn).realize()
+        times["tinygrad"] = median(lambda: (ga + gb).realize(), repeats, 20)
+    report("eager tiny op (4-elem add)", "", 0, times)
+    jit = TinyJit(lambda x, y: ((x + y) * 2 - 1).realize())
+    times = {"fusegrad": median(lambda: jit(a, b), repeats, 500)}
+    if (tg := found.get("tinygrad")) is not None:
+        gjit = tg.TinyJit(lambda x, y: ((x + y) * 2 - 1).realize())
+        times["tinygrad"] = median(lambda: gjit(ga, gb), repeats, 100)
+    report("TinyJit replay, 3 ops", "", 0, times)
+
+
+def machine_figures(n_big: int) -> None:
+    """Copy bandwidth (numpy) and an FMA peak measured with a fusegrad kernel on every core."""
+    x = np.random.default_rng(0).standard_normal(n_big, np.float32)
+    copy = median(lambda: x.copy(), 5)
+    print(f"machine: copy bandwidth {8 * n_big / copy * 1e-9:.1f} GB/s (numpy, read + write)")
+    peak = _fma_peak()
+    if peak:
+        print(f"machine: FMA peak {peak:.1f} GFLOP/s (float32, all cores, measured)")
+
+
+FMA_SOURCE = """
+typedef float v16 __attribute__((vector_size(64)));
+void fma_peak(float* out, int reps) {
+  #pragma omp parallel for
+  for (int t = 0; t < 64; t++) {
+    v16 a[12]; v16 m = {0}; v16 c = {0};
+    for (int k = 0; k < 16; k++) { m[k] = 1.0f + 1e-7f * k; c[k] = 1e-7f; }
+    for (int i = 0; i < 12; i++) a[i] = m + (float)i;
+    for (int r = 0; r < reps; r++)
+      for (int i = 0; i < 12; i++) a[i] = a[i] * m + c;
+    float s = 0; for (int i = 0; i < 12; i++) for (int k = 0; k < 16; k++) s += a[i][k];
+    out[t] = s;
+  }
+}
+"""
+
+
+def _fma_peak() -> float | None:
+    if Device.DEFAULT != "CPU":
+        return None
+    import ctypes
+
+    rt = Device["CPU"]
+    program = rt.program("fma_peak", rt.compiler.compile_cached(FMA_SOURCE.replace("-ffp-contract", "")))
+    out = np.zeros(64, np.float32)
+    reps = 20000
+    fn = program.function if hasattr(program, "function") else None
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    seconds = median(lambda: fn(out.ctypes.data, reps), 3)
+    return 64 * reps * 12 * 16 * 2 / seconds * 1e-9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes")
+    args = parser.parse_args()
+    found = peers()
+    n_big = 1 << 20 if args.quick else 1 << 24
+    sizes = (256,) if args.quick else (1024, 2048)
+    repeats = 3 if args.quick else 5
+    print(f"fusegrad on {Device.DEFAULT}; peers: numpy {np.__version__}"
+          + "".join(f", {k} {v.__version__}" for k, v in found.items() if hasattr(v, "__version__")))
+    print("ratios in brackets: peer time / fusegrad time (> 1: fusegrad faster)\n")
+    machine_figures(n_big)
+    for work in workloads(n_big, sizes, found):
+        run_workload(*work, found, repeats)
+    eager_and_jit(found, repeats)
+
+
+if __name__ == "__main__":
+    main()
