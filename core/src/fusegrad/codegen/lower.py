@@ -66,7 +66,7 @@ class Lowerer:
         return hit
 
     def _lower(self, u: UOp, idx: Index, gate: UOp) -> UOp:
-        op, arg = u.op, u.arg
+        op = u.op
         if op is Ops.PARAM:
             address = UOp(Ops.INDEX, u.dtype, (u, idx[0]))
             if gate.op is Ops.CONST and gate.arg is True:

@@ -17,7 +17,7 @@ from typing import Any
 from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.device import Buffer, Device
 from fusegrad.helpers import Context
-from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
+from fusegrad.schedule.kernelize import KernelStep, Plan, abstract, make_plan
 from fusegrad.uop.ops import UOp
 
 

@@ -111,7 +111,7 @@ class PythonProgram:
 
     def _match_loops(self) -> dict[int, int]:
         ends, open_loops = {}, []
-        for pc, (op, _, src, _) in enumerate(self.rows):
+        for pc, (op, _, _src, _) in enumerate(self.rows):
             if op is Ops.RANGE:
                 open_loops.append(pc)
             elif op is Ops.END:
