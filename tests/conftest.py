@@ -4,11 +4,37 @@ from __future__ import annotations
 
 import pytest
 
-#: The devices core's op tests compare: the interpreter (the oracle) and compiled C.
-DEVICES = ["PYTHON", "CPU"]
+from fusegrad.device import Device
+from fusegrad.dtype import DType
+
+
+def available(name: str) -> bool:
+    """Whether a plugin offers device ``name`` and it can be used here."""
+    spec = Device.specs().get(name)
+    return spec is not None and spec.unavailable() is None
+
+
+#: The devices core's op tests compare: the interpreter (the oracle), compiled C, and OpenCL
+#: where a driver is installed (PoCL's CPU device in CI), with the same tolerances.
+DEVICES = ["PYTHON", "CPU"] + [name for name in ("OPENCL",) if available(name)]
 
 
 @pytest.fixture(params=DEVICES)
 def device(request: pytest.FixtureRequest) -> str:
     """Each device the core tests run on."""
     return request.param
+
+
+@pytest.fixture(autouse=True)
+def _skip_dtypes_the_device_lacks(request: pytest.FixtureRequest) -> None:
+    """Skip a case whose parameters name a dtype its device cannot hold (float16 on a device
+    without cl_khr_fp16): that the device refuses it clearly is tested in its backend's tests."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    device = params.get("device")
+    if device not in DEVICES or device in ("PYTHON", "CPU"):
+        return  # not the ``device`` fixture's value (a test naming devices itself), or complete
+    supported = Device[device].renderer.supported_dtypes
+    values = [x for v in params.values() for x in (v if isinstance(v, tuple | list) else (v,))]
+    lacking = sorted({v.name for v in values if isinstance(v, DType) and v not in supported})
+    if lacking:
+        pytest.skip(f"{device} cannot hold {', '.join(lacking)} on this machine")

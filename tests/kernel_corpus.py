@@ -18,9 +18,19 @@ from fusegrad.uop.ops import UOp
 DEVICE = "PYTHON"
 #: every dtype a kernel may compute in
 DTYPES: tuple[DType, ...] = (
-    dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
-    dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16,
-    dtypes.float32, dtypes.float64,
+    dtypes.bool,
+    dtypes.int8,
+    dtypes.uint8,
+    dtypes.int16,
+    dtypes.uint16,
+    dtypes.int32,
+    dtypes.uint32,
+    dtypes.int64,
+    dtypes.uint64,
+    dtypes.float16,
+    dtypes.bfloat16,
+    dtypes.float32,
+    dtypes.float64,
 )
 
 
@@ -49,10 +59,16 @@ def _integer_ops(dtype: DType) -> Tensor:
 CASES: dict[str, Callable[[], Tensor]] = {
     **{f"elementwise_{d.name}": (lambda d=d: _elementwise(d)) for d in DTYPES},
     **{f"math_{d.name}": (lambda d=d: _math(d)) for d in DTYPES if d.is_float},
-    **{f"integer_ops_{d.name}": (lambda d=d: _integer_ops(d))
-       for d in DTYPES if d.is_int and d.itemsize >= 4},
+    **{
+        f"integer_ops_{d.name}": (lambda d=d: _integer_ops(d))
+        for d in DTYPES
+        if d.is_int and d.itemsize >= 4
+    },
     **{f"cast_float32_to_{d.name}": (lambda d=d: _x(9).cast(d)) for d in DTYPES},
-    **{f"cast_{d.name}_to_float32": (lambda d=d: _x(9, dtype=d).cast(dtypes.float32)) for d in DTYPES},
+    **{
+        f"cast_{d.name}_to_float32": (lambda d=d: _x(9, dtype=d).cast(dtypes.float32))
+        for d in DTYPES
+    },
     "bitcast_float32_uint32": lambda: _x(8).bitcast(dtypes.uint32),
     "bitcast_int32_float32": lambda: _x(8, dtype=dtypes.int32).bitcast(dtypes.float32),
     "constants_inf_nan": lambda: _x(6).maximum(float("-inf")) + float("nan") * 0,
@@ -91,3 +107,16 @@ def corpus_kernels(dtypes_supported: frozenset[DType] | None = None) -> list[tup
                 seen.add(ast)
                 out.append((f"{name}-{i}", ast))
     return out
+
+
+def check_add_and_matmul(device: str) -> None:
+    """A small program every GPU backend must get right: an add and a matmul that is not a
+    multiple of any group size, against numpy."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((65, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 7)).astype(np.float32)
+    np.testing.assert_allclose((Tensor(a, device=device) + 1).numpy(), a + 1)
+    got = (Tensor(a, device=device) @ Tensor(b, device=device)).numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)

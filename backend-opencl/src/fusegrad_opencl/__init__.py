@@ -42,8 +42,12 @@ def survey() -> tuple[int, bool, str | None]:
         devices = find_devices()
     except cl.Error as e:
         why = str(e).strip() or type(e).__name__
-        return 1, False, f"no OpenCL platform ({why}); install an OpenCL driver, e.g. " \
-            "pip install pocl-binary-distribution"
+        return (
+            1,
+            False,
+            f"no OpenCL platform ({why}); install an OpenCL driver, e.g. "
+            "pip install pocl-binary-distribution",
+        )
     if not devices:
         return 1, False, "no OpenCL device: the OpenCL platforms found have no device"
     return len(devices), any(d.type & ~cl.device_type.CPU for d in devices), None

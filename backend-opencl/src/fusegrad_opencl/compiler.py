@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 
 import pyopencl as cl
+
 from fusegrad.device import Compiler
 from fusegrad.errors import CompileError
-
 from fusegrad_opencl.device import CLDevice
 
 #: No fast-math options: results must match the CPU backend within the same tolerances.

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
+
 from fusegrad.device import Allocator
 from fusegrad.errors import DeviceNotFound
 
@@ -106,9 +107,9 @@ class CLProgram:
         self.device, self.name = device, name
         program = cl.Program(device.context, [device.device], [binary]).build()
         self.kernel = cl.Kernel(program, name)
-        self.profiled = bool(
-            device.queue.properties & cl.command_queue_properties.PROFILING_ENABLE
-        )
+        #: buffers past these are ones the kernel never reads (see ``fill_param_gaps``)
+        self.arity = self.kernel.get_info(cl.kernel_info.NUM_ARGS)
+        self.profiled = bool(device.queue.properties & cl.command_queue_properties.PROFILING_ENABLE)
 
     def __call__(
         self,
@@ -123,7 +124,8 @@ class CLProgram:
         The work-group size is left to the driver unless ``local_size`` is given: the kernel has
         no guard, so a global size must be covered exactly.
         """
-        self.kernel.set_args(*buffers, *(np.int32(v) for v in vals))
+        used = buffers[: self.arity - len(vals)]
+        self.kernel.set_args(*used, *(np.int32(v) for v in vals))
         start = time.perf_counter()
         event = cl.enqueue_nd_range_kernel(
             self.device.queue, self.kernel, global_size or (1,), local_size

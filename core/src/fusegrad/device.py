@@ -88,6 +88,14 @@ class Program(Protocol):
     ) -> float | None: ...
 
 
+def whole_groups(global_size: tuple[int, ...] | None, group: int) -> tuple[int, int]:
+    """(groups, threads per group) covering a flat ``global_size`` (one thread when None) in
+    whole groups of at most ``group``: the launch of a kernel whose renderer sets ``guard_grid``."""
+    n = global_size[0] if global_size else 1
+    threads = min(n, group)
+    return (n + threads - 1) // threads, threads
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceSpec:
     """A device a plugin offers: its name, its priority for ``Device.DEFAULT``, and a probe.
@@ -140,10 +148,14 @@ class Buffer:
 
     @property
     def handle(self) -> Any:
-        """The backend's memory handle, allocating it on first use."""
+        """The backend's memory handle, allocating it on first use (reusing freed memory)."""
         if self._handle is None:
-            self._allocator = Device[self.device].allocator
-            self._handle = self._allocator.alloc(max(self.nbytes, 1))
+            self._allocator = allocator = Device[self.device].allocator
+            nbytes = max(self.nbytes, 1)
+            free = _pool(allocator).get(nbytes)
+            self._handle = free.pop() if free else allocator.alloc(nbytes)
+            if free is not None:
+                _POOLED[0] -= nbytes if self._handle is not None else 0
         return self._handle
 
     @property
@@ -168,10 +180,41 @@ class Buffer:
 
     def __del__(self) -> None:
         if self._handle is not None and self._allocator is not None:
+            nbytes = max(self.nbytes, 1)
             try:
-                self._allocator.free(self._handle, max(self.nbytes, 1))
+                if _POOLED[0] + nbytes <= POOL_LIMIT:  # keep it: the next buffer this size takes it
+                    _pool(self._allocator).setdefault(nbytes, []).append(self._handle)
+                    _POOLED[0] += nbytes
+                else:
+                    self._allocator.free(self._handle, nbytes)
             except Exception:  # noqa: BLE001 - interpreter shutdown
                 pass
+
+
+#: bytes of freed device memory kept for reuse; fresh memory costs page faults (or a driver call)
+POOL_LIMIT = int(os.environ.get("FUSEGRAD_POOL_BYTES", 1 << 30))
+_POOLED = [0]
+
+
+def _pool(allocator: Allocator) -> dict[int, list[Any]]:
+    """Freed handles of ``allocator`` by size."""
+    pool = allocator.__dict__.get("_fusegrad_pool")
+    if pool is None:
+        pool = allocator.__dict__["_fusegrad_pool"] = {}
+    return pool
+
+
+def release_pooled_memory() -> None:
+    """Give every kept buffer back to its allocator (tests of allocators use it)."""
+    from fusegrad.device import Device as registry
+
+    for runtime in list(registry._open.values()):
+        pool = _pool(runtime.allocator)
+        for nbytes, handles in pool.items():
+            for handle in handles:
+                runtime.allocator.free(handle, nbytes)
+        pool.clear()
+    _POOLED[0] = 0
 
 
 class _DeviceRegistry:

@@ -33,6 +33,17 @@ SHORT_TYPE_NAMES: dict[DType, str] = {
 }
 
 
+def fill_param_gaps(params: list[UOp]) -> list[UOp]:
+    """``params`` with a byte-buffer stand-in for each number below the largest that no op uses.
+
+    Kernels are called with every buffer of their step, by position; a buffer the kernel never
+    reads (the input of a sum over zero elements) must still hold its place in the signature.
+    """
+    by_number = {p.arg[0]: p for p in params}
+    top = max(by_number, default=-1)
+    return [by_number.get(i) or UOp(Ops.PARAM, dtypes.uint8, (), (i, 0)) for i in range(top + 1)]
+
+
 class CStyleRenderer(Renderer):
     """Renders a linear program as one C-family function."""
 
@@ -131,7 +142,9 @@ class CStyleRenderer(Renderer):
                 text = self.infinity if value > 0 else f"-{self.infinity}"
             else:
                 text = repr(float(value)) + ("f" if dtype != dtypes.float64 else "")
-            return text if dtype in (dtypes.float32, dtypes.float64) else self.render_cast(text, dtype)
+            return (
+                text if dtype in (dtypes.float32, dtypes.float64) else self.render_cast(text, dtype)
+            )
         if dtype == dtypes.bool:
             return "1" if value else "0"
         if dtype.itemsize == 8:
@@ -156,9 +169,12 @@ class CStyleRenderer(Renderer):
         """Arguments after the buffers (Metal's thread position)."""
         return []
 
-    def kernel_signature(self, name: str, params: list[UOp], program: list[UOp] | None = None) -> str:
+    def kernel_signature(
+        self, name: str, params: list[UOp], program: list[UOp] | None = None
+    ) -> str:
         """``void name(float* restrict data0, ...)``: the prefix, the buffers, any extra arguments."""
-        args = [self.render_param(p) for p in params] + self.extra_params(program or [])
+        args = [self.render_param(p) for p in fill_param_gaps(params)]
+        args += self.extra_params(program or [])
         return f"{self.kernel_prefix} {name}({', '.join(args)})"
 
     # ---- the walk ------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""CUDA C++: the core C-family renderer with CUDA's spellings, one thread per output element."""
+
+from __future__ import annotations
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.renderer.cstyle import CStyleRenderer
+from fusegrad.uop.ops import Ops, UOp
+
+#: threads per block; the grid is as many blocks as it takes to cover the output
+BLOCK_SIZE = 256
+
+
+class CUDARenderer(CStyleRenderer):
+    """Renders a kernel as an ``extern "C" __global__`` function for NVRTC or nvcc.
+
+    The launch rounds the output up to whole blocks of ``BLOCK_SIZE`` threads, so each thread
+    checks its index first. ``half`` comes from ``cuda_fp16.h`` (math in float32, like the CPU);
+    bfloat16 is core's emulation (16-bit storage, float32 arithmetic), which every GPU runs.
+    Constants avoid ``NAN``/``INFINITY``: NVRTC has no ``math.h``.
+    """
+
+    grid_dims = 1
+    local_size = BLOCK_SIZE
+    guard_grid = True
+    kernel_prefix = 'extern "C" __global__ void'
+    restrict = "__restrict__"
+    type_names = {**CStyleRenderer.type_names, dtypes.float16: "half"}
+    nan, infinity = "__int_as_float(0x7fc00000)", "__int_as_float(0x7f800000)"
+
+    def __init__(self, device: str = "", arch: str = "sm_80"):
+        super().__init__(device)
+        #: the GPU architecture kernels are compiled for, e.g. ``sm_80``
+        self.arch = arch
+
+    def render_special(self, u: UOp) -> str:
+        return "blockIdx.x*blockDim.x+threadIdx.x"
+
+    def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
+        return f"__builtin_bit_cast({self.type_name(dtype)}, {x})"
+
+    def prelude(self, program: list[UOp]) -> str:
+        uses_half = any(u.dtype == dtypes.float16 for u in program if u.op is not Ops.SINK)
+        return "#include <cuda_fp16.h>\n" if uses_half else ""
