@@ -6,6 +6,7 @@ import shutil
 
 import numpy as np
 import pytest
+
 from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import CPUAllocator
 

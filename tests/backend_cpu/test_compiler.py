@@ -9,6 +9,7 @@ import subprocess
 
 import numpy as np
 import pytest
+
 from fusegrad.errors import CompileError, DeviceUnavailable
 from fusegrad_cpu import compiler as compiler_module
 from fusegrad_cpu.compiler import FLAGS, CCompiler, find_c_compiler, supports_openmp

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import ALIGNMENT, CPUProgram, address_of
 

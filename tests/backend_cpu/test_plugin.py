@@ -7,9 +7,10 @@ import sys
 import warnings
 from importlib import metadata
 
-import fusegrad_cpu
 import numpy as np
 import pytest
+
+import fusegrad_cpu
 from fusegrad.device import Device
 from fusegrad.plugin import hookspecs, manager
 from fusegrad_cpu.compiler import CCompiler

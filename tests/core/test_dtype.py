@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fusegrad import dtypes
 from fusegrad.dtype import cast_scalar, promote_types, scalar_type, to_dtype
 from fusegrad.errors import DTypeError

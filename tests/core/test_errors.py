@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor
 from fusegrad.errors import DeviceNotFound, DTypeError, FusegradError, ShapeError
 

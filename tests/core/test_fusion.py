@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import fusegrad.engine.realize as realize
 import numpy as np
 import pytest
+
+import fusegrad.engine.realize as realize
 from fusegrad import GlobalCounters, Tensor
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor
 from fusegrad.errors import ShapeError
 

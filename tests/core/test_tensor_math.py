@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
 

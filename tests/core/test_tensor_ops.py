@@ -7,6 +7,7 @@ import zlib
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError

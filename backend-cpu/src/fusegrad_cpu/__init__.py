@@ -28,7 +28,6 @@ def is_cpu(device: str) -> bool:
 def probe() -> str | None:
     """None when a C compiler can be found, else why not and how to get one."""
     from fusegrad.errors import DeviceUnavailable
-
     from fusegrad_cpu.compiler import find_c_compiler
 
     try:

@@ -12,6 +12,7 @@ import time
 import weakref
 
 import numpy as np
+
 from fusegrad.device import Allocator
 
 #: Alignment of every allocation: a cache line, and enough for any vector load.

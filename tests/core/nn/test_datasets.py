@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fusegrad import dtypes
 from fusegrad.errors import DatasetNotFound, DownloadError, FileFormatError
 from fusegrad.nn import datasets

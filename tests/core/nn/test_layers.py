@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor, dtypes, nn
 from fusegrad.errors import ShapeError
 from fusegrad.nn.state import get_state_dict

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fusegrad import GlobalCounters, Tensor
 from fusegrad.errors import FusegradError
 from fusegrad.nn.lr_scheduler import CosineAnnealingLR, MultiStepLR, OneCycleLR, StepLR

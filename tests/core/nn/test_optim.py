@@ -3,9 +3,10 @@ steps of least squares from the same start, and the cost of a step in schedules 
 
 from __future__ import annotations
 
-import fusegrad.engine.realize as engine
 import numpy as np
 import pytest
+
+import fusegrad.engine.realize as engine
 from fusegrad import GlobalCounters, Tensor, nn
 from fusegrad.errors import FusegradError
 from fusegrad.nn.optim import LAMB, SGD, Adam, AdamW

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
 from fusegrad.errors import FileFormatError, StateDictError, UnsafePickleError

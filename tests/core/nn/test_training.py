@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from fusegrad import Tensor, nn
 from fusegrad.nn.optim import SGD, Adam
 from fusegrad.nn.state import get_parameters

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from fusegrad.plugin import manager
 
 #: A plugin offering the device FAKE, built from the PYTHON device's pieces. Its allocator counts

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from fusegrad import Device, Tensor
 from fusegrad.errors import DeviceNotFound, DeviceUnavailable
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from fusegrad.__main__ import main
 
 from .conftest import FakePlugins, devices_plugin, good_plugin

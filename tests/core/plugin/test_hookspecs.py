@@ -6,6 +6,7 @@ import inspect
 from pathlib import Path
 
 import pytest
+
 from fusegrad.plugin import hookspecs
 
 HOOKS = hookspecs.hook_names()

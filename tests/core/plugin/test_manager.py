@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from fusegrad import Device, Tensor
 from fusegrad.errors import DeviceNotFound
 from fusegrad.plugin import manager

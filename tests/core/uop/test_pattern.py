@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from fusegrad import Tensor, dtypes
 from fusegrad.uop.ops import Ops, UOp
 from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite

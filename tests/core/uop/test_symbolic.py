@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from fusegrad import dtypes
 from fusegrad.uop.ops import Ops, UOp
 from fusegrad.uop.pattern import graph_rewrite

@@ -7,6 +7,7 @@ bfloat16, which numpy lacks, is made from float32 on the device, as ``Tensor`` a
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,7 +17,6 @@ import pytest
 
 from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
-from fusegrad.renderer import Renderer
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Ops
 
@@ -26,11 +26,37 @@ ORACLE = "PYTHON"
 ALL_DTYPES: tuple[DType, ...] = tuple(sorted(dtypes.all(), key=lambda d: d.priority))
 
 
-def require_dtypes(renderer: Renderer, *wanted: DType) -> None:
-    """Skip the test unless the renderer declares every dtype in ``wanted``."""
-    missing = [d.name for d in wanted if d not in renderer.supported_dtypes]
+@functools.cache
+def held_dtypes(device: str) -> frozenset[DType]:
+    """The dtypes ``device`` can hold: those its renderer declares (``supported_dtypes``) and
+    those core emulates from its other capabilities (bfloat16, narrow integers).
+
+    Found by generating, not running, one kernel per dtype: only core's capability-driven
+    decisions are consulted, the device is never asked.
+    """
+    from fusegrad.codegen.kernel import generate
+    from fusegrad.errors import UnsupportedOp
+
+    renderer, held = Device[device].renderer, set()
+    for dtype in ALL_DTYPES:
+        x = Tensor.empty(4, dtype=dtype, device=device)
+        try:
+            for step in x.flip(0).contiguous().schedule():
+                generate(step.ast, renderer)
+        except UnsupportedOp:
+            continue
+        held.add(dtype)
+    return frozenset(held)
+
+
+def require_dtypes(device: str, *wanted: DType) -> None:
+    """Skip the test unless ``device`` holds every dtype in ``wanted``, naming the first missing."""
+    missing = [d for d in wanted if d not in held_dtypes(device)]
     if missing:
-        pytest.skip(f"the renderer does not declare {', '.join(missing)} (supported_dtypes)")
+        pytest.skip(
+            f"the device cannot hold {missing[0].name} (not in its renderer's "
+            "supported_dtypes, and core does not emulate it there)"
+        )
 
 
 def rng_for(*key: Any) -> np.random.Generator:
@@ -93,8 +119,10 @@ def against_oracle(
 
     Returns both results, realized, for further checks.
     """
-    got = build(*(make(a, d, device) for a, d in zip(arrays, in_dtypes))).realize()
-    expected = build(*(make(a, d, ORACLE) for a, d in zip(arrays, in_dtypes))).realize()
+    got = build(*(make(a, d, device) for a, d in zip(arrays, in_dtypes, strict=True))).realize()
+    expected = build(
+        *(make(a, d, ORACLE) for a, d in zip(arrays, in_dtypes, strict=True))
+    ).realize()
     assert_same(got, expected)
     return got, expected
 

@@ -41,7 +41,9 @@ def in_suite(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     device = config.getoption("--fusegrad-device")
-    idle = pytest.mark.skip(reason="fusegrad conformance suite: give --fusegrad-device=NAME to run it")
+    idle = pytest.mark.skip(
+        reason="fusegrad conformance suite: give --fusegrad-device=NAME to run it"
+    )
     for item in items:
         if in_suite(item):
             item.add_marker(pytest.mark.conformance)
@@ -91,7 +93,7 @@ def conformance_device(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def renderer(conformance_device: str) -> Any:
+def conformance_renderer(conformance_device: str) -> Any:
     """The renderer of the device under test: its capabilities decide what is skipped."""
     from fusegrad.device import Device
 

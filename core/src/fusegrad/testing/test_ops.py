@@ -81,15 +81,20 @@ CASES = [(op, d) for op, (applies, _) in ALU.items() for d in ALL_DTYPES if appl
 def inputs_for(op: Ops, dtype: DType) -> list[np.ndarray]:
     """Random inputs in the op's safe range; comparisons get repeated values to find equal."""
     ranges = ALU[op][1](dtype)
-    arrays = [random_array(dtype, SHAPE, lo, hi, key=(op.name, i)) for i, (lo, hi) in enumerate(ranges)]
+    arrays = [
+        random_array(dtype, SHAPE, lo, hi, key=(op.name, i)) for i, (lo, hi) in enumerate(ranges)
+    ]
     if op in (Ops.CMPLT, Ops.CMPNE) and dtype.is_float:
         arrays = [np.round(a * 2) / 2 for a in arrays]  # a few values, so some are equal
     return arrays
 
 
 @pytest.mark.parametrize("op, dtype", CASES, ids=[f"{op.name}-{d.name}" for op, d in CASES])
-def test_alu(conformance_device, renderer, op: Ops, dtype: DType):
-    require_dtypes(renderer, dtype, *([dtypes.bool] if op in (Ops.CMPLT, Ops.CMPNE) else []))
+def test_alu(conformance_device, conformance_renderer, op: Ops, dtype: DType):
+    renderer = conformance_renderer
+    require_dtypes(
+        conformance_device, dtype, *([dtypes.bool] if op in (Ops.CMPLT, Ops.CMPNE) else [])
+    )
     arrays = inputs_for(op, dtype)
     build = lambda x, *rest: x._alu(op, *rest)
     if op in renderer.native_ops:
@@ -99,12 +104,15 @@ def test_alu(conformance_device, renderer, op: Ops, dtype: DType):
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=[d.name for d in ALL_DTYPES])
-def test_where(conformance_device, renderer, dtype: DType):
-    require_dtypes(renderer, dtype, dtypes.bool)
+def test_where(conformance_device, dtype: DType):
+    require_dtypes(conformance_device, dtype, dtypes.bool)
     arrays = [random_array(dtypes.bool, SHAPE, 0, 1, key="cond")]
     arrays += [random_array(dtype, SHAPE, -50, 50, key=i) for i in range(2)]
     build = lambda c, x, y: c._alu(Ops.WHERE, x, y)
-    operands = [make(a, d, conformance_device) for a, d in zip(arrays, [dtypes.bool, dtype, dtype])]
+    operands = [
+        make(a, d, conformance_device)
+        for a, d in zip(arrays, [dtypes.bool, dtype, dtype], strict=True)
+    ]
     assert Ops.WHERE in program_ops(build(*operands))
     against_oracle(conformance_device, build, arrays, [dtypes.bool, dtype, dtype])
 
@@ -126,9 +134,11 @@ CAST_CASES = [(s, t) for s in ALL_DTYPES for t in ALL_DTYPES if s != t]
 @pytest.mark.parametrize(
     "source, target", CAST_CASES, ids=[f"{s.name}-to-{t.name}" for s, t in CAST_CASES]
 )
-def test_cast(conformance_device, renderer, source: DType, target: DType):
-    require_dtypes(renderer, source, target)
-    against_oracle(conformance_device, lambda x: x.cast(target), [cast_input(source, target)], [source])
+def test_cast(conformance_device, source: DType, target: DType):
+    require_dtypes(conformance_device, source, target)
+    against_oracle(
+        conformance_device, lambda x: x.cast(target), [cast_input(source, target)], [source]
+    )
 
 
 BITCAST_CASES = [
@@ -154,7 +164,7 @@ def bitcast_input(source: DType, target: DType) -> np.ndarray:
 @pytest.mark.parametrize(
     "source, target", BITCAST_CASES, ids=[f"{s.name}-as-{t.name}" for s, t in BITCAST_CASES]
 )
-def test_bitcast(conformance_device, renderer, source: DType, target: DType):
-    require_dtypes(renderer, source, target)
+def test_bitcast(conformance_device, source: DType, target: DType):
+    require_dtypes(conformance_device, source, target)
     x = bitcast_input(source, target)
     against_oracle(conformance_device, lambda t: t.bitcast(target), [x], [source])
