@@ -1,0 +1,34 @@
+"""Replaces the CPU backend's compiler, and nothing else, through a ``tryfirst`` hook.
+
+``fusegrad_compiler`` is a firstresult hook: the first plugin to answer for a device wins, and
+``tryfirst=True`` puts this one before the CPU backend's. The CPU device keeps its renderer,
+allocator and program class; only the flags its kernels are built with change (``-O2``, no
+``-march=native``: binaries that run on any CPU of the same architecture). The compiler's
+``identity`` differs from the backend's, so the two never share cached binaries.
+
+The flags can be set with ``FUSEGRAD_CPU_FLAGS`` (e.g. ``"-O1 -fPIC -shared"``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from fusegrad.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from fusegrad.device import Compiler
+
+FUSEGRAD_BACKEND_API = 1
+#: Portable, and still without contraction so that results round as numpy's do.
+FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
+
+
+@hookimpl(tryfirst=True)
+def fusegrad_compiler(device: str) -> Compiler | None:
+    """The CPU backend's C compiler with this plugin's flags; None for every other device."""
+    if device.partition(":")[0] != "CPU":
+        return None
+    from fusegrad_cpu_compiler_override.compiler import OverrideCompiler
+
+    return OverrideCompiler(flags=os.environ.get("FUSEGRAD_CPU_FLAGS", "").split() or FLAGS)
