@@ -14,6 +14,10 @@ if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/py
     "pytest>=8" "pytest-xdist>=3" "ruff>=0.6" \
     "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
   .venv/bin/python -m pip install -q -e backend-webgpu wgpu
+  # OpenCL runs here on PoCL's CPU device; CUDA and Metal without their runtimes (no GPU here):
+  # their kernels are rendered and (CUDA) compiled by the tests, runtime tests skip
+  .venv/bin/python -m pip install -q -e backend-opencl pyopencl pocl-binary-distribution
+  .venv/bin/python -m pip install -q --no-deps -e backend-cuda -e backend-metal
   # reference for the differential tests (only this torch: others download gigabytes)
   .venv/bin/python -m pip install -q "torch==2.13.0" "safetensors>=0.4"
   touch "$stamp"

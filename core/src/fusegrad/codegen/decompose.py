@@ -55,7 +55,8 @@ def _emulate_node(u: UOp, src: tuple[UOp, ...]) -> UOp:
         top = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16)))
         return u.replace(src=(src[0], top.cast(u16)))
     if u.op is Ops.BITCAST and u.dtype == bf16:  # 16 bits in -> the float32 they are the top of
-        wide = UOp(Ops.SHL, dtypes.uint32, (src[0].cast(dtypes.uint32), UOp.const(dtypes.uint32, 16)))
+        bits = UOp(Ops.BITCAST, u16, (src[0],)) if src[0].dtype.is_float else src[0]  # float16's bits
+        wide = UOp(Ops.SHL, dtypes.uint32, (bits.cast(dtypes.uint32), UOp.const(dtypes.uint32, 16)))
         return UOp(Ops.BITCAST, f32, (wide,))
     if u.op is Ops.BITCAST and u.src[0].dtype == bf16:  # the top 16 bits of the float32
         bits = UOp(Ops.BITCAST, dtypes.uint32, (src[0],))
@@ -116,7 +117,9 @@ class NarrowTypes:
     ``ATOMIC_OR``: neighbouring elements of one word are written by other threads at the same time.
 
     Arithmetic (narrow ints missing from ``supported_dtypes``): done on int32/uint32 values, and
-    wrapped back into the narrow range after each op that can leave it (``wrap_narrow``).
+    wrapped back into the narrow range after each op that can leave it (``wrap_narrow``). A
+    BITCAST between a 16-bit float and such a value changes size: the float's 16 bits are the
+    low bits of the 32-bit integer (renderers of such targets render it so).
     """
 
     def __init__(self, renderer: Renderer):
@@ -161,8 +164,11 @@ class NarrowTypes:
         if u.op is Ops.LOAD:  # from a buffer of native narrow storage
             return u.replace(src=src).cast(wide)
         if u.op in (Ops.CAST, Ops.BITCAST):
-            if u.op is Ops.BITCAST and src[0].dtype not in (dtypes.int32, dtypes.uint32):
-                return u.replace(src=src)  # e.g. from float16: left for check_dtypes to refuse
+            if u.op is Ops.BITCAST and src[0].dtype.is_float:  # float16 -> int16: a BITCAST
+                bits = UOp(Ops.BITCAST, wide, (src[0],))  # to 32 bits, its 16 zero-extended
+                return wrap_narrow(bits, u.dtype)
+            if src[0].dtype.is_float:  # through int32, as C on x86 does: -1.0 -> 255 for uint8
+                return wrap_narrow(src[0].cast(dtypes.int32).cast(wide), u.dtype)
             return wrap_narrow(src[0].cast(wide), u.dtype)
         wide_op = u.replace(dtype=wide, src=src)
         if u.op in _CAN_OVERFLOW or (u.op is Ops.REDUCE and u.arg is Ops.ADD):
@@ -174,7 +180,8 @@ class NarrowTypes:
         param, i = index.src
         per = 4 // dtype.itemsize
         word = UOp(Ops.SHR, i.dtype, (i, _const(i.dtype, per.bit_length() - 1)))  # i // per
-        shift = ((i & _const(i.dtype, per - 1)) * _const(i.dtype, 8 * dtype.itemsize)).cast(dtypes.uint32)
+        position = i & _const(i.dtype, per - 1)
+        shift = (position * _const(i.dtype, 8 * dtype.itemsize)).cast(dtypes.uint32)
         return UOp(Ops.INDEX, dtypes.uint32, (param, word)), shift, (1 << 8 * dtype.itemsize) - 1
 
     def load(self, dtype: DType, src: tuple[UOp, ...]) -> UOp:
@@ -208,7 +215,8 @@ class NarrowTypes:
 
 def needs_narrow_types(renderer: Renderer) -> bool:
     """Whether ``renderer`` lacks narrow storage or narrow integer arithmetic."""
-    return renderer.min_storage_bits > 8 or any(d not in renderer.supported_dtypes for d in NARROW_INTS)
+    lacking = [d for d in NARROW_INTS if d not in renderer.supported_dtypes]
+    return renderer.min_storage_bits > 8 or bool(lacking)
 
 
 def decompose(graph: UOp, renderer: Renderer) -> UOp:

@@ -1,0 +1,172 @@
+"""Export a function as a web page that runs it on ``navigator.gpu``.
+
+``export_webgpu(fn, example_inputs, folder)`` calls ``fn`` once on WEBGPU tensors and takes the
+schedule of its result: the kernels, each rendered as WGSL, and the plan of buffers they read
+and write. The folder then holds:
+
+- ``model.js``: the WGSL kernels, the dispatch list (kernel, bindings -> buffer slots,
+  workgroups) and the buffer plan (bytes, dtype, role of each slot);
+- ``fusegrad-webgpu.js``: a small runtime that creates the buffers and pipelines and runs them;
+- ``weights.safetensors``: the realized buffers the function reads (its weights), named by slot;
+- ``inputs.safetensors``: the example inputs, which the page runs on;
+- ``index.html``: runs the model on the example inputs and shows the result in ``#result``
+  (``#status`` says ``done``, or ``error: ...``).
+
+The WGSL is rendered for the limits every WebGPU adapter has (``DEFAULT_LIMITS``) and without
+optional features, so float16 and 64-bit types are refused here rather than in the browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusegrad import Tensor
+from fusegrad.codegen.kernel import generate
+from fusegrad.engine.realize import plan_for
+from fusegrad.errors import FusegradError
+from fusegrad.nn.state import safe_save
+from fusegrad.schedule.kernelize import KernelStep, abstract
+from fusegrad.tensor import _unreshaped
+from fusegrad_webgpu.device import _BINDING, _DISPATCH
+from fusegrad_webgpu.renderer import DEFAULT_LIMITS, WGSLRenderer
+
+WEB_FILES = Path(__file__).parent / "web"
+
+
+def browser_renderer() -> WGSLRenderer:
+    """WGSL for any browser's adapter: WebGPU's default limits, no optional features."""
+    return WGSLRenderer("WEBGPU", frozenset(), DEFAULT_LIMITS, "the browser's WebGPU adapter")
+
+
+def export_webgpu(
+    fn: Callable[..., Tensor],
+    example_inputs: Sequence[Tensor | np.ndarray],
+    folder: str | os.PathLike,
+    device: str = "WEBGPU",
+) -> Path:
+    """Write ``fn`` as a web page into ``folder`` (created if needed); return the folder.
+
+    ``fn`` takes tensors and returns one tensor; its weights must be on ``device`` and realized
+    (anything not realized is computed by the page, every time it runs).
+    """
+    inputs = [
+        (Tensor(np.asarray(x), device=device) if not isinstance(x, Tensor) else x.to(device))
+        .contiguous()
+        .realize()
+        for x in example_inputs
+    ]
+    input_buffers = [x._buffer() for x in inputs]
+    out = fn(*inputs)
+    if not isinstance(out, Tensor):
+        raise FusegradError(
+            f"export_webgpu needs a function returning one Tensor, it returned {type(out).__name__}"
+        )
+    root = _unreshaped(out.uop)
+    _, buffers = abstract([root])
+    plan = plan_for([root], [out.device])
+    slots_of_inputs = []
+    for i, buf in enumerate(input_buffers):
+        found = [s for s, b in enumerate(buffers) if b is buf]
+        if not found:
+            raise FusegradError(
+                f"example input {i} is not used by the function's result; export only what it reads"
+            )
+        slots_of_inputs.append(found[0])
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = {
+        f"slot{s}": _host_tensor(b) for s, b in enumerate(buffers) if s not in slots_of_inputs
+    }
+    safe_save(weights, folder / "weights.safetensors")
+    safe_save(
+        {f"input{i}": _host_tensor(b) for i, b in enumerate(input_buffers)},
+        folder / "inputs.safetensors",
+    )
+    model = _model(plan, buffers, slots_of_inputs, out.shape)
+    (folder / "model.js").write_text(_module(model))
+    for name in ("fusegrad-webgpu.js", "index.html"):
+        shutil.copyfile(WEB_FILES / name, folder / name)
+    return folder
+
+
+def _host_tensor(buf: Any) -> Tensor:
+    """A buffer's bytes as a host tensor (bfloat16 stays its raw 16 bits)."""
+    return Tensor(buf.numpy(), device="PYTHON")
+
+
+def _model(plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[int, ...]) -> dict:
+    """The kernels, dispatches and buffer plan, as plain data for ``model.js``."""
+    renderer = browser_renderer()
+    slots = [(b.size, b.dtype) for b in buffers] + [
+        (size, dtype) for size, dtype, _ in plan.new_slots
+    ]
+    kernels: list[dict] = []
+    index_of: dict[str, int] = {}
+    dispatches = []
+    for step in plan.steps:
+        if not isinstance(step, KernelStep):
+            raise FusegradError(
+                "export_webgpu exports one device's kernels; the function copies between devices"
+            )
+        source = generate(step.ast, renderer)
+        if source.source not in index_of:
+            index_of[source.source] = len(kernels)
+            kernels.append({"name": source.name, "code": source.source})
+        match = _DISPATCH.match(source.source)
+        bindings = [
+            [int(b), step.slots[int(b)]]
+            for b, kind in _BINDING.findall(source.source)
+            if kind == "storage"
+        ]
+        dispatches.append(
+            {
+                "kernel": index_of[source.source],
+                "bindings": bindings,
+                "workgroups": [int(g) for g in match.groups()] if match else [1, 1, 1],
+            }
+        )
+
+    def role(slot: int) -> str:
+        if slot in input_slots:
+            return "input"
+        if slot < len(buffers):
+            return "weight"
+        return "output" if slot in plan.outputs else "temporary"
+
+    plan_rows = [
+        {
+            "slot": s,
+            "name": f"slot{s}",
+            "size": size,
+            "bytes": size * dtype.itemsize,
+            "dtype": dtype.name,
+            "role": role(s),
+        }
+        for s, (size, dtype) in enumerate(slots)
+    ]
+    return {
+        "kernels": kernels,
+        "dispatches": dispatches,
+        "buffers": plan_rows,
+        "inputs": input_slots,
+        "inputNames": [f"input{i}" for i in range(len(input_slots))],
+        "outputs": list(plan.outputs),
+        "outputShapes": [list(shape)],
+    }
+
+
+def _module(model: dict) -> str:
+    """``model.js``: one exported constant per part of the model, as JSON."""
+    lines = [
+        "// Generated by fusegrad_webgpu.export_webgpu: WGSL kernels, dispatch list, buffer plan."
+    ]
+    for key, value in model.items():
+        lines.append(f"export const {key} = {json.dumps(value, indent=1)};")
+    return "\n".join(lines) + "\n"

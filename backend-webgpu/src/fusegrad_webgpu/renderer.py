@@ -1,0 +1,411 @@
+"""WGSL for WebGPU: one compute entry point per kernel, one storage buffer per PARAM.
+
+WGSL is not C: no implicit conversions (shift amounts are ``u32``), ``select`` for ``?:``, no
+8/16-bit integers (core packs them into 32-bit words and computes in 32 bits, because
+``min_storage_bits`` is 32 and they are missing from ``supported_dtypes``), no 64-bit types, f16
+only with the ``shader-f16`` feature, and no literal for infinity or NaN. So this renderer walks
+the linear program itself, on the ``Renderer`` base, rather than subclassing the C family.
+
+The grid: the kernel is launched over ``SPECIAL("gidx0", n)`` threads in workgroups of
+``local_size``. More than ``global_max`` groups are folded into a second and third dimension, and
+the flat index is rebuilt from the three: ``x + y*X + z*X*Y`` (then threads past ``n`` return).
+The dispatch size is written in the source's first line, where the runtime and the exported page
+read it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from fusegrad.dtype import DType, dtypes
+from fusegrad.errors import UnsupportedOp
+from fusegrad.renderer import Renderer
+from fusegrad.uop.ops import GroupOp, Ops, UOp
+
+#: The limits WebGPU guarantees on every adapter: what an exported page may count on.
+DEFAULT_LIMITS: dict[str, int] = {
+    "max-compute-workgroup-size-x": 256,
+    "max-compute-invocations-per-workgroup": 256,
+    "max-compute-workgroups-per-dimension": 65535,
+    "max-storage-buffers-per-shader-stage": 8,
+    "max-storage-buffer-binding-size": 134217728,
+    "max-buffer-size": 268435456,
+}
+#: Mesa's llvmpipe (lavapipe, and its OpenGL driver) ends a thread's loops after 65535 trips in
+#: all, nested ones counted together: on it, loops are unrolled to stay under that.
+LLVMPIPE_LOOP_TRIPS = 65535
+#: Unrolling a loop more than this many times is refused rather than done.
+MAX_UNROLL = 64
+#: Threads per workgroup, when the adapter allows that many.
+WORKGROUP_SIZE = 64
+TYPE_NAMES = {
+    dtypes.bool: "bool",
+    dtypes.int32: "i32",
+    dtypes.uint32: "u32",
+    dtypes.float32: "f32",
+    dtypes.float16: "f16",
+    dtypes.int64: "i64",
+    dtypes.uint64: "u64",
+    dtypes.float64: "f64",
+}
+_SUFFIX = {
+    dtypes.int32: "i",
+    dtypes.uint32: "u",
+    dtypes.float32: "f",
+    dtypes.float16: "h",
+    dtypes.int64: "li",
+    dtypes.uint64: "lu",
+    dtypes.float64: "lf",
+}
+#: The adapter features (wgpu-native's, beyond the WebGPU standard) that bring each extra dtype.
+#: Not shader-f64: llvmpipe's float64 exp2, log2 and sin return garbage.
+FEATURE_DTYPES = {
+    "shader-f16": (dtypes.float16,),
+    "shader-int64": (dtypes.int64, dtypes.uint64),
+}
+_BINARY = {
+    Ops.ADD: "+",
+    Ops.MUL: "*",
+    Ops.IDIV: "/",
+    Ops.MOD: "%",
+    Ops.CMPLT: "<",
+    Ops.CMPNE: "!=",
+    Ops.AND: "&",
+    Ops.OR: "|",
+    Ops.XOR: "^",
+}
+#: bool has no arithmetic in WGSL: the same truth tables with logic ops
+_BOOL_BINARY = {
+    Ops.ADD: "|",
+    Ops.MAX: "|",
+    Ops.OR: "|",
+    Ops.MUL: "&",
+    Ops.AND: "&",
+    Ops.XOR: "!=",
+    Ops.CMPNE: "!=",
+}
+_MATH = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
+#: Infinities and NaN have no WGSL literal, and a constant expression may not produce them; so
+#: they are read from private variables, which the compiler does not fold.
+SPECIAL_FLOATS = {"inf": "0x7f800000u", "ninf": "0xff800000u", "nan": "0x7fc00000u"}
+
+
+def dispatch_size(threads: int, local: int, max_per_dim: int) -> tuple[int, int, int]:
+    """Workgroups per dimension covering ``threads`` threads: folded into y and z past the limit."""
+    groups = max(1, -(-threads // local))
+    x = min(groups, max_per_dim)
+    rest = -(-groups // x)
+    y = min(rest, max_per_dim)
+    z = -(-rest // y)
+    if z > max_per_dim:
+        raise UnsupportedOp(f"a grid of {threads} threads exceeds {max_per_dim}**3 workgroups")
+    return x, y, z
+
+
+class WGSLRenderer(Renderer):
+    """Renders a linear program as a WGSL compute shader for one adapter's features and limits."""
+
+    grid_dims = 3
+    min_storage_bits = 32
+    native_ops = GroupOp.ALU - {Ops.MULACC}
+
+    def __init__(
+        self,
+        device: str = "WEBGPU",
+        features: frozenset[str] = frozenset(),
+        limits: Mapping[str, int] | None = None,
+        adapter: str = "a WebGPU adapter",
+    ):
+        super().__init__(device)
+        limits = {**DEFAULT_LIMITS, **(limits or {})}
+        self.features, self.adapter = frozenset(features), adapter
+        extra = {d for feature in self.features for d in FEATURE_DTYPES.get(feature, ())}
+        self.supported_dtypes = frozenset(
+            {dtypes.bool, dtypes.int32, dtypes.uint32, dtypes.float32} | extra
+        )
+        self.local_size = min(
+            WORKGROUP_SIZE,
+            limits["max-compute-workgroup-size-x"],
+            limits["max-compute-invocations-per-workgroup"],
+        )
+        self.global_max = (limits["max-compute-workgroups-per-dimension"],) * 3
+        self.max_buffers = limits["max-storage-buffers-per-shader-stage"]
+        #: trips a thread's loops may make in all (nested trips multiply); None: no limit
+        self.max_loop_trips = LLVMPIPE_LOOP_TRIPS if "llvmpipe" in adapter else None
+
+    def dtype_advice(self, dtype: DType) -> str:
+        feature = next((f for f, ds in FEATURE_DTYPES.items() if dtype in ds), None)
+        if feature is None:
+            return f"WGSL has no {dtype.name}; cast to a 32-bit type (.float(), .int()) or use another device"
+        return (
+            f"the adapter ({self.adapter}) lacks the {feature} feature; cast to a 32-bit type "
+            "(.float(), .int()), or use another adapter or device"
+        )
+
+    # ---- values --------------------------------------------------------------------------------
+
+    def type_name(self, dtype: DType) -> str:
+        return TYPE_NAMES[dtype]
+
+    def render_const(self, value: bool | int | float, dtype: DType) -> str:
+        if dtype == dtypes.bool:
+            return "true" if value else "false"
+        if dtype.is_float:
+            with np.errstate(over="ignore"):
+                value = float(np.array(value, dtype=dtype.np))  # as the dtype holds it: may be inf
+            if math.isinf(value) or math.isnan(value):
+                which = "nan" if math.isnan(value) else "inf" if value > 0 else "ninf"
+                text = f"bitcast<f32>(fg_{which})"
+                return text if dtype == dtypes.float32 else f"{self.type_name(dtype)}({text})"
+            text = f"{value!r}{_SUFFIX[dtype]}"
+        else:
+            text = f"{int(value)}{_SUFFIX[dtype]}"
+        if dtype.kind == "i" and value == dtype.min:  # 2147483648i does not exist
+            text = f"({value + 1}{_SUFFIX[dtype]} - 1{_SUFFIX[dtype]})"
+        return f"({text})" if text.startswith("-") else text
+
+    def render_alu(self, u: UOp, src: list[str]) -> str:
+        op, operand = u.op, u.src[0].dtype
+        if op in _MATH:
+            return f"{_MATH[op]}({src[0]})"
+        if op is Ops.NEG:
+            return (
+                f"(!{src[0]})"
+                if operand == dtypes.bool
+                else f"(0u - {src[0]})"
+                if operand.is_unsigned
+                else f"(-{src[0]})"
+            )
+        if op is Ops.RECIP:
+            return f"({self.render_const(1.0, u.dtype)} / {src[0]})"
+        if op is Ops.CMPNE and u.src[0] is u.src[1] and operand == dtypes.float32:
+            # x != x is NaN's test, but WGSL lets the compiler assume there is no NaN: test the bits
+            return f"((bitcast<u32>({src[0]}) & 0x7fffffffu) > 0x7f800000u)"
+        if op is Ops.WHERE:
+            return f"select({src[2]}, {src[1]}, {src[0]})"
+        if operand == dtypes.bool and op in _BOOL_BINARY:
+            return f"({src[0]} {_BOOL_BINARY[op]} {src[1]})"
+        if operand == dtypes.bool and op is Ops.CMPLT:
+            return f"((!{src[0]}) & {src[1]})"
+        if op in (Ops.SHL, Ops.SHR):
+            return f"({src[0]} {'<<' if op is Ops.SHL else '>>'} u32({src[1]}))"
+        if op is Ops.MAX:
+            return f"max({src[0]}, {src[1]})"
+        return f"({src[0]} {_BINARY[op]} {src[1]})"
+
+    # ---- the kernel ----------------------------------------------------------------------------
+
+    def render(self, name: str, program: list[UOp]) -> str:
+        params = [u for u in program if u.op is Ops.PARAM]
+        if len(params) > self.max_buffers:
+            raise UnsupportedOp(
+                f"kernel {name} needs {len(params)} storage buffers, but the adapter ({self.adapter}) "
+                f"allows {self.max_buffers} per shader stage; compute the result in parts "
+                "(e.g. .realize() some inputs of the expression first)"
+            )
+        specials = [u for u in program if u.op is Ops.SPECIAL]
+        if len(specials) > 1:
+            raise UnsupportedOp(
+                f"the WGSL renderer launches one grid dimension, kernel {name} has {len(specials)}"
+            )
+        threads = specials[0].arg[1] if specials else 1
+        local = self.local_size if specials else 1
+        dispatch = dispatch_size(threads, local, self.global_max[0])
+        body = self.render_body(program, dispatch, local)
+        header = [f"// dispatch {dispatch[0]} {dispatch[1]} {dispatch[2]}"]
+        if any(u.dtype == dtypes.float16 for u in program):
+            header.append("enable f16;")
+        header += self.render_bindings(program)
+        header += [
+            f"var<private> fg_{k}: u32 = {v};"
+            for k, v in SPECIAL_FLOATS.items()
+            if f"fg_{k}" in body
+        ]
+        entry = (
+            f"@compute @workgroup_size({local})\n"
+            f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>) {{\n{body}\n}}\n"
+        )
+        return "\n".join(header) + "\n\n" + entry
+
+    def render_bindings(self, program: list[UOp]) -> list[str]:
+        """One storage buffer per PARAM: atomic words for packed stores, read-only for inputs."""
+        atomic = {u.src[0].src[0] for u in program if u.op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR)}
+        written = {
+            u.src[0].src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
+        }
+        lines = []
+        for p in (u for u in program if u.op is Ops.PARAM):
+            element = (
+                f"atomic<{self.type_name(p.dtype)}>" if p in atomic else self.type_name(p.dtype)
+            )
+            access = "read_write" if p in atomic or p in written else "read"
+            lines.append(
+                f"@group(0) @binding({p.arg[0]}) var<storage, {access}> "
+                f"data{p.arg[0]}: array<{element}>;"
+            )
+        return lines
+
+    def render_body(self, program: list[UOp], dispatch: tuple[int, int, int], local: int) -> str:
+        walk = _Walk(self, program, dispatch, local)
+        walk.run(program)
+        return "\n".join(walk.lines)
+
+    def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
+        """Reinterpret bits; between f16 and a 32-bit integer, the low 16 bits (core's narrow-type
+        rewrite holds 16-bit integers in 32)."""
+        if src == dtypes.float16 and dtype.itemsize == 4:  # naga cannot bitcast vec2<f16>
+            return f"{self.type_name(dtype)}(pack2x16float(vec2<f32>(f32({x}), 0.0f)))"
+        if dtype == dtypes.float16 and src.itemsize == 4:
+            return f"f16(unpack2x16float(u32({x})).x)"
+        return f"bitcast<{self.type_name(dtype)}>({x})"
+
+    def render_grid_index(self, u: UOp, dispatch: tuple[int, int, int], local: int) -> list[str]:
+        """The flat thread index from up to three grid dimensions, and the guard past its end."""
+        name, size = u.arg
+        x_threads = dispatch[0] * local
+        flat = "gid.x"
+        if dispatch[1] > 1 or dispatch[2] > 1:
+            flat += f" + gid.y * {x_threads}u"
+        if dispatch[2] > 1:
+            flat += f" + gid.z * {x_threads * dispatch[1]}u"
+        lines = [f"let {name}: i32 = i32({flat});"]
+        if x_threads * dispatch[1] * dispatch[2] > size:  # no barrier follows: returning is safe
+            lines.append(f"if ({name} >= {size}i) {{ return; }}")
+        return lines
+
+
+class _Walk:
+    """One walk over a linear program, writing the body of the kernel."""
+
+    def __init__(
+        self, renderer: WGSLRenderer, program: list[UOp], dispatch: tuple[int, int, int], local: int
+    ):
+        self.r, self.dispatch, self.local = renderer, dispatch, local
+        self.names: dict[UOp, str] = {}
+        self.lines: list[str] = []
+        self.depth = 1
+        self.trips: dict[UOp, int] = {}  # the open loops and the trips each makes
+        self.atomic = {u.src[0].src[0] for u in program if u.op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR)}
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def let(self, u: UOp, prefix: str, expr: str) -> None:
+        self.names[u] = f"{prefix}{len(self.lines)}"
+        self.emit(f"let {self.names[u]}: {self.r.type_name(u.dtype)} = {expr};")
+
+    def run(self, items: list[UOp]) -> None:
+        pc = 0
+        while pc < len(items):
+            u = items[pc]
+            if u.op is Ops.RANGE and (times := self.unroll_factor(u)) > 1:
+                end = next(
+                    i
+                    for i in range(pc, len(items))
+                    if items[i].op is Ops.END and items[i].src[0] is u
+                )
+                self.unrolled(u, items[pc + 1 : end], times)
+                pc = end + 1
+            else:
+                self.op(u)
+                pc += 1
+
+    def unroll_factor(self, u: UOp) -> int:
+        """How many times to unroll loop ``u`` so that the thread's loops stay under the limit."""
+        limit = self.r.max_loop_trips
+        if limit is None or u.src[0].op is not Ops.CONST:
+            return 1
+        outside = 1
+        for trips in self.trips.values():
+            outside *= trips
+        trips = u.src[0].arg
+        if outside * trips <= limit:
+            return 1
+        times = -(-trips // max(1, limit // outside))
+        if times > MAX_UNROLL or outside > limit:
+            raise UnsupportedOp(
+                f"the adapter ({self.r.adapter}) ends a thread's loops after {limit} trips, and "
+                f"this kernel's loops make {outside * trips}; use smaller reductions, or "
+                "another adapter (a hardware GPU) or device"
+            )
+        return times
+
+    def unrolled(self, u: UOp, body: list[UOp], times: int) -> None:
+        """Loop ``u`` as ``ceil(trips / times)`` trips of ``times`` copies of its body."""
+        trips, name = u.src[0].arg, f"ridx{u.arg[0]}"
+        outer = -(-trips // times)
+        self.emit(f"for (var {name}: i32 = 0; {name} < {outer}i; {name}++) {{")
+        self.depth += 1
+        self.trips[u] = outer
+        for copy in range(times):
+            self.names[u] = f"{name}_{copy}"
+            self.emit(f"let {name}_{copy}: i32 = {name} * {times}i + {copy}i;")
+            guarded = trips % times != 0 and copy >= trips % times
+            if guarded:  # the last trip has fewer copies to run
+                self.emit(f"if ({name}_{copy} < {trips}i) {{")
+                self.depth += 1
+            self.run(body)
+            if guarded:
+                self.depth -= 1
+                self.emit("}")
+        del self.trips[u]
+        self.depth -= 1
+        self.emit("}")
+
+    def op(self, u: UOp) -> None:
+        """Render one op of the program."""
+        r, names, op = self.r, self.names, u.op
+        src = [names.get(s, "") for s in u.src]
+        if op is Ops.PARAM:
+            names[u] = f"data{u.arg[0]}"
+        elif op is Ops.CONST:
+            names[u] = r.render_const(u.arg, u.dtype)
+        elif op is Ops.SPECIAL:
+            names[u] = u.arg[0]
+            for line in r.render_grid_index(u, self.dispatch, self.local):
+                self.emit(line)
+        elif op is Ops.RANGE:
+            names[u] = f"ridx{u.arg[0]}"
+            self.trips[u] = u.src[0].arg if u.src[0].op is Ops.CONST else 1
+            self.emit(f"for (var {names[u]}: i32 = 0; {names[u]} < {src[0]}; {names[u]}++) {{")
+            self.depth += 1
+        elif op is Ops.END:
+            self.trips.pop(u.src[0], None)
+            self.depth -= 1
+            self.emit("}")
+        elif op is Ops.DEFINE_REG:
+            names[u] = f"acc{u.arg[0]}"
+            kind = r.type_name(u.dtype)
+            self.emit(f"var {names[u]}: {kind if u.arg[1] == 1 else f'array<{kind}, {u.arg[1]}>'};")
+        elif op is Ops.INDEX:
+            names[u] = f"{src[0]}[{src[1]}]"
+        elif op is Ops.LOAD and u.src[0].op is Ops.DEFINE_REG:
+            names[u] = src[0]
+        elif op is Ops.LOAD:
+            self.load(u, src)
+        elif op is Ops.STORE:
+            self.emit(f"{src[0]} = {src[1]};")
+        elif op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR):
+            call = "atomicAnd" if op is Ops.ATOMIC_AND else "atomicOr"
+            self.emit(f"{call}(&{src[0]}, {src[1]});")
+        elif op is Ops.CAST:
+            self.let(u, "cast", f"{r.type_name(u.dtype)}({src[0]})")
+        elif op is Ops.BITCAST:
+            self.let(u, "cast", r.render_bitcast(src[0], u.src[0].dtype, u.dtype))
+        elif op in GroupOp.ALU:
+            self.let(u, "alu", r.render_alu(u, src))
+        else:
+            raise UnsupportedOp(f"the WGSL renderer cannot render {op.name}")
+
+    def load(self, u: UOp, src: list[str]) -> None:
+        """A read of a buffer; a gated one reads nothing where its gate is false."""
+        read = f"atomicLoad(&{src[0]})" if u.src[0].src[0] in self.atomic else src[0]
+        if len(src) != 3:
+            self.let(u, "val", read)
+            return
+        self.names[u] = f"val{len(self.lines)}"
+        self.emit(f"var {self.names[u]}: {self.r.type_name(u.dtype)} = {src[2]};")
+        self.emit(f"if ({src[1]}) {{ {self.names[u]} = {read}; }}")
