@@ -124,7 +124,8 @@ def eager_and_jit(found: dict, repeats: int) -> None:
 def machine_figures(n_big: int) -> None:
     """Copy bandwidth (numpy) and an FMA peak measured with a fusegrad kernel on every core."""
     x = np.random.default_rng(0).standard_normal(n_big, np.float32)
-    copy = median(lambda: x.copy(), 5)
+    y = np.empty_like(x)  # preallocated: a fresh array would time page faults too
+    copy = median(lambda: np.copyto(y, x), 5)
     print(f"machine: copy bandwidth {8 * n_big / copy * 1e-9:.1f} GB/s (numpy, read + write)")
     peak = _fma_peak()
     if peak:

@@ -86,7 +86,7 @@ def train(model: Model, x: Tensor, y: Tensor, steps: int, batch: int, lr: float)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="folder with the MNIST IDX files (default: FUSEGRAD_DATA or download)")
-    parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.002)
     parser.add_argument("--save", default="mnist.safetensors")
