@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fusegrad import Tensor
+from fusegrad import Tensor, TinyJit
 from fusegrad.nn.state import get_state_dict, safe_load
 from fusegrad_webgpu.export import export_webgpu
 
@@ -70,7 +70,8 @@ def test_export_writes_kernels_plan_and_weights(tmp_path):
     )
 
 
-def test_exported_mnist_model_runs_in_chromium(served):
+@pytest.mark.parametrize("captured", [False, True], ids=["schedule", "tinyjit"])
+def test_exported_mnist_model_runs_in_chromium(served, captured):
     executable = find_chromium()
     if executable is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
@@ -79,7 +80,7 @@ def test_exported_mnist_model_runs_in_chromium(served):
     x = np.random.default_rng(0).standard_normal((1, 1, 28, 28)).astype(np.float32)
     expected = model(Tensor(x, device="CPU")).numpy()
     move(model, "WEBGPU")
-    export_webgpu(model, [x], folder)
+    export_webgpu(TinyJit(lambda t: model(t).realize()) if captured else model, [x], folder)
     browser = Chromium(url, executable)
     try:
         status = browser.wait_for(

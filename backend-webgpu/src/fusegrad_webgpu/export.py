@@ -2,7 +2,7 @@
 
 ``export_webgpu(fn, example_inputs, folder)`` calls ``fn`` once on WEBGPU tensors and takes the
 schedule of its result: the kernels, each rendered as WGSL, and the plan of buffers they read
-and write. The folder then holds:
+and write. With a ``TinyJit`` as ``fn``, the kernels its capture records are exported instead. The folder then holds:
 
 - ``model.js``: the WGSL kernels, the dispatch list (kernel, bindings -> buffer slots,
   workgroups) and the buffer plan (bytes, dtype, role of each slot);
@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from fusegrad import Tensor
+from fusegrad import Tensor, TinyJit
 from fusegrad.codegen.kernel import generate
 from fusegrad.engine.realize import plan_for
 from fusegrad.errors import FusegradError
 from fusegrad.nn.state import safe_save
-from fusegrad.schedule.kernelize import KernelStep, abstract
+from fusegrad.schedule.kernelize import KernelStep, Plan, abstract
 from fusegrad.tensor import _unreshaped
 from fusegrad_webgpu.device import _BINDING, _DISPATCH
 from fusegrad_webgpu.renderer import DEFAULT_LIMITS, WGSLRenderer
@@ -54,7 +54,8 @@ def export_webgpu(
     """Write ``fn`` as a web page into ``folder`` (created if needed); return the folder.
 
     ``fn`` takes tensors and returns one tensor; its weights must be on ``device`` and realized
-    (anything not realized is computed by the page, every time it runs).
+    (anything not realized is computed by the page, every time it runs). ``fn`` may be a
+    ``TinyJit``: then the kernels its capture records are the ones exported.
     """
     inputs = [
         (Tensor(np.asarray(x), device=device) if not isinstance(x, Tensor) else x.to(device))
@@ -63,6 +64,8 @@ def export_webgpu(
         for x in example_inputs
     ]
     input_buffers = [x._buffer() for x in inputs]
+    if isinstance(fn, TinyJit):
+        return _export_captured(fn, inputs, input_buffers, Path(folder))
     out = fn(*inputs)
     if not isinstance(out, Tensor):
         raise FusegradError(
@@ -79,21 +82,48 @@ def export_webgpu(
                 f"example input {i} is not used by the function's result; export only what it reads"
             )
         slots_of_inputs.append(found[0])
-    folder = Path(folder)
+    return _write(Path(folder), plan, buffers, slots_of_inputs, input_buffers, out.shape)
+
+
+def _write(folder: Path, plan: Any, buffers: list[Any], slots_of_inputs: list[int],
+           input_buffers: list[Any], shape: tuple[int, ...], written: set[int] | None = None) -> Path:
+    """Write the page, the kernels and the weights of ``plan`` into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     weights = {
-        f"slot{s}": _host_tensor(b) for s, b in enumerate(buffers) if s not in slots_of_inputs
+        f"slot{s}": _host_tensor(b)
+        for s, b in enumerate(buffers)
+        if s not in slots_of_inputs and (written is None or s not in written)
     }
     safe_save(weights, folder / "weights.safetensors")
     safe_save(
         {f"input{i}": _host_tensor(b) for i, b in enumerate(input_buffers)},
         folder / "inputs.safetensors",
     )
-    model = _model(plan, buffers, slots_of_inputs, out.shape)
+    model = _model(plan, buffers, slots_of_inputs, shape, written or set())
     (folder / "model.js").write_text(_module(model))
     for name in ("fusegrad-webgpu.js", "index.html"):
         shutil.copyfile(WEB_FILES / name, folder / name)
     return folder
+
+
+def _export_captured(jit: TinyJit, inputs: list[Tensor], input_buffers: list[Any], folder: Path) -> Path:
+    """Export what a TinyJit captures: run it twice on ``inputs`` and take its recorded kernels."""
+    capture = TinyJit(jit.fn)  # a capture of our own, on the export's inputs
+    capture(*inputs)
+    out = capture(*inputs)
+    if not isinstance(out, Tensor):
+        raise FusegradError("export_webgpu needs a TinyJit function returning one Tensor")
+    buffers: list[Any] = []
+    slot_of: dict[int, int] = {}
+    for b in [*input_buffers, *(b for launch in capture.launches for b in launch.buffers)]:
+        if id(b) not in slot_of:
+            slot_of[id(b)] = len(buffers)
+            buffers.append(b)
+    steps = [KernelStep(launch.runner.kernel.ast, tuple(slot_of[id(b)] for b in launch.buffers), "WEBGPU")
+             for launch in capture.launches]
+    written = {step.slots[0] for step in steps}
+    plan = Plan(steps, [], [slot_of[id(out._buffer())]], len(buffers))
+    return _write(folder, plan, buffers, list(range(len(input_buffers))), input_buffers, out.shape, written)
 
 
 def _host_tensor(buf: Any) -> Tensor:
@@ -101,7 +131,8 @@ def _host_tensor(buf: Any) -> Tensor:
     return Tensor(buf.numpy(), device="PYTHON")
 
 
-def _model(plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[int, ...]) -> dict:
+def _model(plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[int, ...],
+           written: set[int]) -> dict:
     """The kernels, dispatches and buffer plan, as plain data for ``model.js``."""
     renderer = browser_renderer()
     slots = [(b.size, b.dtype) for b in buffers] + [
@@ -136,9 +167,9 @@ def _model(plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[i
     def role(slot: int) -> str:
         if slot in input_slots:
             return "input"
-        if slot < len(buffers):
-            return "weight"
-        return "output" if slot in plan.outputs else "temporary"
+        if slot in plan.outputs:
+            return "output"
+        return "weight" if slot < len(buffers) and slot not in written else "temporary"
 
     plan_rows = [
         {

@@ -26,6 +26,7 @@ class KernelSource:
     n_buffers: int
     flops: int
     opts: KernelOpts | None = None
+    ast: UOp | None = None  # what it was generated from (exporters re-render it)
 
 
 def plugin_rules(stage: str, device: str) -> PatternMatcher:
@@ -86,7 +87,7 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     global_size = tuple(u.arg[1] for u in special) if special else None
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
-    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops, opts)  # type: ignore[arg-type]
+    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops, opts, ast)  # type: ignore[arg-type]
 
 
 def count_flops(program: list[UOp]) -> int:
