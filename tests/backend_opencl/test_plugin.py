@@ -41,22 +41,24 @@ def test_one_instance_per_device(cl_device):
     from fusegrad_opencl.device import find_devices
 
     spec = Device.specs()["OPENCL"]
-    assert spec.count == len(find_devices()) >= 1
+    assert spec.instances() == len(find_devices()) >= 1
     assert Device["OPENCL:0"] is Device["OPENCL"]
-    with pytest.raises(Exception, match=f"OPENCL has {spec.count} device"):
-        Device[f"OPENCL:{spec.count}"]
+    with pytest.raises(Exception, match=f"OPENCL has {spec.instances()} device"):
+        Device[f"OPENCL:{spec.instances()}"]
 
 
-def test_only_cpu_devices_rank_below_the_cpu_backend(cl_device):
-    import pyopencl as cl
-
-    from fusegrad_opencl.device import find_devices
-
-    spec = Device.specs()["OPENCL"]
-    gpu = any(d.type & ~cl.device_type.CPU for d in find_devices())
-    assert spec.priority == (
-        fusegrad_opencl.GPU_PRIORITY if gpu else fusegrad_opencl.CPU_ONLY_PRIORITY
+def test_ranks_below_the_cpu_backend_and_discovery_imports_no_pyopencl():
+    code = (
+        "import sys, fusegrad; from fusegrad import Device; specs = Device.specs(); "
+        "assert 'pyopencl' not in sys.modules, 'discovery imported pyopencl'; "
+        "assert specs['OPENCL'].priority < specs['CPU'].priority; "
+        "Device.DEFAULT; assert 'pyopencl' not in sys.modules, 'DEFAULT imported pyopencl'"
     )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_float16_is_refused_without_cl_khr_fp16(cl_device):

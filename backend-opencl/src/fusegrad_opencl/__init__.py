@@ -1,6 +1,6 @@
 """fusegrad's OpenCL backend: OpenCL C built by the device's driver and run through pyopencl.
 
-Hook implementations only. pyopencl is imported when the devices are counted, and only if it is
+Hook implementations only. pyopencl is imported when the device is probed or used, and only if it is
 installed: ``OPENCL:0``, ``OPENCL:1``... are the OpenCL devices of every platform, GPUs first.
 """
 
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 FUSEGRAD_BACKEND_API = 1
 #: With a GPU (or accelerator): above CPU (10). With only CPU devices (PoCL), below the CPU
 #: backend, which is faster on the same cores: OPENCL is then chosen by name, never by default.
-GPU_PRIORITY, CPU_ONLY_PRIORITY = 20, 5
+#: Below CPU: knowing whether an OpenCL device is a GPU means importing pyopencl, which
+#: discovery must not do; use DEV=OPENCL (CUDA and Metal cover GPUs by default).
+PRIORITY = 5
 NOT_INSTALLED = "pyopencl not installed (pip install fusegrad-opencl)"
 
 
@@ -56,9 +58,8 @@ def survey() -> tuple[int, bool, str | None]:
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
     """One spec for every OpenCL device found (``count``), or one saying why there is none."""
-    count, has_gpu, why = survey()
-    priority = GPU_PRIORITY if has_gpu else CPU_ONLY_PRIORITY
-    return [DeviceSpec("OPENCL", priority, lambda: why, count)]
+    # nothing is imported here: pyopencl is asked (once) only when the device is probed or used
+    return [DeviceSpec("OPENCL", PRIORITY, lambda: survey()[2], lambda: survey()[0])]
 
 
 @hookimpl

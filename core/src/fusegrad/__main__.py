@@ -20,7 +20,7 @@ from fusegrad.plugin.manager import PluginInfo, plugins
 
 def dev_strings(spec: DeviceSpec) -> list[str]:
     """The ``DEV=`` settings that select each instance of ``spec``: ``DEV=CPU``, ``DEV=OPENCL:1``."""
-    return [f"DEV={spec.name}"] + [f"DEV={spec.name}:{i}" for i in range(1, spec.count)]
+    return [f"DEV={spec.name}"] + [f"DEV={spec.name}:{i}" for i in range(1, spec.instances())]
 
 
 def survey() -> dict[str, Any]:
@@ -39,7 +39,7 @@ def survey() -> dict[str, Any]:
                     "name": name,
                     "plugin": info.name,
                     "priority": spec.priority,
-                    "count": spec.count,
+                    "count": spec.instances(),
                     "available": why is None,
                     "reason": why,
                     "dev": dev_strings(spec),

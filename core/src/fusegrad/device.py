@@ -101,14 +101,19 @@ class DeviceSpec:
     """A device a plugin offers: its name, its priority for ``Device.DEFAULT``, and a probe.
 
     ``probe()`` returns None when the device can be used here, else the reason it cannot
-    ("pyopencl not installed"). It must be cheap and must not import heavy runtimes eagerly
-    unless that is the only way to know.
+    ("pyopencl not installed"). It runs lazily: ``Device.DEFAULT`` probes devices from the
+    highest priority down and stops at the first usable one, so a probe may import its runtime.
+    ``count`` (how many instances: NAME, NAME:1, ...) may be a function, asked when needed.
     """
 
     name: str
     priority: int
     probe: Any  # Callable[[], str | None]
-    count: int = 1  # how many instances (NAME:0 ... NAME:count-1)
+    count: Any = 1  # int, or Callable[[], int]
+
+    def instances(self) -> int:
+        """How many devices of this kind there are (``count``, called if it is a function)."""
+        return self.count() if callable(self.count) else self.count
 
     def unavailable(self) -> str | None:
         """Run the probe: None when usable, else why not. A probe that raises counts as a "no"."""
@@ -259,10 +264,11 @@ class _DeviceRegistry:
         if (why := spec.unavailable()) is not None:
             raise DeviceUnavailable(f"device {base} is installed but cannot be used here: {why}")
         index = name.partition(":")[2] or "0"
-        if not index.isdigit() or int(index) >= spec.count:
-            numbers = ", ".join([base] + [f"{base}:{i}" for i in range(1, spec.count)])
+        count = spec.instances()
+        if not index.isdigit() or int(index) >= count:
+            numbers = ", ".join([base] + [f"{base}:{i}" for i in range(1, count)])
             raise DeviceNotFound(
-                f"no device {name!r}: {base} has {spec.count} device(s) here (valid names: {numbers})"
+                f"no device {name!r}: {base} has {count} device(s) here (valid names: {numbers})"
             )
         hook = plugins().hook
         parts = {
@@ -288,12 +294,14 @@ class _DeviceRegistry:
                     raise type(e)(f"DEV={dev}: {e}") from None
                 self._default = name  # only once it is known to work
             else:
-                usable = [s for s in self.specs().values() if s.unavailable() is None]
-                if not usable:
+                # highest priority first, probing only until one is usable
+                ranked = sorted(self.specs().values(), key=lambda s: -s.priority)
+                usable = next((s for s in ranked if s.unavailable() is None), None)
+                if usable is None:
                     raise DeviceNotFound(
                         "no device is available; run `fusegrad devices` to see why"
                     )
-                self._default = max(usable, key=lambda s: s.priority).name
+                self._default = usable.name
         return self._default
 
     @DEFAULT.setter

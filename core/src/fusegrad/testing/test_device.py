@@ -127,7 +127,7 @@ def test_unsupported_dtype_is_refused(conformance_device):
 
 def test_device_index_out_of_range(conformance_device):
     base = conformance_device.partition(":")[0]
-    count = Device.specs()[base].count
+    count = Device.specs()[base].instances()
     with pytest.raises(DeviceNotFound, match=base):
         Device[f"{base}:{count}"]
 
