@@ -157,10 +157,11 @@ class Buffer:
         if self._handle is None:
             self._allocator = allocator = Device[self.device].allocator
             nbytes = max(self.nbytes, 1)
-            free = _pool(allocator).get(nbytes)
-            self._handle = free.pop() if free else allocator.alloc(nbytes)
-            if free is not None:
-                _POOLED[0] -= nbytes if self._handle is not None else 0
+            if free := _pool(allocator).get(nbytes):
+                self._handle = free.pop()
+                _POOLED[0] -= nbytes
+            else:
+                self._handle = allocator.alloc(nbytes)
         return self._handle
 
     @property
@@ -211,9 +212,7 @@ def _pool(allocator: Allocator) -> dict[int, list[Any]]:
 
 def release_pooled_memory() -> None:
     """Give every kept buffer back to its allocator (tests of allocators use it)."""
-    from fusegrad.device import Device as registry
-
-    for runtime in list(registry._open.values()):
+    for runtime in list(Device._open.values()):
         pool = _pool(runtime.allocator)
         for nbytes, handles in pool.items():
             for handle in handles:
