@@ -1,6 +1,6 @@
 """One MNIST training step (the examples/mnist.py CNN, batch 128, Adam): fusegrad CPU vs torch CPU.
 
-    python bench/bench_mnist.py [--steps 5]
+    python bench/bench_mnist.py [--steps 5] [--memory]
 
 Prints the median step time of each, measured in this run after a warm-up step (which for
 fusegrad includes compiling every kernel: its time is printed too), and the ratio.
@@ -76,10 +76,30 @@ def torch_step_times(x: np.ndarray, y: np.ndarray, steps: int) -> list[float] | 
     return times
 
 
+def peak_memory(which: str, steps: int) -> float:
+    """Peak resident memory (MiB) of a fresh process that runs ``steps`` training steps."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__, "--only", which, "--steps", str(steps)],
+                          check=True, capture_output=True, text=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--only", choices=["fusegrad", "torch"], help="run one side (for --memory)")
+    parser.add_argument("--memory", action="store_true", help="also compare peak resident memory")
     args = parser.parse_args()
+    if args.only:  # a child of --memory: just train
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
+        y = rng.integers(0, 10, 128).astype(np.int32)
+        (fusegrad_step_times if args.only == "fusegrad" else torch_step_times)(x, y, args.steps)
+        # VmHWM, not ru_maxrss: Linux lets a child inherit its parent's ru_maxrss across exec
+        status = open("/proc/self/status").read()
+        print(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024)
+        return
     rng = np.random.default_rng(0)
     x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, 10, 128).astype(np.int32)
@@ -94,6 +114,10 @@ def main() -> None:
     theirs_ms = statistics.median(theirs) * 1e3
     print(f"torch    train step                     {theirs_ms:8.1f} ms")
     print(f"ratio (fusegrad time / torch time)      {ours_ms / theirs_ms:8.2f}x")
+    if args.memory:
+        ours_mib, theirs_mib = peak_memory("fusegrad", args.steps), peak_memory("torch", args.steps)
+        print(f"peak resident memory: fusegrad {ours_mib:.0f} MiB, torch {theirs_mib:.0f} MiB "
+              f"({ours_mib / theirs_mib:.2f}x)")
 
 
 if __name__ == "__main__":
