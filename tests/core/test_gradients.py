@@ -645,11 +645,6 @@ def test_backward_after_item():
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a realized intermediate is a fresh buffer to later graphs: "
-    "the gradient stops there and x.grad stays None",
-)
 def test_backward_through_realized_intermediate():
     x, tx = leaf()
     y, ty = x * 2, tx * 2

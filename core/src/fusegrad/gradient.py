@@ -10,6 +10,7 @@ primitives, so each has a derivative without a rule of its own.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 from fusegrad.uop.pattern import PatternMatcher, UPat
@@ -102,8 +103,31 @@ def _reaching(order: list[UOp], targets: set[UOp]) -> set[UOp]:
     return reach
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: list[UOp]) -> dict[UOp, UOp | None]:
+def expand_realized(root: UOp, targets: set[UOp], realized: Mapping[UOp, UOp]) -> UOp:
+    """Put back the graph of each realized tensor in ``root`` whose graph reaches a target.
+
+    A tensor realized along the way (``y.numpy()``) is a plain buffer to graphs built on it
+    later; ``realized`` maps such buffers to the graphs that computed them. Targets themselves
+    (the parameters) are never expanded, so an optimizer's update graph is not differentiated.
+    """
+    done: dict[UOp, UOp] = {}
+    for u in toposort([root]):
+        lazy = realized.get(u) if u not in targets else None
+        if lazy is not None and any(n in targets for n in toposort([lazy])):
+            done[u] = expand_realized(lazy, targets, realized)
+        elif u.src:
+            new_src = tuple(done[s] for s in u.src)
+            done[u] = u if new_src == u.src else u.replace(src=new_src)
+        else:
+            done[u] = u
+    return done[root]
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: list[UOp],
+                     realized: Mapping[UOp, UOp] | None = None) -> dict[UOp, UOp | None]:
     """The gradient of ``root`` (seeded with ``root_grad``) with respect to each target."""
+    if realized:
+        root = expand_realized(root, set(targets), realized)
     order = toposort([root])
     reach = _reaching(order, set(targets))
     grads: dict[UOp, UOp] = {root: root_grad}

@@ -18,7 +18,7 @@ from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
 from fusegrad.errors import FusegradError, ShapeError
 from fusegrad.helpers import prod
-from fusegrad.tensor_autograd import _GRAD_TENSORS, AutogradMixin
+from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
 from fusegrad.tensor_index import IndexMixin
 from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
@@ -158,6 +158,8 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
                 if keep_graph and t._graph is None:
                     t._graph = t.uop  # backward() differentiates the graph, not the buffer
                 t.uop = buffer_uop(buf, t.shape)
+                if keep_graph:
+                    REALIZED[t.uop] = t._graph  # graphs built on t later still reach its inputs
         return self
 
     def contiguous(self) -> Tensor:
@@ -173,6 +175,8 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
             if _GRAD_TENSORS and self._graph is None:
                 self._graph = self.uop  # loss.item() then loss.backward() still differentiates
             self.uop = self.contiguous().realize().uop
+            if self._graph is not None:
+                REALIZED[self.uop] = self._graph
             u = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
         return u.arg
 

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 # Tensors that asked for gradients; backward() looks for them in the graph it differentiates.
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
 _ASSIGNS = [0]  # how many assigns ran; TinyJit refuses to capture functions that assign
+# realized tensor's buffer node -> the graph that computed it, while gradients are tracked
+REALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def assign_count() -> int:
@@ -95,7 +97,7 @@ class AutogradMixin:
         """
         root = self._differentiable_uop()
         seed = self._seed_gradient(gradient)
-        found = compute_gradient(root, seed, [t.uop for t in targets])
+        found = compute_gradient(root, seed, [t.uop for t in targets], REALIZED)
         out = []
         for t in targets:
             g = found.get(t.uop)
@@ -122,7 +124,7 @@ class AutogradMixin:
         wanted = [t for t in list(_GRAD_TENSORS) if t.requires_grad]
         if not wanted:
             raise FusegradError("backward(): no tensor in this graph has requires_grad=True")
-        found = compute_gradient(root, self._seed_gradient(gradient), [t.uop for t in wanted])
+        found = compute_gradient(root, self._seed_gradient(gradient), [t.uop for t in wanted], REALIZED)
         for t in wanted:
             g = found.get(t.uop)
             if g is None:
