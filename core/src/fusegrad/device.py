@@ -210,17 +210,6 @@ def _pool(allocator: Allocator) -> dict[int, list[Any]]:
     return pool
 
 
-def release_pooled_memory() -> None:
-    """Give every kept buffer back to its allocator (tests of allocators use it)."""
-    for runtime in list(Device._open.values()):
-        pool = _pool(runtime.allocator)
-        for nbytes, handles in pool.items():
-            for handle in handles:
-                runtime.allocator.free(handle, nbytes)
-        pool.clear()
-    _POOLED[0] = 0
-
-
 class _DeviceRegistry:
     """``Device[name]`` opens a device; ``Device.DEFAULT`` is the best available one."""
 

@@ -30,11 +30,18 @@ class KernelSource:
 
 
 def plugin_rules(stage: str, device: str) -> PatternMatcher:
-    """The rewrite rules plugins add at ``stage`` for ``device`` (hook ``fusegrad_rewrite_rules``)."""
+    """The rewrite rules plugins add at ``stage`` for ``device`` (hook ``fusegrad_rewrite_rules``),
+    asked once per plugin manager: rebuilding a matcher for every kernel would be wasted work."""
     from fusegrad.plugin.manager import plugins
 
-    found = plugins().hook.fusegrad_rewrite_rules(stage=stage, device=device)
-    return PatternMatcher([rule for matcher in found if matcher is not None for rule in matcher.rules])
+    pm = plugins()
+    if (matcher := pm.rule_cache.get((stage, device))) is None:
+        found = pm.hook.fusegrad_rewrite_rules(stage=stage, device=device)
+        matcher = PatternMatcher([rule for m in found if m is not None for rule in m.rules])
+        if stage == "kernel":
+            matcher = SIMPLIFY + matcher
+        pm.rule_cache[(stage, device)] = matcher
+    return matcher
 
 
 def kernel_name(ast: UOp) -> str:
@@ -74,7 +81,7 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
         print(f"--- optimisation: {opts} ---")
     graph = lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
-    graph = graph_rewrite(graph, SIMPLIFY + plugin_rules("kernel", renderer.device))
+    graph = graph_rewrite(graph, plugin_rules("kernel", renderer.device))  # SIMPLIFY + plugins
     graph = decompose(graph, renderer)
     if extra := plugin_rules("program", renderer.device).rules:
         graph = graph_rewrite(graph, PatternMatcher(extra))

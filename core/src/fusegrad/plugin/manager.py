@@ -36,6 +36,7 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
         self.has_run_listeners: bool | None = None  # cached by the engine's hot path
+        self.rule_cache: dict = {}  # (stage, device) -> rewrite rules, built by codegen once
         self._specs: dict | None = None
 
     def load_module(self, info: PluginInfo, module: ModuleType) -> None:

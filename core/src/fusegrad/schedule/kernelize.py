@@ -70,13 +70,6 @@ def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
     return tuple(done[r] for r in roots), buffers
 
 
-def is_view(u: UOp) -> bool:
-    """A chain of movement ops over one slot: nothing to compute."""
-    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP):
-        u = u.src[0]
-    return u.op is Ops.PARAM
-
-
 def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
     """Roots, CONTIGUOUS, COPY (and what it copies), and reduces read by several consumers."""
     realize = {r for r in roots if r.op is not Ops.PARAM}
