@@ -80,6 +80,8 @@ DERIVATIVES = PatternMatcher([
      lambda ctx, ret: (ctx.cast(ret.src[0].dtype) if ret.src[0].dtype.is_float else None,)),
     (UPat((Ops.BITCAST, Ops.DETACH), name="ret"), lambda ctx, ret: (None,)),
     (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
+    (UPat(Ops.CUSTOM_GRAD, name="ret"),                                                  # the op's own rule
+     lambda ctx, ret: (None, *ret.arg[0](ctx, ret.src[1:], ret.arg[1]))),
     (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (_move(Ops.COPY, ctx, ret.arg[::-1]),)),
     (UPat(Ops.REDUCE_AXIS, name="ret"),
      lambda ctx, ret: (expand_to(ctx, ret.src[0].shape),) if ret.arg[0] is Ops.ADD else reduce_max_grad(ret, ctx)),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from fusegrad.errors import FusegradError, ShapeError
 from fusegrad.gradient import compute_gradient, full_like
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -86,6 +86,17 @@ class AutogradMixin:
     def _differentiable_uop(self) -> UOp:
         """The graph to differentiate: the lazy one, even if this tensor was realized since."""
         return self._graph if self._graph is not None else self.uop
+
+    def _with_gradient(self, rule: Any, inputs: tuple[Tensor, ...], params: tuple) -> Tensor:
+        """This value, whose gradient with respect to ``inputs`` is ``rule(g, inputs, params)``
+        (UOps in, one UOp per input out) instead of the derivative of the ops that computed it.
+
+        For ops whose derivative through their building blocks is correct but slow (convolution).
+        ``rule`` should be a module-level function and ``params`` hashable, so equal graphs stay
+        equal nodes.
+        """
+        node = UOp(Ops.CUSTOM_GRAD, self.uop.dtype, (self.uop, *(t.uop for t in inputs)), (rule, params))
+        return self._wrap(node, self.device)  # type: ignore[attr-defined]
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d self / d target for each target, without touching ``.grad``.

@@ -19,6 +19,7 @@ from fusegrad.errors import FusegradError, ShapeError
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
+    from fusegrad.uop.ops import UOp
 
 Size = int | Sequence[int]
 
@@ -30,6 +31,28 @@ def _tuple(x: Size, n: int, name: str) -> tuple[int, ...]:
     if len(x) != n:
         raise ShapeError(f"{name} needs {n} values (one per spatial axis), got {tuple(x)}")
     return tuple(int(v) for v in x)
+
+
+def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+    """d conv / d (padded input, weight), given the gradient ``g`` of the output.
+
+    Taken through the window ops, the input's gradient would be one value per window element
+    written out (for a 5x5 kernel, 25 times the input's size) and then summed back. It is the
+    transposed convolution of ``g`` instead: a reduction of the same shape as the forward one.
+    """
+    from fusegrad.tensor import Tensor
+
+    stride, dilation, groups, device = params
+    grad, xp, weight = (Tensor._wrap(u, device) for u in (g, *inputs))
+    n, (cout, cin_g, *ks) = weight.ndim - 2, weight.shape
+    batch, outs = grad.shape[0], grad.shape[2:]
+    dx = grad.conv_transpose2d(weight, stride=stride, dilation=dilation, groups=groups)
+    # positions after the last window are read by no window: their gradient is 0
+    dx = dx.pad([None, None] + [(0, p - d) for p, d in zip(xp.shape[2:], dx.shape[2:], strict=True)])
+    win = xp._pool(tuple(ks), stride, dilation).reshape((batch, groups, 1, cin_g) + outs + tuple(ks))
+    g_win = grad.reshape((batch, groups, cout // groups, 1) + outs + (1,) * n)
+    dw = (win * g_win).sum([0] + list(range(4, 4 + n))).reshape(weight.shape)
+    return dx.uop, dw.uop
 
 
 def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
@@ -112,11 +135,17 @@ class NNMixin:
             )
         stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
         pads = _conv_padding(padding, tuple(ks), dilation, stride)
-        win = x.pad([None, None] + pads)._pool(tuple(ks), stride, dilation)  # (N, C_in, *o, *k)
+        xp = x.pad([None, None] + pads)
+        win = xp._pool(tuple(ks), stride, dilation)  # (N, C_in, *o, *k)
         outs = win.shape[2 : 2 + n]
         win = win.reshape((batch, groups, 1, cin_g) + outs + tuple(ks))
-        w = weight.reshape((1, groups, cout // groups, cin_g) + (1,) * n + tuple(ks))
+        # The weight is read with C_out innermost in memory (a small copy), so that the kernel
+        # can load C_out filters as one vector and reuse each input element for all of them.
+        w = weight.reshape((groups, cout // groups, cin_g) + tuple(ks))
+        w = w.permute((0, 2, *range(3, 3 + n), 1)).contiguous().permute((0, n + 2, 1, *range(2, 2 + n)))
+        w = w.reshape((1, groups, cout // groups, cin_g) + (1,) * n + tuple(ks))
         out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((batch, cout) + outs)
+        out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups, x.device))
         if bias is not None:
             out = out + bias.reshape((1, cout) + (1,) * n)
         return out if self.ndim == n + 2 else out.squeeze(0)
@@ -180,6 +209,9 @@ class NNMixin:
                 x = x.shrink([(0, (size - 1) * s + 1) if i == a else None for i in range(x.ndim)])
         edge = [d * (k - 1) - p for d, k, p in zip(dilation, ks, padding, strict=False)]
         x = x.pad([None, None] + [(e, e + op) for e, op in zip(edge, output_padding, strict=False)])
+        # Written out once (a small copy), so that the convolution's inner loop reads plain
+        # memory instead of testing every tap for the zeros around and between the elements.
+        x = x.contiguous()
         w = weight.reshape((groups, cin // groups, cout_g) + tuple(ks)).transpose(1, 2)
         w = w.reshape((groups * cout_g, cin // groups) + tuple(ks)).flip(list(range(2, 2 + n)))
         out = x.conv2d(w, bias, 1, 0, dilation, groups)

@@ -50,11 +50,17 @@ def _plain_kernel(value: UOp) -> list[UOp]:
     return toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=plain), SIMPLIFY)])
 
 
-def _load_axes(nodes: list[UOp]) -> list[set[int]]:
+def _output_loops(nodes: list[UOp], shape: tuple[int, ...]) -> dict[int, UOp]:
+    """Output axis -> its loop in the plain kernel (size-1 axes have none; loop number i is the
+    i-th axis longer than 1)."""
+    looped = [d for d, s in enumerate(shape) if s > 1]
+    return {looped[u.arg[0]]: u for u in nodes if u.op is Ops.RANGE and u.arg[1] in ("global", "parallel")}
+
+
+def _load_axes(nodes: list[UOp], shape: tuple[int, ...]) -> list[set[int]]:
     """For each input read, the output axes its index changes along."""
-    # with the plain order, output loop number i is output axis i
-    loops = {u: u.arg[0] for u in nodes if u.op is Ops.RANGE and u.arg[1] != "reduce"}
-    return [{loops[n] for n in toposort([u.src[0]]) if n in loops} for u in nodes if u.op is Ops.LOAD]
+    axis_of = {loop: d for d, loop in _output_loops(nodes, shape).items()}
+    return [{axis_of[n] for n in toposort([u.src[0]]) if n in axis_of} for u in nodes if u.op is Ops.LOAD]
 
 
 def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
@@ -69,13 +75,26 @@ def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
     return bool(loops) and _reads_consecutively(nodes, loops[-1])
 
 
-def _output_axis_is_contiguous(nodes: list[UOp], axis: int) -> bool:
-    loops = [u for u in nodes if u.op is Ops.RANGE and u.arg == (axis, "global") or u.arg == (axis, "parallel")]
-    return bool(loops) and _reads_consecutively(nodes, loops[0])
+def _output_axis_is_contiguous(nodes: list[UOp], shape: tuple[int, ...], axis: int) -> bool:
+    loop = _output_loops(nodes, shape).get(axis)
+    return loop is not None and _reads_consecutively(nodes, loop)
 
 
 def _amount(size: int, choices: tuple[int, ...]) -> int:
     return next((c for c in choices if size % c == 0 and size > c), 1)
+
+
+#: upcast amounts tried for the vector axis, widest first
+VECTOR_AMOUNTS = (32, 16, 8, 4)
+
+
+def _vector_axis(nodes: list[UOp], shape: tuple[int, ...], axes: list[int]) -> int | None:
+    """The output axis to run as vectors: one that some input is read consecutively along,
+    the one allowing the widest vectors, the last of equals (the output is written along it)."""
+    contiguous = [d for d in axes if _output_axis_is_contiguous(nodes, shape, d)]
+    if not contiguous:
+        return axes[-1] if axes else None
+    return max(contiguous, key=lambda d: (_amount(shape[d], VECTOR_AMOUNTS), d))
 
 
 def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
@@ -87,19 +106,20 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     shape = value.shape
     axes = [d for d, s in enumerate(shape) if s > 1]
     upcast: list[tuple[int, int]] = []
-    vec_axis = axes[-1] if axes else None
     nodes = _plain_kernel(value)
-    if vec_axis is not None and (vec := _amount(shape[vec_axis], (32, 16, 8, 4))) > 1 and (
-        _output_axis_is_contiguous(nodes, vec_axis) or not _innermost_reduce_is_contiguous(nodes)
+    vec_axis = _vector_axis(nodes, shape, axes)
+    if vec_axis is not None and (vec := _amount(shape[vec_axis], VECTOR_AMOUNTS)) > 1 and (
+        _output_axis_is_contiguous(nodes, shape, vec_axis) or not _innermost_reduce_is_contiguous(nodes)
     ):
         upcast.append((vec_axis, vec))
     lanes = None if upcast or not _innermost_reduce_is_contiguous(nodes) else _lanes(reduce)
     others = [d for d in axes if d != vec_axis]
-    loads = _load_axes(nodes) if others else []
+    loads = _load_axes(nodes, shape) if others else []
 
-    def reuse_score(d: int) -> tuple[int, int]:
-        """Vector loads that need not be repeated along ``d`` first, then any loads."""
-        return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a))
+    def reuse_score(d: int) -> tuple[int, int, int]:
+        """Vector loads that need not be repeated along ``d`` first, then any loads; of equals the
+        innermost axis, whose neighbouring elements share cache lines."""
+        return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a), d)
 
     budget = MAX_ACCUMULATORS // max(1, upcast[0][1] if upcast else 1) // (lanes[1] if lanes else 1)
     reuse = next((d for d in sorted(others, key=reuse_score, reverse=True)

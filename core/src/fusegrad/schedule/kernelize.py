@@ -55,13 +55,16 @@ class Plan:
 
 
 def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
-    """Replace each BUFFER by ``PARAM(slot, size)``, numbering buffers by first appearance."""
+    """Replace each BUFFER by ``PARAM(slot, size)``, numbering buffers by first appearance,
+    and each CUSTOM_GRAD by its value."""
     buffers: list[Any] = []
     done: dict[UOp, UOp] = {}
     for u in toposort(roots):
         if u.op is Ops.BUFFER:
             done[u] = UOp(Ops.PARAM, u.dtype, (), (len(buffers), u.arg.size))
             buffers.append(u.arg)
+        elif u.op is Ops.CUSTOM_GRAD:  # only autograd reads the rule; the value is src[0]
+            done[u] = done[u.src[0]]
         elif u.src:
             new_src = tuple(done[s] for s in u.src)
             done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)

@@ -36,6 +36,10 @@ class Ops(Enum):
     CONTIGUOUS = auto()  # forces a buffer to exist here
     COPY = auto()  # arg: target device name
     DETACH = auto()  # cuts gradients; no-op for values
+    # src: (value, *inputs); arg: (rule, params). The value is src[0]; its gradient is not taken
+    # through src[0]'s graph but given by ``rule(g, inputs, params)`` (see gradient.py). The
+    # scheduler drops the node (schedule/kernelize.py ``abstract``).
+    CUSTOM_GRAD = auto()
     # kernel graph and linear program
     SINK = auto()
     PARAM = auto()  # arg: (position, element count); a buffer argument of a kernel

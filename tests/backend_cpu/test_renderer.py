@@ -1,0 +1,40 @@
+"""The CPU renderer's loop pragmas: the register tile the optimiser planned, as gcc should build it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusegrad import Device, Tensor
+from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.opt import KernelOpts, heuristic_opts
+
+
+def _lines_before_loops(source: str) -> dict[str, str]:
+    """Loop variable -> the line just before its ``for``."""
+    lines = [line.strip() for line in source.splitlines()]
+    return {line.split()[2]: lines[i - 1] for i, line in enumerate(lines) if line.startswith("for (int ")}
+
+
+def test_matmul_tile_is_unrolled_outside_and_vectorised_inside():
+    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
+    (step,) = (a @ b).schedule()
+    kernel = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False))
+    before = _lines_before_loops(kernel.source)
+    assert before["ridx50"] == "#pragma GCC unroll 8"  # the reused rows
+    assert before["ridx51"] == "#pragma omp simd"  # the vector of columns
+    assert not before["ridx100"].startswith("#pragma")  # the reduction loop is left alone
+
+
+def test_no_simd_pragma_on_a_loop_that_reads_with_a_stride():
+    """Forcing vectors onto strided reads would make gcc gather: the loop gets no pragma."""
+    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
+    (step,) = (a @ b).schedule()
+    opts = KernelOpts((1, 0), ((0, 8),))  # only the rows upcast: a is read 32 apart along them
+    kernel = generate(step.ast, Device["CPU"].renderer, opts)
+    before = _lines_before_loops(kernel.source)
+    assert not before["ridx50"].startswith("#pragma")
+    rt = Device["CPU"]
+    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    out = Tensor.zeros(64 * 48, device="CPU").contiguous().realize()
+    program(out._buffer().handle, a._buffer().handle, b._buffer().handle, global_size=None)
+    np.testing.assert_allclose(out.numpy().reshape(64, 48), a.numpy() @ b.numpy(), rtol=1e-5)

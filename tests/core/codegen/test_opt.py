@@ -1,0 +1,38 @@
+"""The default loop structure of reduction kernels (codegen/opt.py)."""
+
+from __future__ import annotations
+
+from fusegrad import Tensor
+from fusegrad.codegen.opt import heuristic_opts
+
+
+def _reduce_ast(t: Tensor):
+    asts = [s.ast for s in t.schedule() if s.ast.src[0].src[0].arg[1] == t.numel()]
+    return asts[-1]
+
+
+def test_conv_runs_output_channels_as_vectors():
+    """The weight is laid out with C_out innermost, so C_out is the vector axis (16 wide) and
+    the output width, along which the input is read, is the reused axis."""
+    x, w = Tensor.rand(8, 4, 12, 12, device="CPU"), Tensor.rand(32, 4, 3, 3, device="CPU")
+    y = x.conv2d(w)
+    ast = _reduce_ast(y)
+    shape = ast.src[0].src[1].shape
+    opts = heuristic_opts(ast, False)
+    cout_axis = shape.index(32)
+    assert opts.upcast[-1] == (cout_axis, 16)
+    assert opts.upcast[0][0] == len(shape) - 1 - shape[::-1].index(10)  # the output width
+
+
+def test_matmul_vectorises_the_output_row():
+    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
+    opts = heuristic_opts(_reduce_ast(a @ b), False)
+    assert opts.upcast == ((0, 8), (1, 16))
+
+
+def test_size_one_axes_do_not_shift_the_choice():
+    """Loops exist only for axes longer than 1; the analysis maps them back to axes."""
+    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
+    y = (a.reshape(64, 1, 32, 1) * b.reshape(1, 1, 32, 48)).sum(2, keepdim=True)
+    opts = heuristic_opts(_reduce_ast(y), False)
+    assert opts.upcast == ((0, 8), (3, 16))
