@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fusegrad import Tensor
-from fusegrad.codegen.opt import heuristic_opts
+import numpy as np
+
+from fusegrad import Device, Tensor
+from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 
 
 def _reduce_ast(t: Tensor):
@@ -36,3 +39,24 @@ def test_size_one_axes_do_not_shift_the_choice():
     y = (a.reshape(64, 1, 32, 1) * b.reshape(1, 1, 32, 48)).sum(2, keepdim=True)
     opts = heuristic_opts(_reduce_ast(y), False)
     assert opts.upcast == ((0, 8), (3, 16))
+
+
+def test_elementwise_kernels_loop_per_axis_only_when_views_need_division():
+    x, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, device="CPU")
+    (plain,) = (x + x).schedule()
+    assert heuristic_opts(plain.ast, False) is None  # same position everywhere: one flat loop
+    (broadcast,) = (x + b).schedule()  # b's element is the flat position % 32
+    assert heuristic_opts(broadcast.ast, False) == KernelOpts((0, 1))
+
+
+def test_padded_copy_has_no_division_or_modulo():
+    """A pad's load is gated: outside the pad the index is never used, so it needs no modulo
+    to stay in range, and a loop per axis needs no division."""
+    x = Tensor.rand(4, 8, 10, 10, device="CPU")
+    (step,) = x.pad((None, None, (2, 2), (2, 2))).contiguous().schedule()
+    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False)).source
+    body = source[source.index("{") :]
+    assert "%" not in body and "/" not in body
+    np.testing.assert_array_equal(
+        x.pad((None, None, (2, 2), (2, 2))).numpy(), np.pad(x.numpy(), ((0, 0), (0, 0), (2, 2), (2, 2)))
+    )

@@ -27,8 +27,14 @@ def idx_const(v: int) -> UOp:
 
 
 def unflatten(flat: UOp, shape: tuple[int, ...]) -> Index:
-    """The per-axis indices of element ``flat`` of a contiguous array of ``shape``."""
-    return tuple((flat // st) % s if s > 1 else idx_const(0) for st, s in zip(strides_for(shape), shape))
+    """The per-axis indices of element ``flat`` of a contiguous array of ``shape``.
+
+    The outermost axis takes no ``% size``: wherever a load is allowed ``flat`` is in range, and
+    where it is not (outside a pad) the index is never used, so the modulo only costs time.
+    """
+    outer = next((a for a, s in enumerate(shape) if s > 1), None)
+    return tuple(idx_const(0) if s == 1 else flat // st if a == outer else (flat // st) % s
+                 for a, (st, s) in enumerate(zip(strides_for(shape), shape)))
 
 
 def flatten(idx: Index, shape: tuple[int, ...]) -> UOp:

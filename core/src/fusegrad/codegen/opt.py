@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context
 from fusegrad.uop.ops import Ops, UOp, toposort
 
@@ -64,10 +65,17 @@ def _load_axes(nodes: list[UOp], shape: tuple[int, ...]) -> list[set[int]]:
 
 
 def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
-    """Whether some input is read at consecutive addresses as ``loop`` counts up."""
+    """Whether some input read inside the reduction is read at consecutive addresses as
+    ``loop`` counts up. (A read the reduction does not move, such as a per-channel bias, is
+    loaded once per output and says nothing about how to vectorise.)"""
     from fusegrad.uop.symbolic import terms
 
-    return any(loop in terms(u.src[0].src[1]) for u in nodes if u.op is Ops.LOAD)
+    reduce_loops = {u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "reduce"}
+    for u in nodes:
+        if u.op is Ops.LOAD and loop in terms(index := u.src[0].src[1]):
+            if not reduce_loops or reduce_loops & set(toposort([index])):
+                return True
+    return False
 
 
 def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
@@ -101,8 +109,10 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     """The loop structure for ``ast``, or None to keep one flat loop (elementwise kernels)."""
     value = ast.src[0].src[1]
     reduce = _reduce_of(value)
-    if uses_grid or Context.NOOPT or reduce is None:
+    if uses_grid or Context.NOOPT:
         return None
+    if reduce is None:
+        return _elementwise_opts(value)
     shape = value.shape
     axes = [d for d, s in enumerate(shape) if s > 1]
     upcast: list[tuple[int, int]] = []
@@ -129,6 +139,24 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
     order += tuple(d for d in (vec_axis, reuse) if d is not None)
     return KernelOpts(order, tuple(upcast), lanes)
+
+
+def _elementwise_opts(value: UOp) -> KernelOpts | None:
+    """One flat loop, unless finding the inputs' elements from the flat position takes division:
+    then a loop per axis, so the positions are sums of loop counters (and the innermost loop
+    can run as vectors). Views such as broadcasts, pads and windows need the division."""
+    from fusegrad.codegen.lower import lower_kernel
+    from fusegrad.uop.pattern import graph_rewrite
+    from fusegrad.uop.symbolic import SIMPLIFY
+
+    if sum(1 for s in value.shape if s > 1) < 2:
+        return None
+    out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
+    sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
+    flat = toposort([graph_rewrite(lower_kernel(sink, grid=False), SIMPLIFY)])
+    if not any(u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index for u in flat):
+        return None
+    return KernelOpts(tuple(range(len(value.shape))))
 
 
 def _lanes(reduce: UOp) -> tuple[int, int] | None:
