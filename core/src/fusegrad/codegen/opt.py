@@ -92,6 +92,9 @@ def _amount(size: int, choices: tuple[int, ...]) -> int:
     return next((c for c in choices if size % c == 0 and size > c), 1)
 
 
+#: lane counts tried for a reduction, most first: 64 lanes are 4 AVX-512 registers (or 8 AVX2
+#: ones) that add independently, so the adds' latency hides behind each other
+LANE_AMOUNTS = (64, 32, 16, 8, 4)
 #: upcast amounts tried for the vector axis, widest first
 VECTOR_AMOUNTS = (32, 16, 8, 4)
 
@@ -163,5 +166,8 @@ def _lanes(reduce: UOp) -> tuple[int, int] | None:
     """Split the innermost reduced axis into vector lanes when the output offers no vector axis."""
     src = reduce.src[0]
     axis = max(reduce.arg[1])
-    amount = _amount(src.shape[axis], (16, 8, 4))
+    size = src.shape[axis]
+    # several trips per lane: combining the lanes at the end is a chain of adds
+    amount = next((c for c in LANE_AMOUNTS if size % c == 0 and size >= 8 * c), None)
+    amount = amount or next((c for c in LANE_AMOUNTS if size % c == 0 and size > c), 1)
     return (axis, amount) if amount > 1 else None
