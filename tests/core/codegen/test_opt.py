@@ -60,3 +60,12 @@ def test_padded_copy_has_no_division_or_modulo():
     np.testing.assert_array_equal(
         x.pad((None, None, (2, 2), (2, 2))).numpy(), np.pad(x.numpy(), ((0, 0), (0, 0), (2, 2), (2, 2)))
     )
+
+
+def test_reduction_over_size_one_axes_only_writes_its_output():
+    """No reduce loop exists for size-1 axes; the upcast output must still be stored."""
+    x = Tensor.rand(1, 32, 5, 5, device="CPU")
+    np.testing.assert_array_equal(x.sum(0).numpy(), x.numpy().sum(0))
+    np.testing.assert_array_equal(x.max(0, keepdim=True).numpy(), x.numpy().max(0, keepdims=True))
+    y = Tensor.rand(4, 1, 64, device="CPU")
+    np.testing.assert_array_equal((y * 2).sum(1).numpy(), (y.numpy() * 2).sum(1))

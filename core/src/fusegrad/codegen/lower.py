@@ -129,6 +129,8 @@ class Lowerer:
         inner = tuple((loops.get(a, idx_const(0)) * lanes + lane[0] if lane and a == lane_axis
                        else loops.get(a, idx_const(0))) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
+        if not loops:  # only size-1 axes: each output is the one element
+            return value
         return UOp(Ops.REDUCE, u.dtype, (value, *loops.values(), *lane), reduce_op)
 
 
