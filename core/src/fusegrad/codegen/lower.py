@@ -46,6 +46,17 @@ def flatten(idx: Index, shape: tuple[int, ...]) -> UOp:
     return out
 
 
+def clamp(i: UOp, lo: int, hi: int) -> UOp:
+    """``i`` limited to ``[lo, hi]``. Inside a pad, where a load happens, this changes nothing;
+    but it gives the index bounds, so the ``//`` and ``%`` of reshapes below the pad simplify
+    away (``i - before`` alone may be negative, and a chain of views then keeps them all)."""
+    if i.vmin < lo:
+        i = i.alu(Ops.MAX, idx_const(lo))
+    if i.vmax > hi:
+        i = -((-i).alu(Ops.MAX, idx_const(-hi)))
+    return i
+
+
 def in_range(i: UOp, lo: int, hi: int) -> UOp:
     """``lo <= i < hi`` as a bool UOp."""
     return i.lt(lo).ne(True) & i.lt(hi)
@@ -112,7 +123,8 @@ class Lowerer:
         for i, s, (before, after) in zip(idx, src.shape, arg):
             if before or after:
                 valid = valid & in_range(i, before, before + s)
-        inner = tuple(i - b for i, (b, _) in zip(idx, arg))
+        inner = tuple(clamp(i - b, 0, s - 1) if b or a else i
+                      for i, s, (b, a) in zip(idx, src.shape, arg))
         value = self.lower(src, inner, gate & valid)
         return valid.where(value, UOp.const(u.dtype, 0))
 
