@@ -18,12 +18,25 @@ from fusegrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
+    from fusegrad.uop.ops import UOp
 
 Axis = int | Sequence[int] | None
 
 # float types hold only integers at and above 2**mantissa_bits: nothing left to round
 _MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
 
+
+
+def _pow_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+    """d x**y / dx = y * x**(y-1) (0 where y = 0) and d x**y / dy = x**y * ln x (0 where x = 0
+    and y >= 0), as PyTorch defines them at the edges."""
+    from fusegrad.tensor import Tensor
+
+    (device,) = params
+    grad, x, y = (Tensor._wrap(u, device) for u in (g, *inputs))
+    dx = (y == 0).where(0.0, y * x._float_pow(y - 1))
+    dy = ((x == 0) & (y >= 0)).where(0.0, x._float_pow(y) * x.log())
+    return (grad * dx).cast(x.dtype).uop, (grad * dy).cast(y.dtype).uop
 
 class MathMixin:
     """Elementwise math, activations, softmax, statistics, scans and sorting."""
@@ -64,14 +77,18 @@ class MathMixin:
         return result.reciprocal() if n < 0 else result
 
     def _float_pow(self, exp: Tensor) -> Tensor:
-        """x**y = 2**(y * log2|x|), negative only for a negative x and an odd whole y."""
+        """x**y = 2**(y * log2|x|), negative only for a negative x and an odd whole y.
+
+        Its gradient is its own (``_pow_gradient``): through exp2 and log2 it would be
+        0 * inf = nan at x = 0."""
         magnitude = (exp * self.abs().log2()).exp2()
         whole = exp.trunc() == exp
         odd = whole & ((exp * 0.5).trunc() != exp * 0.5)
         signed = (self < 0).where(
             odd.where(-magnitude, whole.where(magnitude, math.nan)), magnitude
         )
-        return (exp == 0).where(1.0, signed)
+        result = (exp == 0).where(1.0, signed)
+        return result._with_gradient(_pow_gradient, (self, exp), (self.device,))
 
     def __pow__(self, x):
         return self.pow(x)

@@ -58,7 +58,7 @@ def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp,
     if (cout // groups) % 8 == 0:  # C_out innermost in memory (a copy): it runs as vectors
         grad = grad.permute((0, *range(2, 2 + n), 1)).contiguous().permute((0, n + 1, *range(1, 1 + n)))
     g_win = grad.reshape((chunks, batch // chunks, groups, cout // groups, 1) + outs + (1,) * n)
-    dw = (win * g_win).sum([1] + list(range(5, 5 + n))).sum(0).reshape(weight.shape)
+    dw = (win * g_win).sum([1] + list(range(5, 5 + n))).reshape(chunks, -1).sum(0).reshape(weight.shape)
     return dx.uop, dw.uop
 
 
@@ -370,12 +370,15 @@ class NNMixin:
     ) -> Tensor:
         """(x - mean) * weight * invstd + bias, the per-channel tensors laid along ``axis``."""
         axis = self._axis(axis)
-        shape = tuple(self.shape[axis] if i == axis else 1 for i in range(self.ndim))
-        x = self - mean.reshape(shape)
+        # the axes after ``axis`` as one: the backward's per-channel sums run over long rows
+        x = self.reshape(self.shape[: axis + 1] + (-1,)) if self.ndim > axis + 2 else self
+        shape = tuple(x.shape[axis] if i == axis else 1 for i in range(x.ndim))
+        x = x - mean.reshape(shape)
         if weight is not None:
             x = x * weight.reshape(shape)
         x = x * invstd.reshape(shape)
-        return x + bias.reshape(shape) if bias is not None else x
+        x = x + bias.reshape(shape) if bias is not None else x
+        return x.reshape(self.shape)
 
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over ``axis`` (no weight or bias, as tinygrad)."""

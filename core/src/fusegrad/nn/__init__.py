@@ -152,11 +152,12 @@ class BatchNorm:
         return x.batchnorm(self.weight, self.bias, mean, (var + self.eps).rsqrt())
 
     def _batch_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        axes = tuple(a for a in range(x.ndim) if a != 1)
-        mean = x.mean(axes)
+        # the spatial axes as one: each channel's sums run over long contiguous rows
+        x = x.reshape(x.shape[0], x.shape[1], -1)
+        mean = x.mean((0, 2))
         # d var / d mean = 0, so the mean inside the variance may be detached: a smaller backward
-        centered = x - mean.detach().reshape(1, -1, *(1,) * (x.ndim - 2))
-        var = (centered * centered).mean(axes)
+        centered = x - mean.detach().reshape(1, -1, 1)
+        var = (centered * centered).mean((0, 2))
         if self.track_running_stats and Tensor.training:
             n = x.numel() // x.shape[1]
             unbiased = var.detach() * (n / max(n - 1, 1))
