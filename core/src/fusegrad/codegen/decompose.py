@@ -3,6 +3,7 @@ into what it has, and what cannot be rewritten is refused with a clear error."""
 
 from __future__ import annotations
 
+from fusegrad.codegen.transcendental import FLOAT32_MATH
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import UnsupportedOp
 from fusegrad.renderer import Renderer
@@ -18,6 +19,25 @@ DECOMPOSITIONS: dict[Ops, tuple[UPat, object]] = {
     Ops.SHL: (UPat(Ops.SHL, src=(UPat.var("a"), UPat.cvar("b"))),
               lambda a, b: a * (1 << b.arg)),                                  # a << b = a * 2**b
 }
+
+
+#: the dtypes whose EXP2 and LOG2 core computes with arithmetic for a renderer that asks
+ARITHMETIC_MATH_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
+
+
+def replaces_math(renderer: Renderer, op: Ops, dtype: DType) -> bool:
+    """Whether core computes ``op`` on ``dtype`` with arithmetic for ``renderer``, so that the
+    op, though native, never reaches its programs (see ``Renderer.scalar_math_ops``)."""
+    return op in renderer.scalar_math_ops & FLOAT32_MATH.keys() and dtype in ARITHMETIC_MATH_DTYPES
+
+
+def math_in_float32(u: UOp, x: UOp) -> UOp:
+    """EXP2 or LOG2 of a float up to 32 bits as float32 arithmetic (``codegen/transcendental.py``).
+
+    A float16 or bfloat16 is computed in float32 and rounded back, as C-family renderers already
+    do for their math functions. float64 is never matched: it keeps the target's own function.
+    """
+    return FLOAT32_MATH[u.op](x.cast(dtypes.float32)).cast(u.dtype)
 
 
 def check_dtypes(graph: UOp, renderer: Renderer) -> None:
@@ -226,6 +246,9 @@ def decompose(graph: UOp, renderer: Renderer) -> UOp:
     if needs_narrow_types(renderer):
         graph = NarrowTypes(renderer).rewrite(graph)
     rules = [rule for op, rule in DECOMPOSITIONS.items() if op not in renderer.native_ops]
+    if slow := renderer.scalar_math_ops & FLOAT32_MATH.keys():
+        pattern = UPat(slow, dtype=ARITHMETIC_MATH_DTYPES, src=(UPat.var("x"),), name="u")
+        rules.append((pattern, math_in_float32))
     if rules:
         graph = graph_rewrite(graph, PatternMatcher(rules))
     check_dtypes(graph, renderer)

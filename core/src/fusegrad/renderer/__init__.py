@@ -25,6 +25,11 @@ class Renderer:
     local_size: int = 1
     #: ALU ops rendered natively; core decomposes the others before rendering
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
+    #: math ops the target has only as scalar library calls, which keep its compiler from
+    #: vectorising a loop (C's ``exp2f`` without ``-ffast-math``). Core computes these ops on
+    #: float32 and narrower floats with plain arithmetic instead (codegen/transcendental.py,
+    #: within 1.5 ulp); float64 keeps the target's own function, for its full precision.
+    scalar_math_ops: frozenset[Ops] = frozenset()
     #: False: core stores bfloat16 as 16 bits and computes in float32 (see codegen/decompose.py)
     native_bfloat16: bool = False
     #: loops over more elements than this may run on several threads (CPU)
