@@ -154,7 +154,8 @@ class NNMixin:
         out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((batch, cout) + outs)
         out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups, x.device))
         if bias is not None:
-            out = out + bias.reshape((1, cout) + (1,) * n)
+            # over the spatial axes merged: the bias gradient then sums long contiguous rows
+            out = (out.reshape(batch, cout, -1) + bias.reshape(1, cout, 1)).reshape(out.shape)
         return out if self.ndim == n + 2 else out.squeeze(0)
 
     def conv1d(

@@ -104,6 +104,8 @@ class Lowerer:
     def _lower_movement(self, u: UOp, idx: Index, gate: UOp) -> UOp:
         op, arg, src = u.op, u.arg, u.src[0]
         if op is Ops.RESHAPE:
+            while src.op is Ops.RESHAPE:  # reshapes compose: the shapes between them don't matter
+                src = src.src[0]
             return self.lower(src, unflatten(flatten(idx, u.shape), src.shape), gate)
         if op is Ops.PERMUTE:
             inner = [idx_const(0)] * len(idx)

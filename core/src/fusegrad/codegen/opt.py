@@ -97,6 +97,8 @@ def _amount(size: int, choices: tuple[int, ...]) -> int:
 LANE_AMOUNTS = (64, 32, 16, 8, 4)
 #: upcast amounts tried for the vector axis, widest first
 VECTOR_AMOUNTS = (32, 16, 8, 4)
+#: upcast amounts tried for the reuse axis (unrolled, so any count works: 5 of a width of 20)
+REUSE_AMOUNTS = (8, 6, 5, 4, 3, 2)
 
 
 def _vector_axis(nodes: list[UOp], shape: tuple[int, ...], axes: list[int]) -> int | None:
@@ -136,9 +138,9 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
 
     budget = MAX_ACCUMULATORS // max(1, upcast[0][1] if upcast else 1) // (lanes[1] if lanes else 1)
     reuse = next((d for d in sorted(others, key=reuse_score, reverse=True)
-                  if 1 < _amount(shape[d], (8, 4, 2)) <= budget), None)
+                  if 1 < _amount(shape[d], REUSE_AMOUNTS) <= budget), None)
     if reuse is not None:
-        upcast.insert(0, (reuse, _amount(shape[reuse], (8, 4, 2))))
+        upcast.insert(0, (reuse, _amount(shape[reuse], REUSE_AMOUNTS)))
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
     order += tuple(d for d in (vec_axis, reuse) if d is not None)
     return KernelOpts(order, tuple(upcast), lanes)
