@@ -16,6 +16,7 @@ import numpy as np
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -44,6 +45,8 @@ def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp,
 
     stride, dilation, groups, device = params
     grad, xp, weight = (Tensor._wrap(u, device) for u in (g, *inputs))
+    if g.op is not Ops.BUFFER:  # computed once: both gradients below read it in other layouts
+        grad = grad.contiguous()
     n, (cout, cin_g, *ks) = weight.ndim - 2, weight.shape
     batch, outs = grad.shape[0], grad.shape[2:]
     dx = grad.conv_transpose2d(weight, stride=stride, dilation=dilation, groups=groups)

@@ -66,7 +66,7 @@ RULES = [  # (before, after)
     ((x * 4 + y) // 4, x),  # (a*c + b) // c -> a, when 0 <= b < c
     ((x * 4 + y) % 4, y),  # (a*c + b) % c -> b
     ((x * 8 + y) // 4, x * 2),  # c divides the coefficient
-    ((x * 8 + y * 4) % 8, (y * 4) % 8),  # the divisible term drops out
+    ((x * 8 + y * 4) % 8, (y % 2) * 4),  # the divisible term drops out
     ((x * 4 + y + 4) // 4, x + 1),
     ((x // 4) // 3, x // 12),  # (a // b) // c -> a // (b*c)
     ((x % 12) % 4, x % 4),  # (a % (k*c)) % c -> a % c
@@ -81,6 +81,9 @@ RULES = [  # (before, after)
     (b & True, b),  # x & True -> x
     (b & False, c(False, bool_)),  # x & False -> False
     (((x * 4 + y) // 4 + 0) * 1, x),  # rules compose
+    ((x * 4 + y) // 8, x // 2),  # a*d + b with 0 <= b < d, d | c: (a*d + b) // c -> a // (c/d)
+    ((x * 4 + y) % 8, (x % 2) * 4 + y),  # and % c -> (a % (c/d))*d + b
+    (((x * 4 + y) // 8) * 2 + x % 2, x),  # which lets a pool's y//2*2 + y%2 recombine
 ]
 
 
@@ -98,6 +101,7 @@ def test_rule(before, after):
         x // 7,
         x % 7,
         (x + y) // 4,  # neither term divisible: kept
+        (x * 4 + y + 1) // 8,  # the rest may reach 4: kept
     ],
 )
 def test_rules_that_must_not_fire(before):
@@ -187,3 +191,23 @@ def test_sqrt_of_negative_folds_to_nan():
 def test_exec_alu(op, dtype, args, expected):
     out = exec_alu(op, dtype, args)
     assert out == expected and type(out) is type(expected)
+
+
+def test_split_below_matches_c_division_everywhere():
+    """(a*d + b) // c and % c over every value of two loop variables, against Python's."""
+    a, r = var("a", 30), var("r", 6)
+    for expr, fn in [((a * 6 + r) // 12, lambda av, rv: (av * 6 + rv) // 12),
+                     ((a * 6 + r) % 12, lambda av, rv: (av * 6 + rv) % 12),
+                     ((a * 12 + r + 6 * a) // 36, lambda av, rv: (av * 18 + rv) // 36)]:
+        simple = simplify(expr)
+        for av in range(30):
+            for rv in range(6):
+                assert _evaluate(simple, {a: av, r: rv}) == fn(av, rv)
+
+
+def _evaluate(u: UOp, env: dict) -> int:
+    if u in env:
+        return env[u]
+    if u.op is Ops.CONST:
+        return u.arg
+    return exec_alu(u.op, u.dtype, [_evaluate(s, env) for s in u.src])

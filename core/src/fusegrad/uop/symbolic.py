@@ -151,6 +151,25 @@ def split_coefficients(x: UOp, c: int) -> tuple[list[UOp], list[UOp]] | None:
     return quotients, remainders
 
 
+def split_below(x: UOp, c: int) -> tuple[int, UOp, UOp] | None:
+    """``x = a*d + b`` with ``d`` a divisor of ``c`` shared by some terms' coefficients and
+    ``0 <= b < d``: then ``x // c = a // (c/d)`` and ``x % c = (a % (c/d))*d + b``.
+    (A position ``y*20 + x`` in rows of 20, divided by 40, is ``y // 2``.)"""
+    parts = terms(x)
+    if any(t.vmin < 0 or coefficient(t) < 0 for t in parts):
+        return None
+    for d in sorted({math.gcd(c, coefficient(t)) for t in parts if t.op is not Ops.CONST}, reverse=True):
+        if not 1 < d < c:
+            continue
+        big = [t for t in parts if coefficient(t) % d == 0]
+        small = [t for t in parts if coefficient(t) % d]
+        rest = add_all(small, x.dtype)
+        if big and rest.vmax < d:
+            return d, add_all([divide_term(t, d) if t.op is not Ops.CONST else
+                               UOp.const(t.dtype, t.arg // d) for t in big], x.dtype), rest
+    return None
+
+
 def simplify_div(x: UOp, c: UOp) -> UOp | None:
     """(a*(q*c + r) + b) // c -> a*q + (a*r + b) // c, for nonnegative terms; 0 when x < c."""
     if c.arg <= 0 or x.vmin < 0:
@@ -161,6 +180,9 @@ def simplify_div(x: UOp, c: UOp) -> UOp | None:
         return x.src[0] // (x.src[1].arg * c.arg)  # (a // b) // c -> a // (b*c)
     split = split_coefficients(x, c.arg)
     if split is None or not split[0]:
+        if (below := split_below(x, c.arg)) is not None:
+            d, a, _ = below
+            return a // (c.arg // d)
         return None
     quotients, remainders = split
     quotient = add_all(quotients, x.dtype)
@@ -180,6 +202,9 @@ def simplify_mod(x: UOp, c: UOp) -> UOp | None:
         return x.src[0] % c.arg  # (a % (k*c)) % c -> a % c
     split = split_coefficients(x, c.arg)
     if split is None or not split[0]:
+        if (below := split_below(x, c.arg)) is not None:
+            d, a, b = below
+            return (a % (c.arg // d)) * d + b
         return None
     rest = add_all(split[1], x.dtype)
     return rest if rest.vmax < c.arg else rest % c.arg
