@@ -12,7 +12,13 @@ import pytest
 
 from fusegrad.errors import CompileError, DeviceUnavailable
 from fusegrad_cpu import compiler as compiler_module
-from fusegrad_cpu.compiler import FLAGS, CCompiler, find_c_compiler, supports_openmp
+from fusegrad_cpu.compiler import (
+    FLAGS,
+    GCC_FLAGS,
+    CCompiler,
+    find_c_compiler,
+    supports_openmp,
+)
 from fusegrad_cpu.device import CPUProgram
 
 from .conftest import download, upload
@@ -71,6 +77,14 @@ def test_identity_names_compiler_version_and_flags():
     assert "-march=native" in plain.identity and first_line.splitlines()[0] in plain.identity
     assert plain.identity != CCompiler(openmp=True).identity
     assert plain.identity != CCompiler(flags=(*FLAGS, "-ffast-math"), openmp=False).identity
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_gcc_flags_go_to_gcc_alone_and_only_by_default():
+    assert CCompiler(["gcc"], openmp=False).flags == (*FLAGS, *GCC_FLAGS)
+    assert CCompiler(["gcc"], flags=FLAGS, openmp=False).flags == FLAGS
+    if shutil.which("clang"):
+        assert CCompiler(["clang"], openmp=False).flags == FLAGS
 
 
 def test_nothing_runs_before_the_first_compile(monkeypatch):
@@ -144,3 +158,75 @@ def test_no_compiler_on_path_says_how_to_fix(monkeypatch, tmp_path):
 
 def test_numbered_counts_from_one():
     assert compiler_module.numbered("a\nb") == "   1 | a\n   2 | b"
+
+
+def constant_kernel(value: int) -> str:
+    """A kernel named ``constant`` that stores ``value``: several of them share a name."""
+    return f"#include <math.h>\nvoid constant(int* data0) {{ data0[0] = {value}; }}\n"
+
+
+def run_constant(allocator, binary: bytes) -> int:
+    out = allocator.alloc(4)
+    CPUProgram("constant", binary)(out)
+    return int(download(allocator, out, np.int32, 1)[0])
+
+
+@pytest.fixture
+def builds(monkeypatch) -> list[str]:
+    """The sources each compiler process was given, in order."""
+    seen: list[str] = []
+    real = compiler_module.run_compiler
+
+    def counting(command, source):
+        seen.append(source)
+        return real(command, source)
+
+    monkeypatch.setattr(compiler_module, "run_compiler", counting)
+    return seen
+
+
+def test_batch_is_one_process_whose_kernels_run_as_single_builds_do(compiler, allocator, builds):
+    sources = [constant_kernel(v) for v in range(4)]
+    assert compiler.flags  # the OpenMP test is a build of its own: done before counting
+    builds.clear()
+    batch = compiler.compile_batch(sources)
+    assert len(builds) == 1
+    assert [run_constant(allocator, b) for b in batch] == [0, 1, 2, 3]
+    assert [run_constant(allocator, compiler.compile(s)) for s in sources] == [0, 1, 2, 3]
+    assert len({b.partition(b"\n")[2] for b in batch}) == 1  # one library, shared
+
+
+def test_batch_of_a_repeated_source_gives_the_same_kernel_twice(compiler, allocator):
+    first, again = compiler.compile_batch([constant_kernel(7), constant_kernel(7)])
+    assert first == again and run_constant(allocator, first) == 7
+
+
+def test_broken_kernel_in_batch_names_itself_and_spares_the_others(cache, allocator, builds):
+    compiler = CCompiler()
+    assert compiler.flags
+    builds.clear()
+    results = compiler.compile_cached_batch([constant_kernel(1), BROKEN, constant_kernel(2)])
+    assert len(builds) == 4  # the batch, then each kernel alone
+    assert isinstance(results[1], CompileError)
+    message = str(results[1])
+    assert "kernel broken failed" in message and "   2 |   data0[0] = 1.0f" in message
+    assert "constant" not in message  # about the broken kernel alone
+    assert [run_constant(allocator, results[i]) for i in (0, 2)] == [1, 2]
+    # the good kernels were cached, each under its own source, and read back without a build
+    assert len(list((cache / "kernels").iterdir())) == 2
+    again = CountingCompiler()
+    binaries = [again.compile_cached(constant_kernel(v)) for v in (1, 2)]
+    assert [run_constant(allocator, b) for b in binaries] == [1, 2] and again.calls == 0
+
+
+def test_batch_entries_are_keyed_by_their_own_source(cache, allocator):
+    built = CCompiler().compile_cached_batch([constant_kernel(3), constant_kernel(4)])
+    assert CCompiler().compile_cached_batch([constant_kernel(4)]) == built[1:]
+    assert run_constant(allocator, CCompiler().compile_cached(constant_kernel(4))) == 4
+    assert not [p for p in (cache / "kernels").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_subclass_that_overrides_compile_sees_every_source():
+    counting = CountingCompiler()
+    built = counting.compile_batch([constant_kernel(5), constant_kernel(6)])
+    assert [b[:4] for b in built] == [b"\x7fELF"] * 2 and counting.calls == 2

@@ -95,3 +95,22 @@ def test_argument_count_is_fixed_by_the_first_call(compiler, allocator):
     program(allocator.alloc(4))
     with pytest.raises(TypeError, match="takes 1 buffers and 0 ints, called with 2 and 0"):
         program(allocator.alloc(4), allocator.alloc(4))
+
+
+def test_kernels_built_together_load_their_library_once(compiler, allocator):
+    binaries = compiler.compile_batch([constant_kernel(v) for v in range(3)] + [MULADD])
+    programs = [CPUProgram("constant", b) for b in binaries[:3]]
+    muladd = CPUProgram("muladd", binaries[3])
+    alone = CPUProgram("constant", compiler.compile(constant_kernel(0)))
+    assert len({id(p.library) for p in [*programs, muladd]}) == 1
+    assert alone.library is not muladd.library
+    out = allocator.alloc(4)
+    results = []
+    for program in programs:
+        program(out)
+        results.append(download(allocator, out, np.int32, 1)[0])
+    assert results == [0, 1, 2]
+    # each kernel keeps its own argument types, though they share a library
+    ones = upload(allocator, np.ones(2, np.float32))
+    muladd(out, ones, ones, vals=(1,))
+    assert download(allocator, out, np.float32, 1)[0] == 2

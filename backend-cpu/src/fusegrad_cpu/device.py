@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import hashlib
 import itertools
 import os
 import shutil
@@ -109,13 +110,37 @@ def load_library(binary: bytes) -> ctypes.CDLL:
             os.unlink(path)
 
 
+#: Starts a kernel's binary when its library holds other kernels too: then comes the name of its
+#: function there, a newline, and the library (see ``CCompiler.compile_batch``). Any other
+#: binary is a library of its own whose function is named after the kernel.
+SHARED = b"fusegrad shared library; function "
+#: Libraries holding several kernels, by digest: each is loaded once, however many use it.
+_shared_libraries: dict[bytes, ctypes.CDLL] = {}
+
+
+def shared_entry(function: str, library: bytes) -> bytes:
+    """The binary of the kernel ``function`` inside ``library``, a library it shares."""
+    return SHARED + function.encode() + b"\n" + library
+
+
+def load_kernel(name: str, binary: bytes) -> tuple[ctypes.CDLL, str]:
+    """The loaded library holding the kernel ``name`` built as ``binary``, and its function's name."""
+    if not binary.startswith(SHARED):
+        return load_library(binary), name
+    function, _, library = binary[len(SHARED) :].partition(b"\n")
+    digest = hashlib.sha256(library).digest()
+    if (loaded := _shared_libraries.get(digest)) is None:
+        loaded = _shared_libraries[digest] = load_library(library)
+    return loaded, function.decode()
+
+
 class CPUProgram:
     """A compiled kernel, ``void name(T* data0, ..., int var0, ...)``, called through ctypes."""
 
     def __init__(self, name: str, binary: bytes):
         self.name = name
-        self.library = load_library(binary)
-        self.function = getattr(self.library, name)
+        self.library, symbol = load_kernel(name, binary)
+        self.function = self.library[symbol]  # a function object of its own, for its argtypes
         self.function.restype = None
         #: (buffers, vals) the argument types were declared for, on the first call
         self.arity: tuple[int, int] | None = None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fusegrad.dtype import DType
-from fusegrad.errors import DeviceNotFound, DeviceUnavailable, PluginError
+from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
 from fusegrad.helpers import cache_dir
 
 if TYPE_CHECKING:
@@ -51,28 +51,74 @@ class Compiler:
     def compile(self, source: str) -> bytes:
         raise NotImplementedError
 
+    def compile_batch(self, sources: list[str]) -> list[bytes | CompileError]:
+        """Compile several sources; each one's bytes, or the ``CompileError`` it raised.
+
+        The default compiles them one at a time. A compiler that can build several kernels for
+        the price of one (one C translation unit) overrides it; each result must still work
+        on its own, since it is cached under its own source.
+        """
+        results: list[bytes | CompileError] = []
+        for source in sources:
+            try:
+                results.append(self.compile(source))
+            except CompileError as e:
+                results.append(e)
+        return results
+
     def compile_cached(self, source: str) -> bytes:
         """Compile, or read a previous result; entries are written atomically, never half."""
+        (result,) = self.compile_cached_batch([source])
+        if isinstance(result, CompileError):
+            raise result
+        return result
+
+    def compile_cached_batch(self, sources: list[str]) -> list[bytes | CompileError]:
+        """``compile_cached`` for several sources: the ones not on disk go to one ``compile_batch``.
+
+        Each result is stored under its own source's key, and only once it compiled: a source
+        that fails stores nothing and leaves the others' entries alone.
+        """
         if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
-            return self.compile(source)
+            return self.compile_batch(sources)
+        paths = [self._cache_path(source) for source in sources]
+        stored = [_read(path) for path in paths]
+        missing = [source for source, binary in zip(sources, stored) if binary is None]
+        built = iter(self.compile_batch(missing) if missing else [])
+        results: list[bytes | CompileError] = []
+        for path, binary in zip(paths, stored):
+            if binary is None:
+                result = next(built)
+                if isinstance(result, bytes):
+                    _write_atomically(path, result)
+                results.append(result)
+            else:
+                results.append(binary)
+        return results
+
+    def _cache_path(self, source: str) -> str:
         key = hashlib.sha256(f"{self.identity}\0{source}".encode()).hexdigest()
-        folder = os.path.join(cache_dir(), "kernels")
-        path = os.path.join(folder, key)
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except OSError:
-            pass
-        binary = self.compile(source)  # raises before anything is written
-        try:
-            os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(binary)
-            os.replace(tmp, path)
-        except OSError:
-            pass  # a read-only cache only costs speed
-        return binary
+        return os.path.join(cache_dir(), "kernels", key)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write to a temporary file, then rename: a reader sees the whole entry or none."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs speed
 
 
 class Program(Protocol):

@@ -16,6 +16,7 @@ from typing import Any
 
 from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.device import Buffer, Device
+from fusegrad.errors import CompileError
 from fusegrad.helpers import Context
 from fusegrad.schedule.kernelize import KernelStep, Plan, abstract, make_plan
 from fusegrad.uop.ops import UOp
@@ -54,15 +55,29 @@ recorder: Callable[[tuple[Runner, list[Buffer]]], None] | None = None
 
 def _compile(kernel: KernelSource, device: str) -> Runner:
     """Compile one generated kernel (or read it from the disk cache) and load it."""
+    (runner,) = _compile_batch([kernel], device)
+    if isinstance(runner, CompileError):
+        raise runner
+    return runner
+
+
+def _compile_batch(kernels: list[KernelSource], device: str) -> list[Runner | CompileError]:
+    """Compile kernels together (``Compiler.compile_cached_batch``) and load the ones that built."""
     rt = Device[device]
     start = time.perf_counter()
-    binary = rt.compiler.compile_cached(kernel.source)
-    seconds = time.perf_counter() - start
-    GlobalCounters.compiles += 1
-    _plugins().hook.fusegrad_kernel_compiled(
-        name=kernel.name, device=device, source=kernel.source, seconds=seconds
-    )
-    return Runner(kernel, rt.program(kernel.name, binary), device)
+    binaries = rt.compiler.compile_cached_batch([k.source for k in kernels])
+    seconds = (time.perf_counter() - start) / len(kernels)  # shared out, so that times add up
+    runners: list[Runner | CompileError] = []
+    for kernel, binary in zip(kernels, binaries):
+        if isinstance(binary, CompileError):
+            runners.append(binary)
+            continue
+        GlobalCounters.compiles += 1
+        _plugins().hook.fusegrad_kernel_compiled(
+            name=kernel.name, device=device, source=kernel.source, seconds=seconds
+        )
+        runners.append(Runner(kernel, rt.program(kernel.name, binary), device))
+    return runners
 
 
 def _generate(ast: UOp, device: str) -> KernelSource:
@@ -86,16 +101,45 @@ def get_runner(ast: UOp, device: str) -> Runner:
     return runner
 
 
+#: How many batches each compiler thread gets: more start compiling sooner, while the rest are
+#: still being generated, but each batch pays for a compiler process (about 40 ms for gcc).
+BATCHES_PER_WORKER = 2
+#: The most kernels in a batch: the CPU compiler builds a batch into one library, and every
+#: kernel's cache entry holds all of it (about 2 KB per kernel), so it must not grow with the plan.
+MAX_BATCH = 32
+
+
 def compile_steps(steps: list) -> None:
-    """Compile the new kernels of a plan at once: the compiler processes run in parallel."""
+    """Compile the new kernels of a plan at once, in batches compiled in parallel.
+
+    Kernels are generated in Python one at a time; each batch goes to a compiler thread as soon
+    as it is complete, so the compilers run while the next kernels are generated. A batch is one
+    ``compile_batch`` (for the CPU: one translation unit). The kernels that compiled are kept
+    even when another one fails; then the first ``CompileError`` is raised.
+    """
     todo = list(dict.fromkeys((s.ast, s.device) for s in steps
                               if type(s) is KernelStep and s.runner is None and (s.ast, s.device) not in _runners))
     if len(todo) < 2:
         return
-    kernels = [_generate(ast, device) for ast, device in todo]  # Python: one at a time
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        runners = list(pool.map(lambda kd: _compile(*kd), zip(kernels, (d for _, d in todo))))
-    _runners.update(zip(todo, runners))
+    workers = os.cpu_count() or 1
+    size = min(-(-len(todo) // (BATCHES_PER_WORKER * workers)), MAX_BATCH)  # rounded up
+    jobs = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for device in dict.fromkeys(d for _, d in todo):
+            keys = [key for key in todo if key[1] == device]
+            for first in range(0, len(keys), size):
+                batch = keys[first : first + size]
+                kernels = [_generate(ast, device) for ast, _ in batch]
+                jobs.append((batch, pool.submit(_compile_batch, kernels, device)))
+    errors = []
+    for batch, job in jobs:
+        for key, runner in zip(batch, job.result()):
+            if isinstance(runner, CompileError):
+                errors.append(runner)
+            else:
+                _runners[key] = runner
+    if errors:
+        raise errors[0]
 
 
 def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:

@@ -89,7 +89,8 @@ def fusegrad_kernel_compiled(name: str, device: str, source: str, seconds: float
     """Called after a kernel is compiled for ``device``, with its source and the seconds it took.
 
     For profilers and the graph viewer. Called on every compile, also when the binary came from
-    the disk cache; not when a kernel compiled earlier in the process is reused. Every plugin's
+    the disk cache; not when a kernel compiled earlier in the process is reused. Kernels compiled
+    together (``Compiler.compile_batch``) share the batch's time evenly. Every plugin's
     implementation is called; return nothing. Since API version 1.
     """
 
