@@ -38,3 +38,19 @@ def test_no_simd_pragma_on_a_loop_that_reads_with_a_stride():
     out = Tensor.zeros(64 * 48, device="CPU").contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, b._buffer().handle, global_size=None)
     np.testing.assert_allclose(out.numpy().reshape(64, 48), a.numpy() @ b.numpy(), rtol=1e-5)
+
+
+def test_elementwise_innermost_loop_is_vectorised_unless_strided():
+    """A pooling's backward reads ``x // 2``: fine for vectors (a shuffle); a transpose reads
+    400 elements apart: left to gcc."""
+    x = Tensor.rand(2, 4, 20, 20, device="CPU")
+    g = Tensor.rand(2, 4, 10, 10, device="CPU")
+    up = g.reshape(2, 4, 10, 1, 10, 1).expand(2, 4, 10, 2, 10, 2).reshape(2, 4, 20, 20)
+    (step,) = (x * up).schedule()
+    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False)).source
+    assert _lines_before_loops(source)["ridx3"] == "#pragma omp simd"
+    expected = x.numpy() * np.repeat(np.repeat(g.numpy(), 2, axis=2), 2, axis=3)
+    np.testing.assert_allclose((x * up).numpy(), expected, rtol=1e-6)
+    (transpose,) = x.permute(0, 2, 3, 1).contiguous().schedule()
+    source = generate(transpose.ast, Device["CPU"].renderer, heuristic_opts(transpose.ast, False)).source
+    assert not any(line.startswith("#pragma omp simd") for line in _lines_before_loops(source).values())
