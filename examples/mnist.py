@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from fusegrad import Device, GlobalCounters, Tensor, nn
+from fusegrad import Device, GlobalCounters, Tensor, TinyJit, nn
 from fusegrad.nn.datasets import mnist
 from fusegrad.nn.state import get_parameters, get_state_dict, safe_save
 
@@ -66,20 +66,26 @@ def train(model: Model, x: Tensor, y: Tensor, steps: int, batch: int, lr: float)
     rng = np.random.default_rng(0)
     # batches are picked on the host: a gather from 60000 rows is a copy there, not a kernel
     x_host, y_host = x.numpy(), y.numpy()
+
+    @TinyJit  # from the third step on, only the step's kernels run: no graph, no schedule
+    def train_step(images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        optimizer.zero_grad()
+        logits = model(normalise(images))
+        loss = logits.sparse_categorical_crossentropy(labels)
+        loss.backward()
+        optimizer.step()
+        accuracy = (logits.argmax(1) == labels).float().mean()
+        return loss.realize(accuracy), accuracy
+
     started = time.perf_counter()
     with Tensor.train():
         for step in range(1, steps + 1):
             rows = rng.integers(0, x_host.shape[0], batch)
-            images = normalise(Tensor(x_host[rows], device=x.device))
+            images = Tensor(x_host[rows], device=x.device)
             labels = Tensor(y_host[rows], device=x.device)
-            optimizer.zero_grad()
-            logits = model(images)
-            loss = logits.sparse_categorical_crossentropy(labels)
-            loss.backward()
-            optimizer.step()
+            loss, accuracy = train_step(images, labels)
             if step % 10 == 0 or step == steps:
-                acc = (logits.argmax(1) == labels).float().mean().item()
-                progress(step, steps, loss.item(), acc, started)
+                progress(step, steps, loss.item(), accuracy.item(), started)
     sys.stderr.write("\n")
 
 

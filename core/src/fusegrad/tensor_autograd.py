@@ -16,13 +16,10 @@ if TYPE_CHECKING:
 
 # Tensors that asked for gradients; backward() looks for them in the graph it differentiates.
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
-_ASSIGNS = [0]  # how many assigns ran; TinyJit refuses to capture functions that assign
+#: while TinyJit captures a function, each assign is logged here: (tensor, its graph before)
+ASSIGN_LOG: list[tuple[Any, UOp]] | None = None
 # realized tensor's buffer node -> the graph that computed it, while gradients are tracked
 REALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def assign_count() -> int:
-    return _ASSIGNS[0]
 
 
 class _Switch(ContextDecorator):
@@ -154,7 +151,8 @@ class AutogradMixin:
             raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.uop.shape}")
         if x.device != self.device:  # type: ignore[attr-defined]
             x = x.to(self.device)  # type: ignore[attr-defined]
+        if ASSIGN_LOG is not None:
+            ASSIGN_LOG.append((self, self.uop))
         self.uop = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
         self._graph = None
-        _ASSIGNS[0] += 1
         return self  # type: ignore[return-value]

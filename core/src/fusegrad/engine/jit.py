@@ -7,6 +7,13 @@ no graph is built, nothing is scheduled, only kernels are launched.
 
 Replays write their results into the same buffers every time, so a returned tensor holds the
 result of the latest call. A change of input shape, dtype or device captures again.
+
+A function may assign to tensors that live outside it (an optimizer step updates weights and
+moments). The capture logs each assign: the buffer the kernels read the old value from and the
+buffer they write the new value to. A replay first copies the tensor's current value into the
+read buffer, runs the kernels, and points the tensor at the written buffer again. Plain Python
+values the function reads (a learning rate as a float) are baked into the kernels: what should
+change between calls must be a tensor.
 """
 
 from __future__ import annotations
@@ -23,6 +30,15 @@ from fusegrad.errors import FusegradError
 
 class JitError(FusegradError, RuntimeError):
     """A function TinyJit cannot capture; the message says why and what to do."""
+
+
+@dataclass
+class _Assigned:
+    """A tensor the function assigns to: the kernels read ``before`` and write ``after``."""
+
+    tensor: Any
+    before: Buffer
+    after: Any  # the BUFFER UOp the tensor points at after a call
 
 
 @dataclass
@@ -50,12 +66,13 @@ class TinyJit:
         self.calls = 0
         self.signature: tuple | None = None
         self.launches: list[_Launch] = []
+        self.assigned: list[_Assigned] = []
         self.outputs: Any = None
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def reset(self) -> None:
         """Forget the capture; the next two calls run the function again."""
-        self.calls, self.signature, self.launches, self.outputs = 0, None, [], None
+        self.calls, self.signature, self.launches, self.assigned, self.outputs = 0, None, [], [], None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from fusegrad.tensor import Tensor
@@ -73,20 +90,16 @@ class TinyJit:
         return self._capture(buffers, signature, args, kwargs)
 
     def _capture(self, inputs: list[Buffer], signature: tuple, args: tuple, kwargs: dict) -> Any:
-        from fusegrad.tensor_autograd import assign_count
+        from fusegrad import tensor_autograd
 
-        assigns = assign_count()
         recorded: list[tuple[Any, list[Buffer]]] = []
-        realize.recorder = recorded.append
+        log: list[tuple[Any, Any]] = []
+        realize.recorder, tensor_autograd.ASSIGN_LOG = recorded.append, log
         try:
             out = _realized(self.fn(*args, **kwargs))
         finally:
-            realize.recorder = None
-        if assign_count() != assigns:
-            raise JitError(
-                "TinyJit cannot capture a function that assigns to tensors (an optimizer step, "
-                "say): its replays would keep reading the first values. Call it without TinyJit"
-            )
+            realize.recorder, tensor_autograd.ASSIGN_LOG = None, None
+        self.assigned = _assigned(log)
         position = {id(b): i for i, b in enumerate(inputs)}
         self.launches = [
             _Launch(runner, [b.handle for b in bufs],
@@ -97,6 +110,9 @@ class TinyJit:
         return out
 
     def _replay(self, inputs: list[Buffer]) -> Any:
+        for a in self.assigned:  # the kernels read the value the tensor has now
+            if (current := a.tensor._buffer()) is not a.before:
+                a.before.copyin(current.numpy())
         handles = [b.handle for b in inputs]
         for launch in self.launches:
             args = launch.handles
@@ -106,7 +122,36 @@ class TinyJit:
                     args[k] = handles[i]
             launch.runner(args)
         realize.GlobalCounters.kernel_count += len(self.launches)
+        for a in self.assigned:
+            a.tensor.uop, a.tensor._graph = a.after, None
         return self.outputs
+
+
+def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:
+    """The tensors a captured call assigned to, with the buffers its kernels read and wrote."""
+    from fusegrad.uop.ops import Ops
+
+    def buffer_of(u: Any) -> Buffer | None:
+        u = u.src[0] if u.op is Ops.RESHAPE else u
+        return u.arg if u.op is Ops.BUFFER else None
+
+    first: dict[int, tuple[Any, Any]] = {}
+    for tensor, before in log:
+        first.setdefault(id(tensor), (tensor, before))
+    out = []
+    for tensor, before in first.values():
+        if buffer_of(tensor.uop) is None:
+            raise JitError(
+                f"TinyJit: the function assigns to a tensor of shape {tensor.shape} but leaves it "
+                "unrealized; realize it inside the function (optimizer.step() does)"
+            )
+        if (read := buffer_of(before)) is None:
+            raise JitError(
+                f"TinyJit: the function assigns to a tensor of shape {tensor.shape} that held no "
+                "buffer when the call began; realize it before calling (Tensor.realize)"
+            )
+        out.append(_Assigned(tensor, read, tensor.uop))
+    return out
 
 
 def _realized(out: Any) -> Any:
