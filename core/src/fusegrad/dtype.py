@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
@@ -19,6 +19,22 @@ class DType:
     kind: str  # "b" bool, "i" signed int, "u" unsigned int, "f" float
     priority: int
     np_name: str | None  # numpy's name for it (bfloat16 has none)
+    #: hashed once: every UOp built hashes its dtype (the generated hash built a tuple each time)
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.itemsize, self.kind, self.priority)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, DType):
+            return NotImplemented
+        return (self.name, self.itemsize, self.kind, self.priority, self.np_name) == (
+            other.name, other.itemsize, other.kind, other.priority, other.np_name)
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"

@@ -85,6 +85,10 @@ class Ops(Enum):
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
 
+    # members are singletons compared by identity: hash by identity too, in C (Enum's own
+    # __hash__ is Python code, and every UOp built hashes its op)
+    __hash__ = object.__hash__
+
 
 class GroupOp:
     """Named sets of ops that rules and passes match on."""
