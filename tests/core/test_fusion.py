@@ -149,3 +149,24 @@ def test_schedule_then_realize_plans_once(device):
     assert len(out.schedule()) == 1
     out.realize()
     assert len(realize._plans) == plans + 1
+
+
+def test_costly_work_read_by_three_kernels_is_computed_once():
+    """Each of three reductions would recompute the expression from its inputs: it gets a buffer."""
+    (x,) = inputs("CPU", (256, 512))
+    e = ((x * 3).sin() + 2).sqrt() * (x * x + 1).reciprocal() + (x * 0.5).exp()
+    outs = [e.sum(0), (e * 2).max(0), (e * e).sum(1)]
+    steps = outs[0].schedule(*outs[1:])
+    assert len(steps) == 4
+    written = [s.ast.src[0].src[0].arg[1] for s in steps]
+    assert written.count(256 * 512) == 1  # the expression, once
+    xn = x.numpy()
+    expected = np.sqrt(np.sin(xn * 3) + 2) / (xn * xn + 1) + np.exp(xn * 0.5)
+    for ours, ref in zip(outs, [expected.sum(0), (expected * 2).max(0), (expected * expected).sum(1)]):
+        np.testing.assert_allclose(ours.numpy(), ref, rtol=1e-4)
+
+
+def test_cheap_work_read_by_three_kernels_is_recomputed():
+    (x,) = inputs("CPU", (256, 512))
+    e = x * 2
+    assert len(e.sum(0).schedule(e.max(0), e.sum(1))) == 3

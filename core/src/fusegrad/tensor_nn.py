@@ -374,15 +374,12 @@ class NNMixin:
     ) -> Tensor:
         """(x - mean) * weight * invstd + bias, the per-channel tensors laid along ``axis``."""
         axis = self._axis(axis)
-        # the axes after ``axis`` as one: the backward's per-channel sums run over long rows
-        x = self.reshape(self.shape[: axis + 1] + (-1,)) if self.ndim > axis + 2 else self
-        shape = tuple(x.shape[axis] if i == axis else 1 for i in range(x.ndim))
-        x = x - mean.reshape(shape)
+        shape = tuple(self.shape[axis] if i == axis else 1 for i in range(self.ndim))
+        x = self - mean.reshape(shape)
         if weight is not None:
             x = x * weight.reshape(shape)
         x = x * invstd.reshape(shape)
-        x = x + bias.reshape(shape) if bias is not None else x
-        return x.reshape(self.shape)
+        return x + bias.reshape(shape) if bias is not None else x
 
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
         """(x - mean) / sqrt(var + eps) over ``axis`` (no weight or bias, as tinygrad)."""

@@ -175,11 +175,58 @@ def _shared_reduces(realize: set[UOp]) -> set[UOp]:
     return {u for u, n in reached_by.items() if n > 1}
 
 
+#: elementwise work read by this many kernels or more may get a buffer (see _shared_work)
+SHARED_WORK_KERNELS = 3
+#: ... when one element of it costs at least this many ALU ops (``_alu_cost``)
+SHARED_WORK_COST = 8
+
+
+def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
+    """Costly elementwise results that three or more kernels would each compute again.
+
+    A gradient flowing back through a pooling and a ReLU into a BatchNorm is read by each of
+    the norm's backward sums and by its output: computed once into a buffer, each of them reads
+    one array instead of redoing the pooling's index math from all its inputs.
+    """
+    reached_by: dict[UOp, int] = {}
+    for kernel_root in realize:
+        if kernel_root.op is Ops.COPY:
+            continue
+        stack, seen = list(kernel_root.src), set()
+        while stack:
+            u = stack.pop()
+            if u in seen or u.op is Ops.PARAM or u in realize:
+                continue
+            seen.add(u)
+            if u.op in GroupOp.ALU:
+                reached_by[u] = reached_by.get(u, 0) + 1
+            stack.extend(u.src)
+    chosen: set[UOp] = set()
+    covered: set[UOp] = set()
+    for u in reversed(order):  # consumers first: the largest shared expression wins
+        if u in covered or reached_by.get(u, 0) < SHARED_WORK_KERNELS or u.size < 1 << 16:
+            continue
+        if _alu_cost(u, realize) < SHARED_WORK_COST:
+            continue
+        chosen.add(u)
+        stack = list(u.src)
+        while stack:
+            v = stack.pop()
+            if v not in covered and v.op is not Ops.PARAM and v not in realize:
+                covered.add(v)
+                stack.extend(v.src)
+    return chosen
+
+
 def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
     """The nodes that must be written to a buffer; everything else fuses into its consumer."""
     realize = _forced_realizes(roots, order)
     while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
         realize |= added
+    if shared := _shared_work(realize, order) - realize:
+        realize |= shared
+        while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
+            realize |= added
     return realize
 
 
