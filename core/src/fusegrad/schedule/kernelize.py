@@ -7,7 +7,8 @@ costs one walk to collect them and one dictionary lookup (see ``engine/realize.p
 Where the cuts go:
 
 - every root, CONTIGUOUS and COPY is written to a buffer of its own;
-- elementwise ops fuse into whoever consumes them (recomputed if consumed twice);
+- elementwise ops fuse into whoever consumes them (recomputed if consumed twice), unless the
+  repeats add up: read through an EXPAND many times, or costly and read by three kernels;
 - a reduce fuses with the elementwise ops before and after it, but it gets a buffer of its own
   when it has several consumers, when its consumer reads it through an EXPAND or PAD (the reduce
   would run again for every repeated element), or when it sits inside another reduce.
