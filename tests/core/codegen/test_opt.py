@@ -81,3 +81,24 @@ def test_views_under_a_pad_simplify():
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
     np.testing.assert_array_equal(y.numpy(), np.pad(x.numpy() * 2, ((0, 0), (0, 0), (4, 4), (4, 4))))
+
+
+def test_short_rows_of_a_reduction_merge_into_one_loop():
+    """Summing (N, C, 20, 20) over N, H, W: 20 is too short for wide lanes; H and W are one run
+    of 400 in memory, so they become one loop (16 lanes) that needs no division."""
+    x = Tensor.rand(8, 4, 20, 20, device="CPU")
+    (step,) = x.sum((0, 2, 3)).schedule()
+    opts = heuristic_opts(step.ast, False)
+    assert opts.merge and opts.lanes == (3, 16)
+    source = generate(step.ast, Device["CPU"].renderer, opts).source
+    assert "/" not in source[source.index("{") :] and "%" not in source[source.index("{") :]
+    np.testing.assert_allclose(x.sum((0, 2, 3)).numpy(), x.numpy().sum((0, 2, 3)), rtol=1e-5)
+
+
+def test_rows_read_with_division_are_not_merged():
+    """A pooling's backward reads y // 2 and x // 2: merged, they would be m // 40 and more."""
+    g = Tensor.rand(8, 4, 10, 10, device="CPU")
+    x = Tensor.rand(8, 4, 20, 20, device="CPU")
+    up = g.reshape(8, 4, 10, 1, 10, 1).expand(8, 4, 10, 2, 10, 2).reshape(8, 4, 20, 20)
+    (step,) = (x * up).sum((0, 2, 3)).schedule()
+    assert not heuristic_opts(step.ast, False).merge

@@ -84,6 +84,7 @@ RULES = [  # (before, after)
     ((x * 4 + y) // 8, x // 2),  # a*d + b with 0 <= b < d, d | c: (a*d + b) // c -> a // (c/d)
     ((x * 4 + y) % 8, (x % 2) * 4 + y),  # and % c -> (a % (c/d))*d + b
     (((x * 4 + y) // 8) * 2 + x % 2, x),  # which lets a pool's y//2*2 + y%2 recombine
+    ((x // 7) * 7 + y * 100 + x % 7, y * 100 + x),  # the pair need not be next to each other
 ]
 
 

@@ -137,11 +137,20 @@ class Lowerer:
         if any(src.shape[a] == 0 for a in axes):  # nothing to reduce: the identity
             return UOp.const(u.dtype, 0 if reduce_op is Ops.ADD else u.dtype.min)
         lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (-1, 1)
-        loops = {a: self.new_range(src.shape[a] // (lanes if a == lane_axis else 1), "reduce")
-                 for a in axes if src.shape[a] != 1}
+        looped = sorted(a for a in axes if src.shape[a] != 1)
+        # the two innermost reduced axes as one loop (KernelOpts.merge): its counter m gives
+        # m // width and m % width, which simplify back into the inputs' flat positions
+        pair = looped[-2:] if self.opts and self.opts.merge and len(looped) >= 2 else []
+        sizes = {a: src.shape[a] for a in looped if a != (pair[0] if pair else None)}
+        if pair:
+            sizes[pair[1]] = src.shape[pair[0]] * src.shape[pair[1]]
+        loops = {a: self.new_range(n // (lanes if a == lane_axis else 1), "reduce") for a, n in sizes.items()}
         lane = [self.new_range(lanes, "lane")] if lane_axis in loops else []
-        inner = tuple((loops.get(a, idx_const(0)) * lanes + lane[0] if lane and a == lane_axis
-                       else loops.get(a, idx_const(0))) if a in axes else i for a, i in enumerate(idx))
+        position = {a: loop * lanes + lane[0] if lane and a == lane_axis else loop for a, loop in loops.items()}
+        if pair:
+            width = src.shape[pair[1]]
+            position[pair[0]], position[pair[1]] = position[pair[1]] // width, position[pair[1]] % width
+        inner = tuple(position.get(a, idx_const(0)) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
         if not loops:  # only size-1 axes: each output is the one element
             return value

@@ -32,6 +32,9 @@ class KernelOpts:
     #: ``(reduced axis, amount)``: that axis of the reduction runs as vector lanes, each with an
     #: accumulator of its own, combined after the loop
     lanes: tuple[int, int] | None = None
+    #: the two innermost reduced axes, when next to each other, run as one loop (rows of 20
+    #: become one run of 400: room for wide lanes); ``lanes`` then names the inner one
+    merge: bool = False
 
 
 def _reduce_of(value: UOp) -> UOp | None:
@@ -143,7 +146,35 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
         upcast.insert(0, (reuse, _amount(shape[reuse], REUSE_AMOUNTS)))
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
     order += tuple(d for d in (vec_axis, reuse) if d is not None)
-    return KernelOpts(order, tuple(upcast), lanes)
+    opts = KernelOpts(order, tuple(upcast), lanes)
+    return _merged(value, opts, reduce) if lanes else opts
+
+
+def _index_divisions(value: UOp, opts: KernelOpts) -> int:
+    """How many ``//`` and ``%`` of indices the kernel keeps after simplification."""
+    from fusegrad.codegen.lower import lower_kernel
+    from fusegrad.uop.pattern import graph_rewrite
+    from fusegrad.uop.symbolic import SIMPLIFY
+
+    out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
+    sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
+    nodes = toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=opts), SIMPLIFY)])
+    return sum(1 for u in nodes if u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index)
+
+
+def _merged(value: UOp, opts: KernelOpts, reduce: UOp) -> KernelOpts:
+    """Lanes over a short innermost reduced axis (rows of 20: 4 lanes) do little; when the axis
+    before it is next to it and the inputs are laid out so that the two are one run (the merged
+    loop leaves no more divisions than the two loops), run them as one loop with wider lanes."""
+    src, axes = reduce.src[0], sorted(a for a in reduce.arg[1] if reduce.src[0].shape[a] > 1)
+    if len(axes) < 2 or axes[-2] != axes[-1] - 1 or src.shape[axes[-1]] >= 64:
+        return opts
+    size = src.shape[axes[-2]] * src.shape[axes[-1]]
+    amount = next((c for c in LANE_AMOUNTS if size % c == 0 and size >= 8 * c), 1)
+    if amount <= (opts.lanes[1] if opts.lanes else 1):
+        return opts
+    merged = KernelOpts(opts.order, opts.upcast, (axes[-1], amount), merge=True)
+    return merged if _index_divisions(value, merged) <= _index_divisions(value, opts) else opts
 
 
 def _elementwise_opts(value: UOp) -> KernelOpts | None:

@@ -215,6 +215,22 @@ def recombine_divmod(x: UOp, c: UOp, y: UOp) -> UOp | None:
     return x if y.op is Ops.MOD and y.src[0] is x and y.src[1] is c else None
 
 
+def recombine_in_sum(x: UOp) -> UOp | None:
+    """``... + (a // c) * c + ... + a % c + ...`` -> ``... + a + ...``: the same identity when
+    the two terms are not next to each other in the chain of additions."""
+    parts = terms(x)
+    mods = {(t.src[0], t.src[1].arg): t for t in parts if t.op is Ops.MOD and t.src[1].op is Ops.CONST}
+    if not mods:
+        return None
+    for t in parts:
+        if (t.op is Ops.MUL and t.src[1].op is Ops.CONST and t.src[0].op is Ops.IDIV
+                and t.src[0].src[1].op is Ops.CONST and t.src[0].src[1].arg == t.src[1].arg
+                and (mod := mods.get((t.src[0].src[0], t.src[1].arg))) is not None):
+            rest = [p for p in parts if p is not t and p is not mod]
+            return add_all([*rest, t.src[0].src[0]], x.dtype)
+    return None
+
+
 def fold_compare(x: UOp, c: UOp) -> UOp | None:
     """x < c is decided when the bounds of x lie on one side of c."""
     if x.dtype.is_float:
@@ -243,6 +259,7 @@ SIMPLIFY = PatternMatcher([
     (_ix // UPat.cvar("c"), simplify_div),
     (_ix % UPat.cvar("c"), simplify_mod),
     ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
+    (UPat(Ops.ADD, dtype=_int, name="x"), recombine_in_sum),
     (UPat(Ops.CMPLT, src=(_ix, UPat.cvar("c"))), fold_compare),                  # decided by bounds
     (UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var())), lambda a: a),   # True ? a : b
     (UPat(Ops.WHERE, src=(UPat.const(False), UPat.var(), UPat.var("b"))), lambda b: b),  # False ? a : b
