@@ -60,6 +60,7 @@ RULES = [  # (before, after)
     ((x + 2) + 3, x + 5),  # (x + a) + b -> x + (a + b)
     ((x * 2) * 3, x * 6),  # (x * a) * b -> x * (a * b)
     ((x + 2) * 3, x * 3 + 6),  # (x + a) * b -> x*b + a*b
+    ((x + y) * 3, x * 3 + y * 3),  # (x + y) * b -> x*b + y*b: index math as a sum of terms
     (x // 100, c(0)),  # 0 <= x < c: x // c -> 0
     (x % 100, x),  # 0 <= x < c: x % c -> x
     (x % 200, x),

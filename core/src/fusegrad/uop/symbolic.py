@@ -256,6 +256,7 @@ SIMPLIFY = PatternMatcher([
     ((_ix + UPat.cvar("a")) + UPat.cvar("b"), lambda x, a, b: x + (a.arg + b.arg)),  # (x+a)+b
     ((_ix * UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * (a.arg * b.arg)),  # (x*a)*b
     ((_ix + UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * b.arg + a.arg * b.arg),  # distribute
+    ((_ix + UPat.var("y", dtype=_int)) * UPat.cvar("b"), lambda x, y, b: x * b.arg + y * b.arg),  # (x+y)*b
     (_ix // UPat.cvar("c"), simplify_div),
     (_ix % UPat.cvar("c"), simplify_mod),
     ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
