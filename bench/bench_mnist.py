@@ -15,6 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,9 +27,10 @@ from fusegrad import Tensor, TinyJit, nn  # noqa: E402
 from fusegrad.nn.state import get_parameters  # noqa: E402
 
 
-def fusegrad_step_times(x: np.ndarray, y: np.ndarray, steps: int, jit: bool = False) -> tuple[float, list[float]]:
-    """The first step's time and the next ``steps`` ones'; with ``jit`` the step is a TinyJit
-    (its first two calls run it, later ones replay its kernels), as examples/mnist.py runs it."""
+def fusegrad_step(x: np.ndarray, y: np.ndarray, jit: bool = False) -> tuple[Callable[[], None], float]:
+    """A warmed-up training step and the time its first call took (compiles included); with
+    ``jit`` the step is a TinyJit (its first two calls run it, later ones replay its kernels),
+    as examples/mnist.py runs it."""
     Tensor.manual_seed(0)
     model = Model()
     optimizer = nn.optim.Adam(get_parameters(model), lr=1e-3)
@@ -44,17 +46,12 @@ def fusegrad_step_times(x: np.ndarray, y: np.ndarray, steps: int, jit: bool = Fa
     start = time.perf_counter()
     run(images, labels)
     first = time.perf_counter() - start
-    if jit:
-        run(images, labels)  # the capture
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        run(images, labels)
-        times.append(time.perf_counter() - start)
-    return first, times
+    run(images, labels)  # a TinyJit captures on its second call
+    return lambda: run(images, labels), first
 
 
-def torch_step_times(x: np.ndarray, y: np.ndarray, steps: int) -> list[float] | None:
+def torch_step(x: np.ndarray, y: np.ndarray) -> Callable[[], None] | None:
+    """The same model and step in torch, warmed up; None without torch."""
     try:
         import torch
     except ImportError:
@@ -75,12 +72,13 @@ def torch_step_times(x: np.ndarray, y: np.ndarray, steps: int) -> list[float] | 
         optimizer.step()
 
     step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return times
+    return step
+
+
+def timed(fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def peak_memory(which: str, steps: int) -> float:
@@ -106,7 +104,9 @@ def main() -> None:
         rng = np.random.default_rng(0)
         x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
         y = rng.integers(0, 10, 128).astype(np.int32)
-        (fusegrad_step_times if args.only == "fusegrad" else torch_step_times)(x, y, args.steps)
+        run = fusegrad_step(x, y)[0] if args.only == "fusegrad" else torch_step(x, y)
+        for _ in range(args.steps):
+            run()
         # VmHWM, not ru_maxrss: Linux lets a child inherit its parent's ru_maxrss across exec
         status = open("/proc/self/status").read()
         print(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024)
@@ -114,20 +114,26 @@ def main() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, 10, 128).astype(np.int32)
-    first, ours = fusegrad_step_times(x, y, args.steps)
-    _, jitted = fusegrad_step_times(x, y, args.steps, jit=True)
-    theirs = torch_step_times(x, y, args.steps)
-    ours_ms, jit_ms = statistics.median(ours) * 1e3, statistics.median(jitted) * 1e3
+    eager, first = fusegrad_step(x, y)
+    jitted, _ = fusegrad_step(x, y, jit=True)
+    runs = {"fusegrad": eager, "fusegrad TinyJit": jitted}
+    if (theirs := torch_step(x, y)) is not None:
+        runs["torch"] = theirs
+    # one step of each in turn: a slow spell of the machine hits them all alike
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.steps):
+        for name, run in runs.items():
+            samples[name].append(timed(run))
+    ms = {name: statistics.median(times) * 1e3 for name, times in samples.items()}
     print(f"fusegrad first step (compiles included) {first:8.2f} s")
-    print(f"fusegrad train step                     {ours_ms:8.1f} ms")
-    print(f"fusegrad train step, TinyJit            {jit_ms:8.1f} ms")
-    if theirs is None:
+    print(f"fusegrad train step                     {ms['fusegrad']:8.1f} ms")
+    print(f"fusegrad train step, TinyJit            {ms['fusegrad TinyJit']:8.1f} ms")
+    if "torch" not in ms:
         print("torch is not installed: no ratio")
         return
-    theirs_ms = statistics.median(theirs) * 1e3
-    print(f"torch    train step                     {theirs_ms:8.1f} ms")
-    print(f"ratio (fusegrad time / torch time)      {ours_ms / theirs_ms:8.2f}x  "
-          f"(TinyJit: {jit_ms / theirs_ms:.2f}x)")
+    print(f"torch    train step                     {ms['torch']:8.1f} ms")
+    print(f"ratio (fusegrad time / torch time)      {ms['fusegrad'] / ms['torch']:8.2f}x  "
+          f"(TinyJit: {ms['fusegrad TinyJit'] / ms['torch']:.2f}x)")
     if args.memory:
         ours_mib, theirs_mib = peak_memory("fusegrad", args.steps), peak_memory("torch", args.steps)
         print(f"peak resident memory: fusegrad {ours_mib:.0f} MiB, torch {theirs_mib:.0f} MiB "
