@@ -19,7 +19,7 @@ def test_beam_picks_a_timed_candidate_and_caches_it(tmp_path, monkeypatch):
     ast, _, _ = _matmul_ast()
     timed = []
     real_time = search._time
-    monkeypatch.setattr(search, "_time", lambda k, *a: timed.append(k.opts) or real_time(k, *a))
+    monkeypatch.setattr(search, "_time", lambda k, *a, **kw: timed.append(k.opts) or real_time(k, *a, **kw))
     best = search.beam_search(ast, Device["CPU"], "CPU", width=2)
     assert heuristic_opts(ast, False) in timed  # the default is always a candidate
     assert best in timed and len(timed) > 3
@@ -42,3 +42,25 @@ def test_kernels_from_every_candidate_compute_the_same(tmp_path, monkeypatch):
         out_t = Tensor(out)
         program(out_t._buffer().handle, x._buffer().handle, w._buffer().handle, global_size=None)
         np.testing.assert_allclose(out_t._buffer().numpy().reshape(64, 48), expected, rtol=1e-5)
+
+
+def test_a_far_slower_candidate_is_timed_once(monkeypatch):
+    """Past ``give_up`` the warm-up's time is the answer: no repeats."""
+    ast, _, _ = _matmul_ast()
+    rt = Device["CPU"]
+    from fusegrad.codegen.kernel import generate
+
+    kernel = generate(ast, rt.renderer, heuristic_opts(ast, False))
+    calls = []
+    real_program = rt.program
+
+    def counting(name, binary):
+        program = real_program(name, binary)
+        return lambda *a, **kw: calls.append(1) or program(*a, **kw)
+
+    monkeypatch.setattr(rt, "program", counting)
+    search._time(kernel, rt, "CPU", ast, give_up=0.0)
+    assert len(calls) == 1
+    calls.clear()
+    search._time(kernel, rt, "CPU", ast)
+    assert len(calls) == 1 + search.REPEATS
