@@ -34,6 +34,12 @@ def _tuple(x: Size, n: int, name: str) -> tuple[int, ...]:
     return tuple(int(v) for v in x)
 
 
+def _innermost(t: Tensor, axis: int) -> Tensor:
+    """``t`` copied so that ``axis`` is innermost in memory, seen in ``t``'s own axis order."""
+    order = [a for a in range(t.ndim) if a != axis] + [axis]
+    return t.permute(order).contiguous().permute([order.index(a) for a in range(t.ndim)])
+
+
 def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
     """d conv / d (padded input, weight), given the gradient ``g`` of the output.
 
@@ -59,7 +65,7 @@ def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp,
     win = xp._pool(tuple(ks), stride, dilation)
     win = win.reshape((chunks, batch // chunks, groups, 1, cin_g) + outs + tuple(ks))
     if (cout // groups) % 8 == 0:  # C_out innermost in memory (a copy): it runs as vectors
-        grad = grad.permute((0, *range(2, 2 + n), 1)).contiguous().permute((0, n + 1, *range(1, 1 + n)))
+        grad = _innermost(grad, 1)
     g_win = grad.reshape((chunks, batch // chunks, groups, cout // groups, 1) + outs + (1,) * n)
     dw = (win * g_win).sum([1] + list(range(5, 5 + n))).reshape(chunks, -1).sum(0).reshape(weight.shape)
     return dx.uop, dw.uop
@@ -151,8 +157,7 @@ class NNMixin:
         win = win.reshape((batch, groups, 1, cin_g) + outs + tuple(ks))
         # The weight is read with C_out innermost in memory (a small copy), so that the kernel
         # can load C_out filters as one vector and reuse each input element for all of them.
-        w = weight.reshape((groups, cout // groups, cin_g) + tuple(ks))
-        w = w.permute((0, 2, *range(3, 3 + n), 1)).contiguous().permute((0, n + 2, 1, *range(2, 2 + n)))
+        w = _innermost(weight.reshape((groups, cout // groups, cin_g) + tuple(ks)), 1)
         w = w.reshape((1, groups, cout // groups, cin_g) + (1,) * n + tuple(ks))
         out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((batch, cout) + outs)
         out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups, x.device))

@@ -158,8 +158,8 @@ def _kernel_cuts(realize: set[UOp]) -> set[UOp]:
     return cuts
 
 
-def _shared_reduces(realize: set[UOp]) -> set[UOp]:
-    """Reduces that two or more kernels would each compute: they get a buffer instead."""
+def _kernels_computing(realize: set[UOp], wanted: frozenset[Ops]) -> dict[UOp, int]:
+    """For each node of an op in ``wanted``: how many kernels of ``realize`` would compute it."""
     reached_by: dict[UOp, int] = {}
     for kernel_root in realize:
         if kernel_root.op is Ops.COPY:
@@ -170,10 +170,15 @@ def _shared_reduces(realize: set[UOp]) -> set[UOp]:
             if u in seen or u.op is Ops.PARAM or u in realize:
                 continue
             seen.add(u)
-            if u.op is Ops.REDUCE_AXIS:
+            if u.op in wanted:
                 reached_by[u] = reached_by.get(u, 0) + 1
             stack.extend(u.src)
-    return {u for u, n in reached_by.items() if n > 1}
+    return reached_by
+
+
+def _shared_reduces(realize: set[UOp]) -> set[UOp]:
+    """Reduces that two or more kernels would each compute: they get a buffer instead."""
+    return {u for u, n in _kernels_computing(realize, frozenset({Ops.REDUCE_AXIS})).items() if n > 1}
 
 
 #: elementwise work read by this many kernels or more may get a buffer (see _shared_work)
@@ -189,19 +194,7 @@ def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
     the norm's backward sums and by its output: computed once into a buffer, each of them reads
     one array instead of redoing the pooling's index math from all its inputs.
     """
-    reached_by: dict[UOp, int] = {}
-    for kernel_root in realize:
-        if kernel_root.op is Ops.COPY:
-            continue
-        stack, seen = list(kernel_root.src), set()
-        while stack:
-            u = stack.pop()
-            if u in seen or u.op is Ops.PARAM or u in realize:
-                continue
-            seen.add(u)
-            if u.op in GroupOp.ALU:
-                reached_by[u] = reached_by.get(u, 0) + 1
-            stack.extend(u.src)
+    reached_by = _kernels_computing(realize, GroupOp.ALU)
     chosen: set[UOp] = set()
     covered: set[UOp] = set()
     for u in reversed(order):  # consumers first: the largest shared expression wins
