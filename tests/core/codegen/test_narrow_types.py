@@ -12,13 +12,12 @@ import pytest
 
 from fusegrad import Tensor, dtypes
 from fusegrad.codegen.decompose import NARROW_INTS, wrap_narrow
-from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.dtype import ALL_DTYPES, DType
-from fusegrad.engine.realize import plan_for
-from fusegrad.runtime.python import PythonAllocator, PythonProgram, PythonRenderer
-from fusegrad.schedule.kernelize import abstract
-from fusegrad.tensor import _unreshaped
+from fusegrad.runtime.python import PythonRenderer
 from fusegrad.uop.ops import Ops, UOp
+
+from .interpreted import run_with
 
 i8, u8, i16, u16, i32, bool_ = (
     dtypes.int8,
@@ -39,23 +38,11 @@ class WordRenderer(PythonRenderer):
 
 def run_packed(t: Tensor) -> np.ndarray:
     """Realize ``t`` (on PYTHON) with ``WordRenderer``'s programs; return its values."""
-    root = _unreshaped(t.uop)
-    _, inputs = abstract([root])
-    plan = plan_for([root], [t.device])
-    alloc = PythonAllocator()
-    handles = []
-    for buf in inputs:
-        handles.append(alloc.alloc(buf.nbytes))
-        alloc.copyin(handles[-1], memoryview(buf.numpy()).cast("B"))
-    handles += [alloc.alloc(size * dt.itemsize) for size, dt, _ in plan.new_slots]
-    for step in plan.steps:
-        kernel = generate(step.ast, WordRenderer("PYTHON"))
-        assert not {u.dtype for u in kernel.program} & set(NARROW_INTS), kernel.program
-        PythonProgram(kernel.name, kernel.source.encode())(
-            *[handles[s] for s in step.slots], global_size=kernel.global_size
-        )
-    size, dtype, _ = plan.new_slots[plan.outputs[0] - plan.n_inputs]
-    return handles[plan.outputs[0]][: size * dtype.itemsize].view(dtype.np).reshape(t.shape)
+    return run_with(t, WordRenderer("PYTHON"), _no_narrow)
+
+
+def _no_narrow(kernel: KernelSource) -> None:
+    assert not {u.dtype for u in kernel.program} & set(NARROW_INTS), kernel.program
 
 
 def values(dtype: DType, n: int = 13) -> np.ndarray:

@@ -11,14 +11,13 @@ import pytest
 
 from fusegrad import Device, Tensor, dtypes
 from fusegrad.codegen.decompose import decompose, replaces_math
-from fusegrad.codegen.kernel import generate
-from fusegrad.engine.realize import plan_for
+from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.renderer import Renderer
-from fusegrad.runtime.python import PythonAllocator, PythonProgram, PythonRenderer
-from fusegrad.schedule.kernelize import abstract
-from fusegrad.tensor import _unreshaped
+from fusegrad.runtime.python import PythonRenderer
 from fusegrad.uop.ops import Ops, UOp, toposort
 from tests.conftest import available
+
+from .interpreted import run_with
 
 F32_EDGES = [
     0.0,
@@ -60,23 +59,11 @@ class MathRenderer(PythonRenderer):
 
 def run_rewritten(t: Tensor) -> np.ndarray:
     """Realize ``t`` (on PYTHON, one kernel) with ``MathRenderer``'s programs; return its values."""
-    root = _unreshaped(t.uop)
-    _, inputs = abstract([root])
-    plan = plan_for([root], [t.device])
-    alloc = PythonAllocator()
-    handles = []
-    for buf in inputs:
-        handles.append(alloc.alloc(buf.nbytes))
-        alloc.copyin(handles[-1], memoryview(buf.numpy()).cast("B"))
-    handles += [alloc.alloc(size * dt.itemsize) for size, dt, _ in plan.new_slots]
-    for step in plan.steps:
-        kernel = generate(step.ast, MathRenderer("PYTHON"))
-        assert not {Ops.EXP2, Ops.LOG2} & {u.op for u in kernel.program}
-        PythonProgram(kernel.name, kernel.source.encode())(
-            *[handles[s] for s in step.slots], global_size=kernel.global_size
-        )
-    size, dtype, _ = plan.new_slots[plan.outputs[0] - plan.n_inputs]
-    return handles[plan.outputs[0]][: size * dtype.itemsize].view(dtype.np).reshape(t.shape)
+    return run_with(t, MathRenderer("PYTHON"), _no_math_calls)
+
+
+def _no_math_calls(kernel: KernelSource) -> None:
+    assert not {Ops.EXP2, Ops.LOG2} & {u.op for u in kernel.program}
 
 
 def compute(op: str, x: np.ndarray, device: str) -> np.ndarray:
