@@ -2,10 +2,16 @@
 
 A kernel that reduces (a matmul, a convolution) is slow as one flat loop: each output element
 re-reads its inputs from memory. ``heuristic_opts`` gives each output axis its own loop and
-*upcasts* two of them: the innermost contiguous axis (so loads and the accumulators become
-vectors the C compiler can keep in registers) and the axis that the most inputs do not depend
-on (so each loaded value is reused for several outputs). The upcast parts become short inner
-loops over an accumulator array; the remaining loops are ordered so the reused axis is innermost.
+*upcasts* two of them: an axis along which an input read by the reduction moves by one element
+(so loads and the accumulators become vectors the C compiler can keep in registers) and an axis
+those vector reads do not depend on (so each loaded vector is reused for several outputs). The
+upcast parts become short inner loops over an accumulator array; the remaining loops are ordered
+so the reused axis is innermost. With no such output axis (a full sum) the innermost reduced
+axis runs as lanes instead, merged with the one before it when that is one run in memory.
+Elementwise kernels keep one flat loop unless their views need division, then a loop per axis.
+
+The analysis lowers the kernel (a loop per axis, or a candidate's loops) and reads the
+simplified index arithmetic: which loops an input's position moves with, and by how much.
 """
 
 from __future__ import annotations
@@ -42,16 +48,25 @@ def _reduce_of(value: UOp) -> UOp | None:
     return reduces[0] if len(reduces) == 1 else None
 
 
-def _plain_kernel(value: UOp) -> list[UOp]:
-    """The nodes of ``value``'s kernel lowered with a plain loop per output axis, simplified."""
+def _lowered(value: UOp, opts: KernelOpts | None) -> list[UOp]:
+    """The nodes of ``value``'s kernel lowered with ``opts`` (None: one flat loop), simplified."""
     from fusegrad.codegen.lower import lower_kernel
     from fusegrad.uop.pattern import graph_rewrite
     from fusegrad.uop.symbolic import SIMPLIFY
 
-    plain = KernelOpts(tuple(range(len(value.shape))))
     out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
     sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
-    return toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=plain), SIMPLIFY)])
+    return toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=opts), SIMPLIFY)])
+
+
+def _plain_kernel(value: UOp) -> list[UOp]:
+    """The nodes of ``value``'s kernel with a plain loop per output axis, simplified."""
+    return _lowered(value, KernelOpts(tuple(range(len(value.shape)))))
+
+
+def _index_divisions(value: UOp, opts: KernelOpts | None) -> int:
+    """How many ``//`` and ``%`` of indices the kernel keeps after simplification."""
+    return sum(1 for u in _lowered(value, opts) if u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index)
 
 
 def _output_loops(nodes: list[UOp], shape: tuple[int, ...]) -> dict[int, UOp]:
@@ -150,18 +165,6 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     return _merged(value, opts, reduce) if lanes else opts
 
 
-def _index_divisions(value: UOp, opts: KernelOpts) -> int:
-    """How many ``//`` and ``%`` of indices the kernel keeps after simplification."""
-    from fusegrad.codegen.lower import lower_kernel
-    from fusegrad.uop.pattern import graph_rewrite
-    from fusegrad.uop.symbolic import SIMPLIFY
-
-    out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
-    sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
-    nodes = toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=opts), SIMPLIFY)])
-    return sum(1 for u in nodes if u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index)
-
-
 def _merged(value: UOp, opts: KernelOpts, reduce: UOp) -> KernelOpts:
     """Lanes over a short innermost reduced axis (rows of 20: 4 lanes) do little; when the axis
     before it is next to it and the inputs are laid out so that the two are one run (the merged
@@ -181,16 +184,7 @@ def _elementwise_opts(value: UOp) -> KernelOpts | None:
     """One flat loop, unless finding the inputs' elements from the flat position takes division:
     then a loop per axis, so the positions are sums of loop counters (and the innermost loop
     can run as vectors). Views such as broadcasts, pads and windows need the division."""
-    from fusegrad.codegen.lower import lower_kernel
-    from fusegrad.uop.pattern import graph_rewrite
-    from fusegrad.uop.symbolic import SIMPLIFY
-
-    if sum(1 for s in value.shape if s > 1) < 2:
-        return None
-    out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
-    sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
-    flat = toposort([graph_rewrite(lower_kernel(sink, grid=False), SIMPLIFY)])
-    if not any(u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index for u in flat):
+    if sum(1 for s in value.shape if s > 1) < 2 or _index_divisions(value, None) == 0:
         return None
     return KernelOpts(tuple(range(len(value.shape))))
 
