@@ -10,7 +10,7 @@ import pytest
 
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
-from fusegrad.errors import CompileError
+from fusegrad.errors import CompileError, FusegradError
 
 f32, f16, f64 = dtypes.float32, dtypes.float16, dtypes.float64
 i8, u8, i32, i64, bool_ = dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.bool
@@ -197,6 +197,19 @@ def test_rand_distribution(device):
     n = Tensor.randn(2000, device=device).numpy()
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.05
     assert abs(n.mean()) < 0.1 and abs(n.std() - 1) < 0.1
+
+
+def test_randint(device):
+    Tensor.manual_seed(0)
+    t = Tensor.randint(3000, low=-3, high=4, device=device)
+    values = t.numpy()
+    assert t.dtype == dtypes.int32 and t.shape == (3000,)
+    assert set(values.tolist()) == set(range(-3, 4))  # every value in [low, high), each about 1/7
+    assert Tensor.randint(2, 3, high=5, dtype="uint8", device=device).dtype == dtypes.uint8
+    with pytest.raises(FusegradError, match="low < high"):
+        Tensor.randint(3, low=2, high=2)
+    with pytest.raises(FusegradError, match="integers"):
+        Tensor.randint(3, dtype="float32")
 
 
 @pytest.mark.parametrize("like", [Tensor.rand_like, Tensor.randn_like])

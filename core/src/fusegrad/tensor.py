@@ -324,6 +324,24 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
     def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
         return Tensor.rand(*shape, **kwargs) * (high - low) + low
 
+    @staticmethod
+    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
+                device: str | None = None) -> Tensor:
+        """Random integers in [low, high), int32 unless ``dtype`` says otherwise.
+
+        >>> Tensor.manual_seed(0)
+        >>> t = Tensor.randint(1000, low=-3, high=3)
+        >>> (t.min().item(), t.max().item())
+        (-3, 2)
+        """
+        if high <= low:
+            raise FusegradError(f"randint needs low < high, got low={low}, high={high}")
+        dtype = to_dtype(dtype or dtypes.int32)
+        if not dtype.is_int:
+            raise FusegradError(f"randint makes integers; got dtype={dtype.name} (cast the result instead)")
+        values = Tensor._generator().integers(low, high, _shape_arg(shape), dtype=np.int64)
+        return Tensor(values, device=device).cast(dtype)
+
     def full_like(self, fill: Scalar, dtype: DType | str | None = None) -> Tensor:
         return Tensor.full(self.shape, fill, dtype or self.dtype, self.device)
 
