@@ -152,7 +152,7 @@ def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
     if not plan.compiled:
         compile_steps(plan.steps)
         plan.compiled = True
-    timing = Context.DEBUG >= 2
+    timing, listeners = Context.DEBUG >= 2, _has_run_listeners()
     start = time.perf_counter()
     for step in plan.steps:
         if type(step) is KernelStep:
@@ -165,7 +165,7 @@ def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
             GlobalCounters.global_ops += step.runner.kernel.flops
             if timing:
                 _report(step.runner, seconds)
-            if _has_run_listeners():
+            if listeners:
                 _plugins().hook.fusegrad_kernel_run(
                     name=step.runner.kernel.name, device=step.device, seconds=seconds
                 )
