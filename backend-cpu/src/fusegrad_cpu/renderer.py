@@ -32,7 +32,8 @@ def _reads_consecutively(loop: UOp, body: list[UOp], halving: bool = False) -> b
 
 def vector_hints(program: list[UOp]) -> dict[UOp, str]:
     """A pragma for each short loop: ``omp simd`` for an innermost one that reads memory
-    consecutively, ``GCC unroll`` for one around other loops.
+    consecutively, ``GCC unroll`` for one around other loops; and ``omp simd`` for the innermost
+    loop of an elementwise kernel whose reads move by one (or by one every k steps).
 
     Left to itself, gcc vectorises an upcast tile along whichever loop it likes, sometimes the
     outer one, and then shuffles the accumulators on every iteration (a conv kernel ran 6x

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,7 +17,7 @@ import numpy as np
 
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
-from fusegrad.helpers import cache_dir
+from fusegrad.helpers import cache_dir, write_atomically
 
 if TYPE_CHECKING:
     from fusegrad.renderer import Renderer
@@ -90,7 +89,7 @@ class Compiler:
             if binary is None:
                 result = next(built)
                 if isinstance(result, bytes):
-                    _write_atomically(path, result)
+                    write_atomically(path, result)
                 results.append(result)
             else:
                 results.append(binary)
@@ -107,18 +106,6 @@ def _read(path: str) -> bytes | None:
             return f.read()
     except OSError:
         return None
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    """Write to a temporary file, then rename: a reader sees the whole entry or none."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache only costs speed
 
 
 class Program(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -72,3 +73,16 @@ def cache_dir() -> str:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusegrad"
     )
     return base
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write to a temporary file, then rename: a reader sees the whole file or none of it.
+    A cache that cannot be written (read-only folder) only costs speed, so errors pass."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass

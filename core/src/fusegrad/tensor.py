@@ -168,17 +168,14 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
 
     def _buffer(self) -> Buffer:
         """The buffer holding this tensor's elements in order (computing it if needed)."""
-        u = self.uop
-        if u.op is Ops.RESHAPE:
-            u = u.src[0]
-        if u.op is not Ops.BUFFER:
-            if _GRAD_TENSORS and self._graph is None:
-                self._graph = self.uop  # loss.item() then loss.backward() still differentiates
-            self.uop = self.contiguous().realize().uop
-            if self._graph is not None:
-                REALIZED[self.uop] = self._graph
-            u = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
-        return u.arg
+        if (buf := buffer_of(self.uop)) is not None:
+            return buf
+        if _GRAD_TENSORS and self._graph is None:
+            self._graph = self.uop  # loss.item() then loss.backward() still differentiates
+        self.uop = self.contiguous().realize().uop
+        if self._graph is not None:
+            REALIZED[self.uop] = self._graph
+        return buffer_of(self.uop)  # type: ignore[return-value]
 
     def numpy(self) -> np.ndarray:
         """The values as a numpy array (a copy)."""
@@ -646,8 +643,14 @@ def _unreshaped(u: UOp) -> UOp:
     return u.src[0] if u.op is Ops.RESHAPE else u
 
 
+def buffer_of(u: UOp) -> Buffer | None:
+    """The buffer ``u`` reads in order (a BUFFER, or a reshape of one); None for anything else."""
+    u = _unreshaped(u)
+    return u.arg if u.op is Ops.BUFFER else None
+
+
 def _is_buffer(u: UOp) -> bool:
-    return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+    return buffer_of(u) is not None
 
 
 def _is_view(u: UOp) -> bool:

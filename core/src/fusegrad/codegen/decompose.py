@@ -25,10 +25,15 @@ DECOMPOSITIONS: dict[Ops, tuple[UPat, object]] = {
 ARITHMETIC_MATH_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 
 
+def _replaced_math_ops(renderer: Renderer) -> set[Ops]:
+    """The renderer's slow math ops that core has an arithmetic version of."""
+    return renderer.scalar_math_ops & FLOAT32_MATH.keys()
+
+
 def replaces_math(renderer: Renderer, op: Ops, dtype: DType) -> bool:
     """Whether core computes ``op`` on ``dtype`` with arithmetic for ``renderer``, so that the
     op, though native, never reaches its programs (see ``Renderer.scalar_math_ops``)."""
-    return op in renderer.scalar_math_ops & FLOAT32_MATH.keys() and dtype in ARITHMETIC_MATH_DTYPES
+    return op in _replaced_math_ops(renderer) and dtype in ARITHMETIC_MATH_DTYPES
 
 
 def math_in_float32(u: UOp, x: UOp) -> UOp:
@@ -246,7 +251,7 @@ def decompose(graph: UOp, renderer: Renderer) -> UOp:
     if needs_narrow_types(renderer):
         graph = NarrowTypes(renderer).rewrite(graph)
     rules = [rule for op, rule in DECOMPOSITIONS.items() if op not in renderer.native_ops]
-    if slow := renderer.scalar_math_ops & FLOAT32_MATH.keys():
+    if slow := _replaced_math_ops(renderer):
         pattern = UPat(slow, dtype=ARITHMETIC_MATH_DTYPES, src=(UPat.var("x"),), name="u")
         rules.append((pattern, math_in_float32))
     if rules:

@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -23,7 +22,7 @@ from dataclasses import asdict
 from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.codegen.opt import MAX_ACCUMULATORS, KernelOpts, _reduce_of, heuristic_opts
 from fusegrad.device import Buffer, Runtime
-from fusegrad.helpers import cache_dir
+from fusegrad.helpers import cache_dir, write_atomically
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 REPEATS = 5
@@ -63,13 +62,14 @@ def _accumulators(upcast: tuple, lanes: tuple | None) -> int:
     return n * (lanes[1] if lanes else 1)
 
 
-def _time(kernel: KernelSource, rt: Runtime, device: str, ast: UOp, give_up: float = float("inf")) -> float:
+def _time(kernel: KernelSource, rt: Runtime, device: str, ast: UOp, give_up: float = float("inf"),
+          binary: bytes | None = None) -> float:
     """Median seconds of the compiled kernel on scratch buffers of the right sizes; just the
     warm-up's time when that is over ``give_up`` (a candidate far slower than the best so far
     need not be timed precisely, and timing it five more times was most of a search)."""
     params = sorted({u.arg: u for u in toposort([ast]) if u.op is Ops.PARAM}.values(), key=lambda u: u.arg[0])
     buffers = [Buffer(device, max(1, p.arg[1]), p.dtype) for p in params]
-    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    program = rt.program(kernel.name, binary or rt.compiler.compile_cached(kernel.source))
     handles = [b.handle for b in buffers]
     start = time.perf_counter()
     warm = program(*handles, global_size=kernel.global_size, wait=True) or time.perf_counter() - start
@@ -101,11 +101,7 @@ def _load(path: str) -> KernelOpts | None | bool:
 
 
 def _save(path: str, opts: KernelOpts | None) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(opts) if opts else None, f)
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(asdict(opts) if opts else None).encode())
 
 
 def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | None:
@@ -126,10 +122,13 @@ def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | 
         batches = [kernels[i::cores] for i in range(cores) if kernels[i::cores]]
         with ThreadPoolExecutor(max_workers=cores) as pool:
             built = list(pool.map(lambda b: rt.compiler.compile_cached_batch([k.source for k in b]), batches))
-        failed = {id(k) for b, results in zip(batches, built) for k, r in zip(b, results) if not isinstance(r, bytes)}
+        binary_of = {id(k): r for b, results in zip(batches, built) for k, r in zip(b, results)}
         for o, k in zip(todo, kernels):
             best = min(timed.values(), default=float("inf"))
-            timed[o] = _time(k, rt, device, ast, give_up=3 * best) if id(k) not in failed else float("inf")
+            if isinstance(binary := binary_of[id(k)], bytes):
+                timed[o] = _time(k, rt, device, ast, give_up=3 * best, binary=binary)
+            else:  # a candidate that does not compile is never chosen
+                timed[o] = float("inf")
         frontier = sorted(timed, key=timed.__getitem__)[:width]
         sys.stderr.write(f"\rBEAM {kernels[0].name if kernels else ''}: {len(timed)} candidates, "
                          f"best {timed[frontier[0]] * 1e3:.3f} ms (default {timed[default] * 1e3:.3f} ms)")

@@ -112,7 +112,7 @@ class TinyJit:
     def _replay(self, inputs: list[Buffer]) -> Any:
         for a in self.assigned:  # the kernels read the value the tensor has now
             if (current := a.tensor._buffer()) is not a.before:
-                a.before.copyin(current.numpy())
+                realize._copy(a.before, current)
         handles = [b.handle for b in inputs]
         for launch in self.launches:
             args = launch.handles
@@ -129,11 +129,7 @@ class TinyJit:
 
 def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:
     """The tensors a captured call assigned to, with the buffers its kernels read and wrote."""
-    from fusegrad.uop.ops import Ops
-
-    def buffer_of(u: Any) -> Buffer | None:
-        u = u.src[0] if u.op is Ops.RESHAPE else u
-        return u.arg if u.op is Ops.BUFFER else None
+    from fusegrad.tensor import buffer_of
 
     first: dict[int, tuple[Any, Any]] = {}
     for tensor, before in log:

@@ -205,7 +205,7 @@ def _report(runner: Runner, seconds: float | None) -> None:
 
 
 def _copy(dest: Buffer, source: Buffer) -> None:
-    """Move bytes between devices through the host."""
+    """Move bytes from one buffer to another (on any devices) through the host."""
     dest.copyin(source.numpy())
 
 

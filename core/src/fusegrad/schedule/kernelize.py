@@ -214,13 +214,16 @@ def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
 
 def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
     """The nodes that must be written to a buffer; everything else fuses into its consumer."""
-    realize = _forced_realizes(roots, order)
-    while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
-        realize |= added
+    realize = _with_cuts(_forced_realizes(roots, order))
     if shared := _shared_work(realize, order) - realize:
-        realize |= shared
-        while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
-            realize |= added
+        realize = _with_cuts(realize | shared)
+    return realize
+
+
+def _with_cuts(realize: set[UOp]) -> set[UOp]:
+    """``realize`` and the cuts its kernels need, until no kernel needs another."""
+    while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
+        realize = realize | added
     return realize
 
 
