@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from fusegrad import Device, Tensor
@@ -15,24 +17,39 @@ def _lines_before_loops(source: str) -> dict[str, str]:
     return {line.split()[2]: lines[i - 1] for i, line in enumerate(lines) if line.startswith("for (int ")}
 
 
-def test_matmul_tile_is_unrolled_outside_and_vectorised_inside():
+def test_matmul_tile_is_unrolled_whole():
+    """Every accumulator a statement of its own: gcc keeps the tile in registers and packs each
+    row's statements into vector instructions (omp simd kept the array in memory)."""
     a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
     (step,) = (a @ b).schedule()
-    kernel = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False))
+    renderer = Device["CPU"].renderer
+    opts = heuristic_opts(step.ast, renderer)
+    kernel = generate(step.ast, renderer, opts)
     before = _lines_before_loops(kernel.source)
-    assert before["ridx50"] == "#pragma GCC unroll 8"  # the reused rows
-    assert before["ridx51"] == "#pragma omp simd"  # the vector of columns
+    assert before["ridx50"] == f"#pragma GCC unroll {opts.upcast[0][1]}"  # the reused rows
+    assert before["ridx51"] == f"#pragma GCC unroll {opts.upcast[1][1]}"  # the vector of columns
     assert not before["ridx100"].startswith("#pragma")  # the reduction loop is left alone
+    assert "omp simd" not in kernel.source
+
+
+def test_matmul_accumulates_with_fused_multiply_add():
+    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
+    (step,) = (a @ b).schedule()
+    source = generate(step.ast, Device["CPU"].renderer, None).source
+    assert "__builtin_fmaf(" in source
+    assert not re.search(r"float alu\d+ = \(val\d+\*val\d+\)", source)  # no separate product
+    sums = (a + b[:, :1].T[:, :32]).sum(1).realize()  # a plain sum keeps its add
+    np.testing.assert_allclose(sums.numpy(), (a.numpy() + b.numpy()[:, 0]).sum(1), rtol=1e-5)
 
 
 def test_no_simd_pragma_on_a_loop_that_reads_with_a_stride():
-    """Forcing vectors onto strided reads would make gcc gather: the loop gets no pragma."""
+    """Forcing vectors onto strided reads would make gcc gather: the loop is unrolled instead."""
     a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
     (step,) = (a @ b).schedule()
     opts = KernelOpts((1, 0), ((0, 8),))  # only the rows upcast: a is read 32 apart along them
     kernel = generate(step.ast, Device["CPU"].renderer, opts)
     before = _lines_before_loops(kernel.source)
-    assert not before["ridx50"].startswith("#pragma")
+    assert before["ridx50"] == "#pragma GCC unroll 8" and "omp simd" not in kernel.source
     rt = Device["CPU"]
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
     out = Tensor.zeros(64 * 48, device="CPU").contiguous().realize()
@@ -47,10 +64,56 @@ def test_elementwise_innermost_loop_is_vectorised_unless_strided():
     g = Tensor.rand(2, 4, 10, 10, device="CPU")
     up = g.reshape(2, 4, 10, 1, 10, 1).expand(2, 4, 10, 2, 10, 2).reshape(2, 4, 20, 20)
     (step,) = (x * up).schedule()
-    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False)).source
+    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, Device["CPU"].renderer)).source
     assert _lines_before_loops(source)["ridx3"] == "#pragma omp simd"
     expected = x.numpy() * np.repeat(np.repeat(g.numpy(), 2, axis=2), 2, axis=3)
     np.testing.assert_allclose((x * up).numpy(), expected, rtol=1e-6)
     (transpose,) = x.permute(0, 2, 3, 1).contiguous().schedule()
-    source = generate(transpose.ast, Device["CPU"].renderer, heuristic_opts(transpose.ast, False)).source
+    source = generate(transpose.ast, Device["CPU"].renderer, heuristic_opts(transpose.ast, Device["CPU"].renderer)).source
     assert not any(line.startswith("#pragma omp simd") for line in _lines_before_loops(source).values())
+
+
+def _run_matmul(a: Tensor, b: Tensor, opts: KernelOpts) -> tuple[str, np.ndarray]:
+    """Source and result of ``a @ b``'s matmul kernel built with ``opts``."""
+    *_, step = (a @ b).schedule()
+    rt = Device["CPU"]
+    kernel = generate(step.ast, rt.renderer, opts)
+    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    out = Tensor.zeros(a.shape[0] * b.shape[1], device="CPU").contiguous().realize()
+    program(out._buffer().handle, a._buffer().handle, b._buffer().handle, global_size=None)
+    return kernel.source, out.numpy().reshape(a.shape[0], b.shape[1])
+
+
+def test_upcast_that_does_not_divide_its_axis_redoes_the_last_rows():
+    """6 rows of 100: 17 blocks, the last one computes rows 96..99 and then row 99 twice more
+    (clamped), writing the same value to the same place."""
+    a, b = Tensor.rand(100, 32, device="CPU").realize(), Tensor.rand(32, 48, device="CPU").realize()
+    source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16))))
+    assert "ridx0 < 3;" in source and "ridx1 < 17;" in source
+    np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
+
+
+def test_panel_tile_splits_the_column_loop():
+    """tile (1, 2): the columns' loop splits into an outer loop and 2 panels walked innermost,
+    after the rows."""
+    a, b = Tensor.rand(24, 32, device="CPU").realize(), Tensor.rand(32, 64, device="CPU").realize()
+    source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16)), tile=((1, 2),)))
+    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int ridx")]
+    assert loops[:3] == ["for (int ridx0 = 0; ridx0 < 2; ridx0++) {",
+                         "for (int ridx1 = 0; ridx1 < 4; ridx1++) {",
+                         "for (int ridx2 = 0; ridx2 < 2; ridx2++) {"]
+    np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
+
+
+def test_large_matmul_reads_its_right_operand_in_panels():
+    """A copy lays the right operand out panel by panel; the matmul kernel then reads it as one
+    run per panel (no stride of a whole row between the steps of k)."""
+    renderer = Device["CPU"].renderer
+    p = 2 * renderer.vector_bytes // 4
+    a, b = Tensor.rand(64, 512, device="CPU").realize(), Tensor.rand(512, 8 * p, device="CPU").realize()
+    copy, matmul = (a @ b).schedule()
+    source = generate(matmul.ast, renderer, heuristic_opts(matmul.ast, renderer)).source
+    assert f"#pragma GCC unroll {p}" in source  # the panel's width is the vector axis
+    np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
+    small = Tensor.rand(64, 2 * p, device="CPU").realize()
+    assert len((a[:, :64] @ small).schedule()) == 1  # small operands are read in place

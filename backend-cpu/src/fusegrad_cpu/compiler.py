@@ -115,8 +115,8 @@ def is_gcc(path: str) -> bool:
     return "Free Software Foundation" in version_text(path)
 
 
-def host_cpu() -> str:
-    """The processor and a digest of its features: what ``-march=native`` compiles for."""
+def cpu_info() -> tuple[str, str]:
+    """The processor's model name and its feature flags, as /proc/cpuinfo lists them."""
     model, features = platform.processor(), ""
     try:
         with open("/proc/cpuinfo") as f:
@@ -130,6 +130,12 @@ def host_cpu() -> str:
                     break
     except OSError:
         pass
+    return model, features
+
+
+def host_cpu() -> str:
+    """The processor and a digest of its features: what ``-march=native`` compiles for."""
+    model, features = cpu_info()
     digest = hashlib.sha256(features.encode()).hexdigest()[:16]
     return f"{platform.machine()} {model} (features {digest})"
 

@@ -603,11 +603,34 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         if w.ndim == 1:
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
         xe = x.unsqueeze(-2)  # (..., n, 1, k)
-        we = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
+        we = _panelled(w).transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
         return (xe * we).sum(-1, dtype=promote_types(x.dtype, w.dtype) if x.dtype.is_float else None)
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
+
+
+#: a matmul's right operand is copied into panels (see ``_panelled``) from this many elements on
+PANEL_ELEMENTS = 1 << 16
+
+
+def _panelled(w: Tensor) -> Tensor:
+    """``w`` (k, m), copied so that each panel of ``p`` columns is one run of ``k * p`` elements
+    (``(m/p, k, p)`` in memory), seen as (k, m) again; ``w`` itself where that does not pay.
+
+    A matmul kernel on a target that loops over its output computes a tile of rows by ``p``
+    columns (two SIMD registers wide, renderer capability ``vector_bytes``), reading one row
+    of the panel per step of k. In row-major ``w`` those rows are m elements apart; with m a
+    power of two they all land in the same few cache sets and evict each other, so the panel,
+    small enough for the cache, is read from memory again for every tile. The copy costs one
+    pass over ``w``; the kernel then reads the panel as one run (a 1024 matmul: 2x faster).
+    """
+    renderer = Device[w.device].renderer
+    p = 2 * renderer.vector_bytes // w.dtype.itemsize
+    k, m = w.shape[-2:] if w.ndim == 2 else (0, 0)
+    if renderer.grid_dims is not None or k * m < PANEL_ELEMENTS or m % p or m == p or w.requires_grad:
+        return w
+    return w.reshape(k, m // p, p).permute(1, 0, 2).contiguous().permute(1, 0, 2).reshape(k, m)
 
 
 def _split_for_cores(n: int) -> int | None:

@@ -6,7 +6,18 @@ import numpy as np
 
 from fusegrad import Device, Tensor
 from fusegrad.codegen.kernel import generate
-from fusegrad.codegen.opt import KernelOpts, heuristic_opts
+from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
+from fusegrad.renderer import Renderer
+
+
+def _target(registers: int, vector_bytes: int) -> Renderer:
+    """A renderer with a given SIMD register file, so that the choices do not depend on the host."""
+    r = Renderer("TEST")
+    r.vector_registers, r.vector_bytes = registers, vector_bytes
+    return r
+
+
+AVX2, AVX512 = _target(16, 32), _target(32, 64)
 
 
 def _reduce_ast(t: Tensor):
@@ -21,32 +32,43 @@ def test_conv_runs_output_channels_as_vectors():
     y = x.conv2d(w)
     ast = _reduce_ast(y)
     shape = ast.src[0].src[1].shape
-    opts = heuristic_opts(ast, False)
+    opts = heuristic_opts(ast, AVX2)
     cout_axis = shape.index(32)
     assert opts.upcast[-1] == (cout_axis, 16)
     assert opts.upcast[0][0] == len(shape) - 1 - shape[::-1].index(10)  # the output width
 
 
 def test_matmul_vectorises_the_output_row():
-    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
-    opts = heuristic_opts(_reduce_ast(a @ b), False)
-    assert opts.upcast == ((0, 8), (1, 16))
+    """Two registers of the output row as vectors; as many rows reuse them as leave the
+    accumulators in registers (AVX2: 16 registers of 8 floats; AVX-512: 32 of 16)."""
+    a, b = Tensor.rand(96, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
+    assert heuristic_opts(_reduce_ast(a @ b), AVX2).upcast == ((0, 6), (1, 16))
+    a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 64, device="CPU")
+    assert heuristic_opts(_reduce_ast(a @ b), AVX512).upcast == ((0, 8), (1, 32))
+
+
+def test_register_budget_leaves_room_for_the_loaded_vectors():
+    avx2 = RegisterBudget.of(AVX2, 4)
+    assert avx2.width == 8 and avx2.vector_amounts()[0] == 16
+    assert avx2.accumulators(16) == 12 * 8  # 16 registers - 2 loaded - 2 spare
+    assert RegisterBudget.of(AVX512, 4).vector_amounts()[0] == 32
+    assert RegisterBudget.of(AVX2, 8).vector_amounts()[0] == 8  # float64: 4 per register
 
 
 def test_size_one_axes_do_not_shift_the_choice():
     """Loops exist only for axes longer than 1; the analysis maps them back to axes."""
     a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
     y = (a.reshape(64, 1, 32, 1) * b.reshape(1, 1, 32, 48)).sum(2, keepdim=True)
-    opts = heuristic_opts(_reduce_ast(y), False)
+    opts = heuristic_opts(_reduce_ast(y), AVX512)
     assert opts.upcast == ((0, 8), (3, 16))
 
 
 def test_elementwise_kernels_loop_per_axis_only_when_views_need_division():
     x, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, device="CPU")
     (plain,) = (x + x).schedule()
-    assert heuristic_opts(plain.ast, False) is None  # same position everywhere: one flat loop
+    assert heuristic_opts(plain.ast, AVX2) is None  # same position everywhere: one flat loop
     (broadcast,) = (x + b).schedule()  # b's element is the flat position % 32
-    assert heuristic_opts(broadcast.ast, False) == KernelOpts((0, 1))
+    assert heuristic_opts(broadcast.ast, AVX2) == KernelOpts((0, 1))
 
 
 def test_padded_copy_has_no_division_or_modulo():
@@ -54,7 +76,7 @@ def test_padded_copy_has_no_division_or_modulo():
     to stay in range, and a loop per axis needs no division."""
     x = Tensor.rand(4, 8, 10, 10, device="CPU")
     (step,) = x.pad((None, None, (2, 2), (2, 2))).contiguous().schedule()
-    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False)).source
+    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, AVX2)).source
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
     np.testing.assert_array_equal(
@@ -77,7 +99,7 @@ def test_views_under_a_pad_simplify():
     x = Tensor.rand(4, 8, 10, 10, device="CPU").realize()
     y = (x.reshape(4, 800) * 2).reshape(4, 8, 10, 10).pad((None, None, (4, 4), (4, 4)))
     (step,) = y.contiguous().schedule()
-    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, False)).source
+    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, AVX2)).source
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
     np.testing.assert_array_equal(y.numpy(), np.pad(x.numpy() * 2, ((0, 0), (0, 0), (4, 4), (4, 4))))
@@ -88,7 +110,7 @@ def test_short_rows_of_a_reduction_merge_into_one_loop():
     of 400 in memory, so they become one loop (16 lanes) that needs no division."""
     x = Tensor.rand(8, 4, 20, 20, device="CPU")
     (step,) = x.sum((0, 2, 3)).schedule()
-    opts = heuristic_opts(step.ast, False)
+    opts = heuristic_opts(step.ast, AVX2)
     assert opts.merge and opts.lanes == (3, 16)
     source = generate(step.ast, Device["CPU"].renderer, opts).source
     assert "/" not in source[source.index("{") :] and "%" not in source[source.index("{") :]
@@ -101,4 +123,4 @@ def test_rows_read_with_division_are_not_merged():
     x = Tensor.rand(8, 4, 20, 20, device="CPU")
     up = g.reshape(8, 4, 10, 1, 10, 1).expand(8, 4, 10, 2, 10, 2).reshape(8, 4, 20, 20)
     (step,) = (x * up).sum((0, 2, 3)).schedule()
-    assert not heuristic_opts(step.ast, False).merge
+    assert not heuristic_opts(step.ast, AVX2).merge

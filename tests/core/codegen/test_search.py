@@ -21,7 +21,7 @@ def test_beam_picks_a_timed_candidate_and_caches_it(tmp_path, monkeypatch):
     real_time = search._time
     monkeypatch.setattr(search, "_time", lambda k, *a, **kw: timed.append(k.opts) or real_time(k, *a, **kw))
     best = search.beam_search(ast, Device["CPU"], "CPU", width=2)
-    assert heuristic_opts(ast, False) in timed  # the default is always a candidate
+    assert heuristic_opts(ast, Device["CPU"].renderer) in timed  # the default is always a candidate
     assert best in timed and len(timed) > 3
     assert list((tmp_path / "beam").glob("*.json"))
     timed.clear()
@@ -35,7 +35,7 @@ def test_kernels_from_every_candidate_compute_the_same(tmp_path, monkeypatch):
     ast, x, w = _matmul_ast()
     expected = x.numpy() @ w.numpy()
     rt = Device["CPU"]
-    for opts in [heuristic_opts(ast, False), *search._neighbours(heuristic_opts(ast, False), ast)][:8]:
+    for opts in [heuristic_opts(ast, Device["CPU"].renderer), *search._neighbours(heuristic_opts(ast, Device["CPU"].renderer), ast)][:8]:
         kernel = generate(ast, rt.renderer, opts)
         program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
         out = np.zeros(64 * 48, np.float32)
@@ -50,7 +50,7 @@ def test_a_far_slower_candidate_is_timed_once(monkeypatch):
     rt = Device["CPU"]
     from fusegrad.codegen.kernel import generate
 
-    kernel = generate(ast, rt.renderer, heuristic_opts(ast, False))
+    kernel = generate(ast, rt.renderer, heuristic_opts(ast, Device["CPU"].renderer))
     calls = []
     real_program = rt.program
 

@@ -76,7 +76,7 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
     if opts is _DEFAULT:
-        opts = heuristic_opts(ast, grid)
+        opts = heuristic_opts(ast, renderer)
     if Context.DEBUG >= 4:
         print(f"--- optimisation: {opts} ---")
     graph = lower_kernel(ast, grid=grid, opts=opts)
@@ -86,7 +86,7 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     if extra := plugin_rules("program", renderer.device).rules:
         graph = graph_rewrite(graph, PatternMatcher(extra))
     _debug_stage("simplified and decomposed", graph)
-    program = linearize(graph)
+    program = linearize(graph, fuse_mulacc=Ops.MULACC in renderer.native_ops)
     _debug_stage("linear program", program)
     name = kernel_name(ast)
     source = renderer.render(name, program)

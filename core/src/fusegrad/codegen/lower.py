@@ -176,15 +176,25 @@ def output_index(
             flat = UOp(Ops.RANGE, dtypes.index, (idx_const(n),), (0, "parallel" if parallel else "global"))
         return unflatten(flat, shape), flat
     upcast = dict(opts.upcast)
-    looped = [d for d in opts.order if shape[d] // upcast.get(d, 1) > 1]
-    outer = {d: UOp(Ops.RANGE, dtypes.index, (idx_const(shape[d] // upcast.get(d, 1)),),
-                    (i, "parallel" if parallel and i == 0 else "global"))
-             for i, d in enumerate(looped)}
+    blocks = {d: -(-shape[d] // upcast.get(d, 1)) for d in range(len(shape))}
+    tile = {d: t for d, t in opts.tile if blocks[d] % t == 0}  # (a tile must divide its axis)
+    looped = [(d, blocks[d] // tile.get(d, 1)) for d in opts.order if blocks[d] // tile.get(d, 1) > 1]
+    looped += [(d, tile[d]) for d in opts.order if d in tile]  # tiles: innermost output loops
+    loops: dict[int, list[UOp]] = {}
+    for i, (d, trips) in enumerate(looped):
+        kind = "parallel" if parallel and i == 0 else "global"
+        loops.setdefault(d, []).append(UOp(Ops.RANGE, dtypes.index, (idx_const(trips),), (i, kind)))
     inner = {d: UOp(Ops.RANGE, dtypes.index, (idx_const(u),), (UPCAST_AXIS + i, "upcast"))
              for i, (d, u) in enumerate(opts.upcast)}
     idx = []
     for d, size in enumerate(shape):
-        i = outer.get(d, idx_const(0)) * upcast.get(d, 1) + inner.get(d, idx_const(0))
+        block = idx_const(0)
+        for loop in loops.get(d, []):
+            block = block * loop.src[0].arg + loop
+        i = block * upcast.get(d, 1) + inner.get(d, idx_const(0))
+        # an upcast that does not divide the axis computes its last block's spare elements
+        # again at the last position: same inputs, same value, written to the same place
+        i = clamp(i, 0, size - 1) if size % upcast.get(d, 1) else i
         idx.append(i if size > 1 else idx_const(0))
     return tuple(idx), flatten(tuple(idx), shape)
 

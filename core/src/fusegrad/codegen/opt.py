@@ -20,11 +20,13 @@ from dataclasses import dataclass
 
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context
+from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 #: upcast loops are numbered from here, after the output loops and before reduce loops
 UPCAST_AXIS = 50
-#: at most this many accumulators per kernel (AVX-512 has 32 registers of 16 floats)
+#: at most this many accumulators per kernel in any candidate (BEAM's limit; the heuristic
+#: sizes its tiles from the target's registers, see ``RegisterBudget``)
 MAX_ACCUMULATORS = 256
 
 
@@ -41,6 +43,38 @@ class KernelOpts:
     #: the two innermost reduced axes, when next to each other, run as one loop (rows of 20
     #: become one run of 400: room for wide lanes); ``lanes`` then names the inner one
     merge: bool = False
+    #: ``(axis, trips)``: that axis's loop is split in two, the inner part of ``trips`` placed
+    #: innermost of the output loops (a matmul walks ``trips`` column panels for each block of
+    #: rows, so the rows are read once per panel group, the panels stay in cache for all rows)
+    tile: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class RegisterBudget:
+    """How a reduction's register tile fits the target's SIMD registers (renderer capabilities
+    ``vector_registers`` and ``vector_bytes``), for elements of ``itemsize`` bytes."""
+
+    registers: int
+    width: int  # elements per register
+
+    @staticmethod
+    def of(renderer: Renderer, itemsize: int) -> RegisterBudget:
+        return RegisterBudget(renderer.vector_registers, max(1, renderer.vector_bytes // itemsize))
+
+    def vector_amounts(self) -> tuple[int, ...]:
+        """Upcasts of the vector axis, widest first: at most two registers' worth, so that several
+        rows of accumulators fit beside the vectors loaded for them."""
+        return tuple(a for a in VECTOR_AMOUNTS if a <= 2 * self.width) or (VECTOR_AMOUNTS[-1],)
+
+    def accumulators(self, vector: int) -> int:
+        """Accumulators that fit in registers beside ``vector`` elements of loaded input and a
+        broadcast value or two: a tile of 16 floats on AVX2 leaves room for 6 rows of it."""
+        loaded = -(-vector // self.width)
+        return max(1, self.registers - loaded - 2) * self.width
+
+    def lane_amounts(self) -> tuple[int, ...]:
+        """Lane counts for a reduction: at most half of the registers of them."""
+        return tuple(a for a in LANE_AMOUNTS if a <= self.registers // 2 * self.width) or (1,)
 
 
 def _reduce_of(value: UOp) -> UOp | None:
@@ -119,20 +153,33 @@ VECTOR_AMOUNTS = (32, 16, 8, 4)
 REUSE_AMOUNTS = (8, 6, 5, 4, 3, 2)
 
 
-def _vector_axis(nodes: list[UOp], shape: tuple[int, ...], axes: list[int]) -> int | None:
+def _upcast_reads_consecutively(value: UOp, axis: int, amount: int) -> bool:
+    """Whether some input is read consecutively along output ``axis`` upcast by ``amount`` (a
+    panelled matmul operand moves by one only within its panel: ``j % 16``, visible once the
+    axis is split into panel and lane)."""
+    opts = KernelOpts(tuple(range(len(value.shape))), ((axis, amount),))
+    nodes = _lowered(value, opts)
+    lane = next(u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "upcast")
+    return _reads_consecutively(nodes, lane)
+
+
+def _vector_axis(value: UOp, nodes: list[UOp], axes: list[int], amounts: tuple[int, ...]) -> int | None:
     """The output axis to run as vectors: one that some input is read consecutively along,
     the one allowing the widest vectors, the last of equals (the output is written along it)."""
-    contiguous = [d for d in axes if _output_axis_is_contiguous(nodes, shape, d)]
+    shape = value.shape
+    contiguous = [d for d in axes if _output_axis_is_contiguous(nodes, shape, d)
+                  or (_amount(shape[d], amounts) > 1 and _upcast_reads_consecutively(value, d, _amount(shape[d], amounts)))]
     if not contiguous:
         return axes[-1] if axes else None
-    return max(contiguous, key=lambda d: (_amount(shape[d], VECTOR_AMOUNTS), d))
+    return max(contiguous, key=lambda d: (_amount(shape[d], amounts), d))
 
 
-def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
-    """The loop structure for ``ast``, or None to keep one flat loop (elementwise kernels)."""
+def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
+    """The loop structure for ``ast`` on ``renderer``'s target, or None to keep one flat loop
+    (elementwise kernels, and every kernel of a target launched over a grid)."""
     value = ast.src[0].src[1]
     reduce = _reduce_of(value)
-    if uses_grid or Context.NOOPT:
+    if renderer.grid_dims is not None or Context.NOOPT:
         return None
     if reduce is None:
         return _elementwise_opts(value)
@@ -140,12 +187,14 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
     axes = [d for d, s in enumerate(shape) if s > 1]
     upcast: list[tuple[int, int]] = []
     nodes = _plain_kernel(value)
-    vec_axis = _vector_axis(nodes, shape, axes)
-    if vec_axis is not None and (vec := _amount(shape[vec_axis], VECTOR_AMOUNTS)) > 1 and (
+    regs = RegisterBudget.of(renderer, value.dtype.itemsize)
+    vec_axis = _vector_axis(value, nodes, axes, regs.vector_amounts())
+    if vec_axis is not None and (vec := _amount(shape[vec_axis], regs.vector_amounts())) > 1 and (
         _output_axis_is_contiguous(nodes, shape, vec_axis) or not _innermost_reduce_is_contiguous(nodes)
+        or _upcast_reads_consecutively(value, vec_axis, vec)
     ):
         upcast.append((vec_axis, vec))
-    lanes = None if upcast or not _innermost_reduce_is_contiguous(nodes) else _lanes(reduce)
+    lanes = None if upcast or not _innermost_reduce_is_contiguous(nodes) else _lanes(reduce, regs)
     others = [d for d in axes if d != vec_axis]
     loads = _load_axes(nodes, shape) if others else []
 
@@ -154,18 +203,47 @@ def heuristic_opts(ast: UOp, uses_grid: bool) -> KernelOpts | None:
         innermost axis, whose neighbouring elements share cache lines."""
         return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a), d)
 
-    budget = MAX_ACCUMULATORS // max(1, upcast[0][1] if upcast else 1) // (lanes[1] if lanes else 1)
+    vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
+    budget = tuple(a for a in REUSE_AMOUNTS if a * vector <= regs.accumulators(vector))
     reuse = next((d for d in sorted(others, key=reuse_score, reverse=True)
-                  if 1 < _amount(shape[d], REUSE_AMOUNTS) <= budget), None)
+                  if _reuse_amount(shape[d], budget) > 1), None)
     if reuse is not None:
-        upcast.insert(0, (reuse, _amount(shape[reuse], REUSE_AMOUNTS)))
+        upcast.insert(0, (reuse, _reuse_amount(shape[reuse], budget)))
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
     order += tuple(d for d in (vec_axis, reuse) if d is not None)
-    opts = KernelOpts(order, tuple(upcast), lanes)
-    return _merged(value, opts, reduce) if lanes else opts
+    opts = KernelOpts(order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast))
+    return _merged(value, opts, reduce, regs) if lanes else opts
 
 
-def _merged(value: UOp, opts: KernelOpts, reduce: UOp) -> KernelOpts:
+def _reuse_amount(size: int, budget: tuple[int, ...]) -> int:
+    """The reuse upcast for an axis of ``size``: the largest the registers allow, also when it
+    does not divide a long axis (6 rows of 1024: the last block redoes two rows), else the
+    largest that divides it."""
+    if budget and size >= 16 * budget[0]:
+        return budget[0]
+    return _amount(size, budget)
+
+
+#: bytes of the inputs read along the reduction that a tile of panels may keep in cache (about
+#: half of a core's L2 cache on current x86 processors)
+TILE_BYTES = 256 * 1024
+
+
+def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """For a register tile over two axes (a matmul's rows and columns), walk a few column
+    panels per block of rows: each row block is then read once per group of panels instead of
+    once per panel, and the group (reduce length x panels x vector) stays in cache."""
+    if len(upcast) != 2:
+        return ()
+    (_, _), (vec_axis, vec) = upcast
+    length = reduce.src[0].size // max(1, reduce.size)
+    blocks = shape[vec_axis] // vec
+    trips = next((t for t in (8, 4, 2) if blocks % t == 0 and blocks >= 2 * t
+                  and length * t * vec * reduce.dtype.itemsize <= TILE_BYTES), None)
+    return ((vec_axis, trips),) if trips and length >= 256 else ()
+
+
+def _merged(value: UOp, opts: KernelOpts, reduce: UOp, regs: RegisterBudget) -> KernelOpts:
     """Lanes over a short innermost reduced axis (rows of 20: 4 lanes) do little; when the axis
     before it is next to it and the inputs are laid out so that the two are one run (the merged
     loop leaves no more divisions than the two loops), run them as one loop with wider lanes."""
@@ -173,7 +251,7 @@ def _merged(value: UOp, opts: KernelOpts, reduce: UOp) -> KernelOpts:
     if len(axes) < 2 or axes[-2] != axes[-1] - 1 or src.shape[axes[-1]] >= 64:
         return opts
     size = src.shape[axes[-2]] * src.shape[axes[-1]]
-    amount = next((c for c in LANE_AMOUNTS if size % c == 0 and size >= 8 * c), 1)
+    amount = next((c for c in regs.lane_amounts() if size % c == 0 and size >= 8 * c), 1)
     if amount <= (opts.lanes[1] if opts.lanes else 1):
         return opts
     merged = KernelOpts(opts.order, opts.upcast, (axes[-1], amount), merge=True)
@@ -189,12 +267,12 @@ def _elementwise_opts(value: UOp) -> KernelOpts | None:
     return KernelOpts(tuple(range(len(value.shape))))
 
 
-def _lanes(reduce: UOp) -> tuple[int, int] | None:
+def _lanes(reduce: UOp, regs: RegisterBudget) -> tuple[int, int] | None:
     """Split the innermost reduced axis into vector lanes when the output offers no vector axis."""
     src = reduce.src[0]
     axis = max(reduce.arg[1])
     size = src.shape[axis]
     # several trips per lane: combining the lanes at the end is a chain of adds
-    amount = next((c for c in LANE_AMOUNTS if size % c == 0 and size >= 8 * c), None)
-    amount = amount or next((c for c in LANE_AMOUNTS if size % c == 0 and size > c), 1)
+    amount = next((c for c in regs.lane_amounts() if size % c == 0 and size >= 8 * c), None)
+    amount = amount or next((c for c in regs.lane_amounts() if size % c == 0 and size > c), 1)
     return (axis, amount) if amount > 1 else None

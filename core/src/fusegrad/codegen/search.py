@@ -46,6 +46,7 @@ def _neighbours(opts: KernelOpts | None, ast: UOp) -> list[KernelOpts | None]:
                 if _accumulators(upcast, base.lanes) <= MAX_ACCUMULATORS and len(upcast) <= 2:
                     order = tuple(d for d in base.order if d not in dict(upcast)) + tuple(dict(upcast))
                     out.append(KernelOpts(order, upcast, base.lanes, base.merge))
+                    out.append(KernelOpts(order, upcast, base.lanes, base.merge, base.tile))
     reduce = _reduce_of(value)
     axis = max(reduce.arg[1])
     for amount in (4, 8, 16):
@@ -97,7 +98,8 @@ def _load(path: str) -> KernelOpts | None | bool:
     if data is None:
         return None
     return KernelOpts(tuple(data["order"]), tuple(tuple(u) for u in data["upcast"]),
-                      tuple(data["lanes"]) if data["lanes"] else None, data.get("merge", False))
+                      tuple(data["lanes"]) if data["lanes"] else None, data.get("merge", False),
+                      tuple(tuple(t) for t in data.get("tile", ())))
 
 
 def _save(path: str, opts: KernelOpts | None) -> None:
@@ -110,7 +112,7 @@ def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | 
     if (cached := _load(path)) is not False:
         return cached  # type: ignore[return-value]
     start = time.perf_counter()
-    default = heuristic_opts(ast, rt.renderer.grid_dims is not None)
+    default = heuristic_opts(ast, rt.renderer)
     timed: dict[KernelOpts | None, float] = {}
     frontier: list[KernelOpts | None] = [default]
     for _ in range(2):

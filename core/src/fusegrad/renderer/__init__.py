@@ -34,6 +34,10 @@ class Renderer:
     native_bfloat16: bool = False
     #: loops over more elements than this may run on several threads (CPU)
     parallel_threshold: int = 1 << 15
+    #: the target's SIMD registers: how many there are and how many bytes one holds. The optimiser
+    #: sizes a reduction's register tile from them: accumulators that spill to memory are slow.
+    vector_registers: int = 16
+    vector_bytes: int = 16
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8
