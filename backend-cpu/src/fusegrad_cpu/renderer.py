@@ -73,7 +73,7 @@ def vector_hints(program: list[UOp]) -> dict[UOp, str]:
             body = program[opened[loop] + 1 : i]
             innermost = not any(b.op is Ops.RANGE for b in body)
             if loop.arg[1] in _SHORT_LOOPS:
-                if not innermost or _uses_accumulators(body):
+                if not innermost or (loop.arg[1] == "upcast" and _uses_accumulators(body)):
                     hints[loop] = f"#pragma GCC unroll {loop.src[0].arg}"
                 elif _reads_consecutively(loop, body):
                     hints[loop] = "#pragma omp simd"
