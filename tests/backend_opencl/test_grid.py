@@ -100,3 +100,12 @@ def test_float16_sum_when_the_device_has_it(cl_device):
         pytest.skip("the OpenCL device has no cl_khr_fp16")
     x = RNG.random(5000).astype(np.float16)
     np.testing.assert_allclose(on_device(x).sum().numpy(), x.astype(np.float64).sum(), rtol=2e-2)
+
+
+@pytest.mark.parametrize("shape", [(5000, 64), (999, 6), (3001, 40)])
+def test_columns_reduce_in_blocks_of_neighbouring_outputs(cl_device, shape):
+    x = RNG.integers(-50, 50, shape).astype(np.int32)
+    (kernel,) = kernels(on_device(x).sum(0))
+    assert "barrier(CLK_LOCAL_MEM_FENCE);" in kernel.source
+    np.testing.assert_array_equal(on_device(x).sum(0).numpy(), x.sum(0))
+    np.testing.assert_array_equal(on_device(x).max(0).numpy(), x.max(0))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fusegrad import Tensor, dtypes
-from fusegrad.codegen.grid import grouped_size, launch_size
+from fusegrad.codegen.grid import Groups, launch_size, plan_groups
 from fusegrad.codegen.kernel import generate
 from fusegrad.helpers import context
 from fusegrad.renderer import Renderer
@@ -37,30 +37,32 @@ def x(*shape: int, dtype=dtypes.float32) -> Tensor:
 
 
 @pytest.mark.parametrize(
-    "make, threads",
+    "make, groups",
     [
-        (lambda: x(100_003).sum(), 256),  # one output, many elements
-        (lambda: x(10, 1000).max(1), 128),  # 250 elements per thread at most: 128 threads
-        (lambda: x(1000, 10).sum(0), 128),  # down the columns: a group per column
+        (lambda: x(100_003).sum(), Groups(256)),  # one output, many elements
+        (lambda: x(10, 1000).max(1), Groups(128)),  # 250 elements per thread at most
+        (lambda: x(1000, 10).sum(0), Groups(128, 2)),  # columns: neighbours in memory, in pairs
+        (lambda: x(5000, 64).sum(0), Groups(256, 32)),  # 32 columns, 8 threads each
+        (lambda: x(5000, 7).sum(0), Groups(256, 1)),  # 7 columns: one per group
         (lambda: x(10, 1000).sum(0), None),  # 10 elements per output: flat
         (lambda: x(64, 64) @ x(64, 64), None),  # more outputs than elements each: flat
         (lambda: x(40).sum(), None),  # too short to share
         (lambda: x(100) + 1, None),  # no reduction
     ],
 )
-def test_grouped_only_for_long_reductions_into_few_outputs(make, threads):
-    assert grouped_size(ast_of(make()), GridRenderer()) == threads
+def test_grouped_only_for_long_reductions_into_few_outputs(make, groups):
+    assert plan_groups(ast_of(make()), GridRenderer()) == groups
 
 
 def test_grouped_needs_shared_memory_room_and_grid_room():
     ast = ast_of(x(3, 100_000).sum(1))
-    assert grouped_size(ast, GridRenderer()) == 256
+    assert plan_groups(ast, GridRenderer()) == Groups(256)
     no_local = type("NoLocal", (GridRenderer,), {"has_local": False})()
     small = type("Small", (GridRenderer,), {"local_memory_bytes": 512})()
     narrow = type("Narrow", (GridRenderer,), {"global_max": (2, 1, 1)})()
-    assert [grouped_size(ast, r) for r in (no_local, small, narrow)] == [None, None, None]
+    assert [plan_groups(ast, r) for r in (no_local, small, narrow)] == [None, None, None]
     with context(NOOPT=1):
-        assert grouped_size(ast, GridRenderer()) is None
+        assert plan_groups(ast, GridRenderer()) is None
 
 
 def test_grouped_program_shares_then_waits_then_thread_zero_combines():
@@ -97,3 +99,14 @@ def test_cpu_kernels_are_unchanged():
     """A renderer without a grid gets loops, never groups."""
     kernel = generate(ast_of(x(100_003).sum()), type("Loops", (GridRenderer,), {"grid_dims": None})())
     assert "BARRIER" not in kernel.source and kernel.local_size is None and kernel.global_size is None
+
+
+def test_a_block_of_outputs_combines_each_outputs_shares():
+    """Groups(128, 2): thread l works for output 2*group + l % 2 on share l // 2; threads 0 and
+    1 each fold the 63 other shares of their output, at l + 2, l + 4, ..."""
+    kernel = generate(ast_of(x(1000, 10).sum(0)), GridRenderer())
+    assert kernel.local_size == (128,) and kernel.global_size == (5 * 128,)
+    guard = next(u for u in kernel.program if u.op is Ops.IF).src[0]
+    assert guard.op is Ops.CMPLT and guard.src[1].arg == 2
+    combine = next(u for u in kernel.program if u.op is Ops.RANGE and u.arg[0] >= 3000)
+    assert combine.src[0].arg == 63

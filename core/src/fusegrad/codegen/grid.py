@@ -20,6 +20,11 @@ kernel takes one of two shapes:
   No thread returns early: a barrier must be reached by every thread of its group. The launch
   covers the outputs exactly (one group each), and positions past the reduced size are masked
   (they read nothing and count as the identity).
+
+  When the reduced axes are not the innermost of the reduction's input (a mean over axis 0),
+  neighbouring outputs are neighbours in memory: a group then takes a block of ``O`` outputs,
+  thread ``l`` working for output ``l % O`` on share ``l // O``, so that neighbouring threads
+  read neighbouring elements. Threads ``l < O`` combine their output's shares.
 """
 
 from __future__ import annotations
@@ -45,8 +50,27 @@ def _largest_power_of_two(n: int) -> int:
     return 1 << (n.bit_length() - 1) if n > 0 else 0
 
 
-def grouped_size(ast: UOp, renderer: Renderer) -> int | None:
-    """The threads per group when ``ast`` should run as a grouped reduction, else None (flat).
+#: the most outputs one group computes together
+MAX_BLOCK = 32
+#: the fewest threads sharing one output's reduction in a block of outputs
+MIN_SHARES = 8
+
+
+@dataclass(frozen=True)
+class Groups:
+    """How a grouped reduction is launched: ``threads`` per group, working on ``outputs``
+    neighbouring outputs (``threads // outputs`` threads share each output's reduction)."""
+
+    threads: int
+    outputs: int = 1
+
+    @property
+    def shares(self) -> int:
+        return self.threads // self.outputs
+
+
+def plan_groups(ast: UOp, renderer: Renderer) -> Groups | None:
+    """How to run ``ast`` as a grouped reduction, or None to keep one thread per output.
 
     Grouped when the target has shared memory, the kernel reduces at least as many elements per
     output as it has outputs, each thread gets ``MIN_SHARE`` elements or more, the outputs fit
@@ -64,7 +88,11 @@ def grouped_size(ast: UOp, renderer: Renderer) -> int | None:
     shared_bytes = local * sum(max(r.dtype.itemsize, 4) for r in reduces)
     if local < MIN_GROUP or outputs > reduced or outputs > renderer.global_max[0]:
         return None
-    return local if shared_bytes <= renderer.local_memory_bytes else None
+    if shared_bytes > renderer.local_memory_bytes:
+        return None
+    inner_kept = all(len(r.src[0].shape) - 1 not in r.arg[1] for r in reduces)
+    block = outputs & -outputs if inner_kept else 1  # the largest power of two dividing it
+    return Groups(local, min(block, MAX_BLOCK, local // MIN_SHARES))
 
 
 # ---- lowering ---------------------------------------------------------------------------------
@@ -72,21 +100,21 @@ def grouped_size(ast: UOp, renderer: Renderer) -> int | None:
 
 @dataclass
 class GroupedLowerer(Lowerer):
-    """Lowers reductions as strided shares: thread ``thread`` of the group folds the reduced
-    elements ``thread, thread + L, ...`` (one flat loop over all the reduced axes)."""
+    """Lowers reductions as strided shares: share ``part`` of ``shares`` folds the reduced
+    elements ``part, part + shares, ...`` (one flat loop over all the reduced axes)."""
 
-    thread: UOp | None = None
+    part: UOp | None = None
+    shares: int = 1
 
     def _lower_reduce(self, u: UOp, idx: tuple[UOp, ...], gate: UOp) -> UOp:
         reduce_op, axes = u.arg
-        src, thread = u.src[0], self.thread
+        src, part, local = u.src[0], self.part, self.shares
         sizes = tuple(src.shape[a] for a in axes)
         total = prod(sizes)
-        if total <= 1 or thread is None:  # nothing or one element: no loop to share
+        if total <= 1 or part is None:  # nothing or one element: no loop to share
             return super()._lower_reduce(u, idx, gate)
-        local = thread.arg[1]
         loop = self.new_range(-(-total // local), "reduce")
-        position = loop * local + thread
+        position = loop * local + part
         inner = dict(zip(axes, unflatten(position, sizes)))
         index = tuple(inner.get(a, i) for a, i in enumerate(idx))
         if total % local == 0:
@@ -102,15 +130,19 @@ def thread_index(local: int) -> UOp:
     return UOp(Ops.SPECIAL, dtypes.index, (), ("lidx0", local))
 
 
-def lower_grouped(ast: UOp, local: int) -> UOp:
-    """Lower ``SINK(STORE(PARAM, value))`` with one group of ``local`` threads per output."""
+def lower_grouped(ast: UOp, groups: Groups) -> UOp:
+    """Lower ``SINK(STORE(PARAM, value))`` with a group of threads per block of outputs."""
     out, value = ast.src[0].src
-    outputs = prod(value.shape)
-    group = UOp(Ops.SPECIAL, dtypes.index, (), ("group0", outputs)) if outputs > 1 else idx_const(0)
+    count = prod(value.shape) // groups.outputs
+    thread = thread_index(groups.threads)
+    output = UOp(Ops.SPECIAL, dtypes.index, (), ("group0", count)) if count > 1 else idx_const(0)
+    part = thread
+    if groups.outputs > 1:  # thread l: output l % O of the block, share l // O
+        output, part = output * groups.outputs + thread % groups.outputs, thread // groups.outputs
     true = UOp.const(dtypes.bool, True)
-    lowerer = GroupedLowerer(thread=thread_index(local))
-    result = lowerer.lower(value, unflatten(group, value.shape), true)
-    write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, group)), result))
+    lowerer = GroupedLowerer(part=part, shares=groups.shares)
+    result = lowerer.lower(value, unflatten(output, value.shape), true)
+    write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, output)), result))
     return UOp(Ops.SINK, dtypes.void, (write,))
 
 
@@ -118,12 +150,13 @@ def lower_grouped(ast: UOp, local: int) -> UOp:
 
 
 class GroupedLinearizer(Linearizer):
-    """Places a grouped kernel: the shares, the barrier, then thread 0 combines and stores."""
+    """Places a grouped kernel: the shares, the barrier, then the first share of each output
+    combines and stores."""
 
-    def __init__(self, sink: UOp, local: int):
+    def __init__(self, sink: UOp, groups: Groups):
         super().__init__(sink)
-        self.local = local
-        self.thread = thread_index(local)
+        self.groups = groups
+        self.thread = thread_index(groups.threads)
         if self.outer or self.upcast:
             raise NotImplementedError("a grouped kernel has no output loops (one group per output)")
 
@@ -133,7 +166,7 @@ class GroupedLinearizer(Linearizer):
         self.place_nested([], set(), before, self.used)
         shares = [self.place_share(red, number) for number, red in enumerate(self.reduces)]
         self.place([UOp(Ops.BARRIER, src=tuple(store for _, _, store in shares))])
-        first = self.thread.lt(1)
+        first = self.thread.lt(self.groups.outputs)
         self.place_tree(first)
         guard = UOp(Ops.IF, src=(first,))
         self.place([guard])
@@ -146,18 +179,20 @@ class GroupedLinearizer(Linearizer):
     def place_share(self, red: UOp, number: int) -> tuple[UOp, UOp, UOp]:
         """This thread's share of ``red`` in a register, then copied to the shared array."""
         share = self.place_reduce(red, number)({})
-        shared = UOp(Ops.DEFINE_LOCAL, red.dtype, (), (number, self.local))
+        shared = UOp(Ops.DEFINE_LOCAL, red.dtype, (), (number, self.groups.threads))
         store = UOp(Ops.STORE, src=(UOp(Ops.INDEX, red.dtype, (shared, self.thread)), share))
         self.place([shared])
         self.place_tree(store)
         return shared, share, store
 
     def combine(self, red: UOp, number: int, shared: UOp, share: UOp) -> UOp:
-        """Fold the other threads' shares into this thread's register; return the total."""
-        acc = share.src[0]
-        loop = UOp(Ops.RANGE, dtypes.index, (idx_const(self.local - 1),), (COMBINE_AXIS + number, "reduce"))
+        """Fold the output's other shares into this thread's register; return the total."""
+        acc, block = share.src[0], self.groups.outputs
+        count = idx_const(self.groups.shares - 1)
+        loop = UOp(Ops.RANGE, dtypes.index, (count,), (COMBINE_AXIS + number, "reduce"))
         current = UOp(Ops.LOAD, red.dtype, (acc, loop))
-        other = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, red.dtype, (shared, loop + 1)),))
+        position = self.thread + (loop + 1) * block  # share j of this output is at l + j*O
+        other = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, red.dtype, (shared, position)),))
         self.place([loop.src[0], loop])
         self.place_tree(UOp(Ops.STORE, src=(acc, current.alu(red.arg, other))))
         end = UOp(Ops.END, src=(loop,))
@@ -165,9 +200,9 @@ class GroupedLinearizer(Linearizer):
         return UOp(Ops.LOAD, red.dtype, (acc, end))
 
 
-def linearize_grouped(sink: UOp, local: int) -> list[UOp]:
+def linearize_grouped(sink: UOp, groups: Groups) -> list[UOp]:
     """Order a grouped kernel graph (from ``lower_grouped``) into a program."""
-    return GroupedLinearizer(sink, local).linearize()
+    return GroupedLinearizer(sink, groups).linearize()
 
 
 # ---- the launch -------------------------------------------------------------------------------

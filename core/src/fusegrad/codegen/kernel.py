@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusegrad.codegen.decompose import decompose
-from fusegrad.codegen.grid import grouped_size, launch_size, linearize_grouped, lower_grouped
+from fusegrad.codegen.grid import launch_size, linearize_grouped, lower_grouped, plan_groups
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
@@ -84,9 +84,9 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     grid = renderer.grid_dims is not None
     if opts is _DEFAULT:
         opts = heuristic_opts(ast, grid)
-    group = grouped_size(ast, renderer) if grid and opts is None else None
+    group = plan_groups(ast, renderer) if grid and opts is None else None
     if Context.DEBUG >= 4:
-        print(f"--- optimisation: {opts}, threads per group: {group} ---")
+        print(f"--- optimisation: {opts}, groups: {group} ---")
     graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
     graph = graph_rewrite(graph, plugin_rules("kernel", renderer.device))  # SIMPLIFY + plugins
