@@ -15,7 +15,8 @@ class CUDARenderer(CStyleRenderer):
 
     The launch rounds the output up to whole blocks of ``BLOCK_SIZE`` threads, so each thread
     checks its index first. A grouped reduction (core's codegen/grid.py) is one block per output,
-    sharing ``__shared__`` memory and waiting at ``__syncthreads()``. ``half`` comes from ``cuda_fp16.h`` (math in float32, like the CPU);
+    sharing ``__shared__`` memory and waiting at ``__syncthreads()``.
+    ``half`` comes from ``cuda_fp16.h`` (math in float32, like the CPU);
     bfloat16 is core's emulation (16-bit storage, float32 arithmetic), which every GPU runs.
     Constants avoid ``NAN``/``INFINITY``: NVRTC has no ``math.h``.
     """

@@ -20,8 +20,8 @@ class MetalRenderer(CStyleRenderer):
     """Renders a kernel as a Metal ``kernel void`` function; thread ``gid.x`` computes element ``gid.x``.
 
     Buffer ``i`` is bound at ``[[buffer(i)]]``. A grouped reduction (core's codegen/grid.py) is
-    one threadgroup per output, sharing ``threadgroup`` memory. Metal has no float64; bfloat16 is core's
-    emulation. Math functions are overloaded on float and half, as in OpenCL C.
+    one threadgroup per output, sharing ``threadgroup`` memory. Metal has no float64; bfloat16
+    is core's emulation. Math functions are overloaded on float and half, as in OpenCL C.
     """
 
     grid_dims = 1

@@ -223,7 +223,8 @@ class WGSLRenderer(Renderer):
         specials = {u.arg[0]: u.arg[1] for u in program if u.op is Ops.SPECIAL}
         if specials.keys() - {"gidx0", "group0", "lidx0"}:
             raise UnsupportedOp(
-                f"the WGSL renderer launches one grid dimension, kernel {name} has {sorted(specials)}"
+                f"the WGSL renderer launches one grid dimension, kernel {name} uses "
+                f"{sorted(specials)}"
             )
         local = specials.get("lidx0", self.local_size if specials else 1)
         threads = specials.get("gidx0", specials.get("group0", 1) * local)
@@ -403,7 +404,8 @@ class _Walk:
             self.emit("}")
         elif op is Ops.DEFINE_LOCAL:  # WGSL declares workgroup memory at module scope
             names[u] = f"shared{u.arg[0]}"
-            self.shared.append(f"var<workgroup> {names[u]}: array<{r.type_name(u.dtype)}, {u.arg[1]}>;")
+            array = f"array<{r.type_name(u.dtype)}, {u.arg[1]}>"
+            self.shared.append(f"var<workgroup> {names[u]}: {array};")
         elif op is Ops.BARRIER:
             self.emit("workgroupBarrier();")
         elif op is Ops.DEFINE_REG:

@@ -97,8 +97,10 @@ def test_flat_kernels_launch_in_groups_of_local_size(n, local):
 
 def test_cpu_kernels_are_unchanged():
     """A renderer without a grid gets loops, never groups."""
-    kernel = generate(ast_of(x(100_003).sum()), type("Loops", (GridRenderer,), {"grid_dims": None})())
-    assert "BARRIER" not in kernel.source and kernel.local_size is None and kernel.global_size is None
+    loops = type("Loops", (GridRenderer,), {"grid_dims": None})()
+    kernel = generate(ast_of(x(100_003).sum()), loops)
+    assert "BARRIER" not in kernel.source
+    assert kernel.local_size is None and kernel.global_size is None
 
 
 def test_a_block_of_outputs_combines_each_outputs_shares():

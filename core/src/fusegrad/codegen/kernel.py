@@ -101,8 +101,10 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     global_size, local_size = launch_size(program, renderer)
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
-    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops, opts, ast,  # type: ignore[arg-type]
-                        local_size)
+    return KernelSource(
+        name, source, tuple(program), global_size, n_buffers, flops, opts, ast,  # type: ignore[arg-type]
+        local_size,
+    )
 
 
 def count_flops(program: list[UOp]) -> int:
