@@ -89,6 +89,10 @@ CASES: dict[str, Callable[[], Tensor]] = {
     "matmul_float64": lambda: _x(8, 8, dtype=dtypes.float64) @ _x(8, 8, dtype=dtypes.float64),
     "conv_like": lambda: (_x(1, 4, 10).pad(((0, 0), (0, 0), (1, 1)))[:, :, :10] * _x(4, 1)).sum(1),
     "single_element": lambda: _x(1) + 1,
+    # long reductions: one group of threads per output on targets with shared memory
+    "grouped_sum": lambda: _x(5000).sum(),
+    "grouped_max_rows": lambda: _x(6, 1000).max(axis=1),
+    "grouped_sum_int32_axis0": lambda: _x(700, 3, dtype=dtypes.int32).sum(axis=0) + 1,
 }
 
 

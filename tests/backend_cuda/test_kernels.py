@@ -47,6 +47,8 @@ def test_kernel_renders_with_a_guarded_grid_index(case_id, ast):
     assert f'extern "C" __global__ void {kernel.name}(' in kernel.source
     if kernel.global_size is None:
         assert "blockIdx" not in kernel.source
+    elif "__syncthreads" in kernel.source:  # a grouped reduction: one block per output, no return
+        assert "int lidx0 = threadIdx.x;" in kernel.source and "return;" not in kernel.source
     else:
         (n,) = kernel.global_size
         assert "int gidx0 = blockIdx.x*blockDim.x+threadIdx.x;" in kernel.source
@@ -54,3 +56,23 @@ def test_kernel_renders_with_a_guarded_grid_index(case_id, ast):
     assert ("#include <cuda_fp16.h>" in kernel.source) == (
         " half" in kernel.source.split("\n", 1)[1]
     )
+
+
+GROUPED = {"grouped_sum-0": 256, "grouped_max_rows-0": 128, "grouped_sum_int32_axis0-0": 128}
+
+
+@pytest.mark.parametrize("case_id, threads", GROUPED.items())
+def test_long_reductions_run_one_block_per_output(case_id, threads):
+    """Each thread folds a strided share into a register, then thread 0 combines the shares
+    from ``__shared__`` memory after ``__syncthreads()`` and stores the output."""
+    ast = dict(KERNELS)[case_id]
+    kernel = generate(ast, CUDARenderer("CUDA"))
+    text = kernel.source
+    outputs = ast.src[0].src[1].size
+    assert kernel.local_size == (threads,) and kernel.global_size == (outputs * threads,)
+    assert f"__shared__ " in text and "return;" not in text
+    steps = [f"shared0[{threads}];", "shared0[lidx0] = acc0;", "__syncthreads();",
+             "(lidx0<1);", "shared0[alu", "data0["]
+    positions = [text.index(step) for step in steps]
+    assert positions == sorted(positions), text
+    assert ("blockIdx.x" in text) == (outputs > 1)

@@ -35,6 +35,8 @@ def test_kernel_renders_with_bindings_and_a_guarded_thread_index(case_id, ast):
     )
     if kernel.global_size is None:
         assert params == buffers and "gid" not in text
+    elif kernel.local_size and "threadgroup_barrier" in text:  # grouped: one group per output
+        assert params[-1] == "uint3 lid [[thread_position_in_threadgroup]]" and "return;" not in text
     else:
         assert params[len(buffers) :] == ["uint3 gid [[thread_position_in_grid]]"]
         assert f"int gidx0 = gid.x;\n  if (gidx0 >= {kernel.global_size[0]}) return;" in text
@@ -54,3 +56,20 @@ def test_bitcast_uses_as_type_and_half_math_goes_through_float():
     assert "as_type<uint>(" in generate(bits, MetalRenderer("METAL")).source
     (half,) = kernels_of(x.cast(dtypes.float16).exp2())
     assert "((half)(exp2((float)(" in generate(half, MetalRenderer("METAL")).source
+
+
+@pytest.mark.parametrize("case_id", ["grouped_sum-0", "grouped_max_rows-0"])
+def test_long_reductions_share_threadgroup_memory(case_id):
+    """One threadgroup per output: shares in ``threadgroup`` memory, a barrier, thread 0 stores."""
+    ast = dict(KERNELS)[case_id]
+    kernel = generate(ast, MetalRenderer("METAL"))
+    text = kernel.source
+    (threads,) = kernel.local_size
+    steps = [f"threadgroup float shared0[{threads}];", "shared0[lidx0] = acc0;",
+             "threadgroup_barrier(mem_flags::mem_threadgroup);", "(lidx0<1);", "data0["]
+    positions = [text.index(step) for step in steps]
+    assert positions == sorted(positions), text
+    assert "int lidx0 = lid.x;" in text
+    grouped_rows = ast.src[0].src[1].size > 1
+    assert ("uint3 tgid [[threadgroup_position_in_grid]]" in text) == grouped_rows
+    assert ("int group0 = tgid.x;" in text) == grouped_rows

@@ -45,7 +45,7 @@ def test_kernel_signature_and_grid_index():
         "__kernel void E_3_4(__global float* restrict data0, __global float* restrict data1" in text
     )
     assert "int gidx0 = get_global_id(0);" in text
-    assert "return;" not in text  # the launch covers exactly 12 work-items: no guard
+    assert "if (gidx0 >= 12) return;" in text  # the launch rounds up to whole work-groups
 
 
 def test_bool_buffers_are_bytes_and_bitcasts_use_as_type():

@@ -10,6 +10,7 @@ from fusegrad.codegen.kernel import generate
 from fusegrad.device import Buffer
 from fusegrad.engine.realize import get_runner
 from fusegrad.errors import CompileError, UnsupportedOp
+from fusegrad.helpers import context as flags
 from fusegrad_webgpu.compiler import WGSLCompiler
 from fusegrad_webgpu.device import WebGPUAllocator, WebGPUProgram, context
 from fusegrad_webgpu.renderer import WGSLRenderer, dispatch_size
@@ -171,3 +172,34 @@ def test_bitcast_between_float16_and_16_bit_integers():
     np.testing.assert_array_equal(t.bitcast(dtypes.float16).numpy(), bits.view(np.float16))
     back = Tensor(bits.view(np.float16), device="WEBGPU").bitcast(dtypes.int16)
     np.testing.assert_array_equal(back.numpy(), bits.view(np.int16))
+
+
+LONG = 65535 * 64 * 2 + 1  # past what 64 unrolled copies of one thread's loop could cover
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_a_sum_too_long_for_one_thread_runs_as_a_workgroup(dtype):
+    """llvmpipe ends a thread's loops after 65535 trips and the renderer unrolls at most 64
+    times, so one thread cannot sum 2**23 elements (refused with NOOPT); a workgroup of 64
+    threads, each summing a strided share, can."""
+    x = np.random.default_rng(3).integers(-3, 4, LONG).astype(dtype)
+    t = Tensor(x, device="WEBGPU").sum()
+    (step,) = t.schedule()
+    kernel = generate(step.ast, Device["WEBGPU"].renderer)
+    assert "var<workgroup> shared0: array<" in kernel.source
+    assert "workgroupBarrier();" in kernel.source
+    assert kernel.local_size == (64,) and kernel.global_size == (64,)
+    if "llvmpipe" in Device["WEBGPU"].renderer.adapter:
+        with flags(NOOPT=1), pytest.raises(UnsupportedOp, match="ends a thread's loops"):
+            generate(step.ast, Device["WEBGPU"].renderer)
+    assert t.numpy() == x.sum(dtype=np.float64 if dtype == np.float32 else np.int64)
+
+
+def test_workgroups_reduce_each_row_and_each_column():
+    x = np.random.default_rng(4).standard_normal((300, 2000)).astype(np.float32)
+    t = Tensor(x, device="WEBGPU")
+    np.testing.assert_allclose(t.sum(1).numpy(), x.sum(1), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(t.max(0).numpy(), x.max(0))
+    e = np.exp(x - x.max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    np.testing.assert_allclose(t.softmax(1).numpy(), want, rtol=1e-4, atol=1e-9)

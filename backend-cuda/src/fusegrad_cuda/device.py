@@ -104,8 +104,9 @@ class CUDAProgram:
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        """Launch over ``global_size`` (one thread when None); the seconds it took if ``wait``."""
-        blocks, threads = whole_groups(global_size, BLOCK_SIZE)
+        """Launch over ``global_size`` (one thread when None) in blocks of ``local_size`` threads
+        (``BLOCK_SIZE`` when None); the seconds it took if ``wait``."""
+        blocks, threads = whole_groups(global_size, local_size[0] if local_size else BLOCK_SIZE)
         grid, block = (blocks, 1, 1), (threads, 1, 1)
         args = (*buffers, *(np.int32(v) for v in vals))
         with self.device.current():

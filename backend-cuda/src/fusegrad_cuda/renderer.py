@@ -14,7 +14,9 @@ class CUDARenderer(CStyleRenderer):
     """Renders a kernel as an ``extern "C" __global__`` function for NVRTC or nvcc.
 
     The launch rounds the output up to whole blocks of ``BLOCK_SIZE`` threads, so each thread
-    checks its index first. ``half`` comes from ``cuda_fp16.h`` (math in float32, like the CPU);
+    checks its index first. A grouped reduction (core's codegen/grid.py) is one block per output,
+    sharing ``__shared__`` memory and waiting at ``__syncthreads()``.
+    ``half`` comes from ``cuda_fp16.h`` (math in float32, like the CPU);
     bfloat16 is core's emulation (16-bit storage, float32 arithmetic), which every GPU runs.
     Constants avoid ``NAN``/``INFINITY``: NVRTC has no ``math.h``.
     """
@@ -22,6 +24,16 @@ class CUDARenderer(CStyleRenderer):
     grid_dims = 1
     local_size = BLOCK_SIZE
     guard_grid = True
+    has_local = True
+    max_group_size = 1024
+    local_memory_bytes = 48 * 1024  # without opting in to more, every architecture since sm_20
+    special_spellings = {
+        "gidx": "blockIdx.{x}*blockDim.{x}+threadIdx.{x}",
+        "group": "blockIdx.{x}",
+        "lidx": "threadIdx.{x}",
+    }
+    local_qualifier = "__shared__ "
+    barrier = "__syncthreads();"
     kernel_prefix = 'extern "C" __global__ void'
     restrict = "__restrict__"
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "half"}
@@ -31,9 +43,6 @@ class CUDARenderer(CStyleRenderer):
         super().__init__(device)
         #: the GPU architecture kernels are compiled for, e.g. ``sm_80``
         self.arch = arch
-
-    def render_special(self, u: UOp) -> str:
-        return "blockIdx.x*blockDim.x+threadIdx.x"
 
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
         return f"__builtin_bit_cast({self.type_name(dtype)}, {x})"

@@ -83,9 +83,16 @@ class MetalProgram:
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        """Dispatch whole threadgroups over ``global_size``; the kernel guards its index."""
-        most = min(THREADGROUP_SIZE, self.pipeline.maxTotalThreadsPerThreadgroup())
-        groups, group = whole_groups(global_size, most)
+        """Dispatch whole threadgroups (of ``local_size`` threads if given) over ``global_size``;
+        the kernel guards a flat index."""
+        most = self.pipeline.maxTotalThreadsPerThreadgroup()
+        if local_size is not None and local_size[0] > most:
+            raise CompileError(
+                f"kernel {self.name} needs threadgroups of {local_size[0]} threads, but its "
+                f"pipeline allows {most}; run it with NOOPT=1 (one thread per output)"
+            )
+        group_size = local_size[0] if local_size else min(THREADGROUP_SIZE, most)
+        groups, group = whole_groups(global_size, group_size)
         command = self.queue.commandBuffer()
         encoder = command.computeCommandEncoder()
         encoder.setComputePipelineState_(self.pipeline)

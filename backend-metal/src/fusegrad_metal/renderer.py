@@ -8,18 +8,31 @@ from fusegrad.uop.ops import Ops, UOp
 
 #: threads per threadgroup; a launch covers the output in whole threadgroups
 THREADGROUP_SIZE = 256
+#: the kernel argument that gives each kind of grid index (SPECIAL name without its dimension)
+THREAD_POSITIONS = {
+    "gidx": "uint3 gid [[thread_position_in_grid]]",
+    "group": "uint3 tgid [[threadgroup_position_in_grid]]",
+    "lidx": "uint3 lid [[thread_position_in_threadgroup]]",
+}
 
 
 class MetalRenderer(CStyleRenderer):
     """Renders a kernel as a Metal ``kernel void`` function; thread ``gid.x`` computes element ``gid.x``.
 
-    Buffer ``i`` is bound at ``[[buffer(i)]]``. Metal has no float64; bfloat16 is core's
-    emulation. Math functions are overloaded on float and half, as in OpenCL C.
+    Buffer ``i`` is bound at ``[[buffer(i)]]``. A grouped reduction (core's codegen/grid.py) is
+    one threadgroup per output, sharing ``threadgroup`` memory. Metal has no float64; bfloat16
+    is core's emulation. Math functions are overloaded on float and half, as in OpenCL C.
     """
 
     grid_dims = 1
     local_size = THREADGROUP_SIZE
     guard_grid = True
+    has_local = True
+    max_group_size = 1024
+    local_memory_bytes = 32 * 1024  # every Apple GPU family
+    special_spellings = {"gidx": "gid.{x}", "group": "tgid.{x}", "lidx": "lid.{x}"}
+    local_qualifier = "threadgroup "
+    barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
     kernel_prefix = "kernel void"
     buffer_qualifier = "device "
     restrict = ""
@@ -32,13 +45,9 @@ class MetalRenderer(CStyleRenderer):
         return f"{super().render_param(u)} [[buffer({u.arg[0]})]]"
 
     def extra_params(self, program: list[UOp]) -> list[str]:
-        """The thread's position in the grid, when the kernel uses it."""
-        if any(u.op is Ops.SPECIAL for u in program):
-            return ["uint3 gid [[thread_position_in_grid]]"]
-        return []
-
-    def render_special(self, u: UOp) -> str:
-        return "gid.x"
+        """The thread's positions the kernel uses: in the grid, its group's, in its group."""
+        used = {u.arg[0].rstrip("0123456789") for u in program if u.op is Ops.SPECIAL}
+        return [param for kind, param in THREAD_POSITIONS.items() if kind in used]
 
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
         return f"as_type<{self.type_name(dtype)}>({x})"

@@ -101,4 +101,7 @@ def fusegrad_renderer(device: str) -> Renderer | None:
     from fusegrad_opencl.device import open_device
     from fusegrad_opencl.renderer import OpenCLRenderer
 
-    return OpenCLRenderer(device, open_device(device).extensions)
+    cl_device = open_device(device)
+    return OpenCLRenderer(
+        device, cl_device.extensions, cl_device.max_group_size, cl_device.local_memory_bytes
+    )

@@ -46,6 +46,16 @@ class CLDevice:
     def extensions(self) -> list[str]:
         return self.device.extensions.split()
 
+    @property
+    def max_group_size(self) -> int:
+        """The most work-items one work-group may have."""
+        return int(self.device.max_work_group_size)
+
+    @property
+    def local_memory_bytes(self) -> int:
+        """Bytes of local memory one work-group may use."""
+        return int(self.device.local_mem_size)
+
     def describe(self) -> str:
         """``OPENCL:0 (pthread-AMD EPYC, Portable Computing Language OpenCL 3.0 PoCL ...)``."""
         return f"{self.name} ({self.device.name.strip()}, {self.device.platform.version.strip()})"
@@ -121,15 +131,16 @@ class CLProgram:
     ) -> float | None:
         """Enqueue on ``buffers`` over ``global_size`` (one work-item when None); seconds if ``wait``.
 
-        The work-group size is left to the driver unless ``local_size`` is given: the kernel has
-        no guard, so a global size must be covered exactly.
+        With ``local_size`` the work-items come in work-groups of that many, and the global size
+        is rounded up to whole groups (the kernel guards its index); without, the driver chooses.
         """
         used = buffers[: self.arity - len(vals)]
         self.kernel.set_args(*used, *(np.int32(v) for v in vals))
+        size = global_size or (1,)
+        if local_size is not None:
+            size = tuple(-(-n // m) * m for n, m in zip(size, local_size))
         start = time.perf_counter()
-        event = cl.enqueue_nd_range_kernel(
-            self.device.queue, self.kernel, global_size or (1,), local_size
-        )
+        event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, size, local_size)
         if not wait:
             return None
         event.wait()

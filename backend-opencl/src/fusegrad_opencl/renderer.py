@@ -1,4 +1,4 @@
-"""OpenCL C: the core C-family renderer with OpenCL's spellings, one work-item per output element."""
+"""OpenCL C: the core C-family renderer with OpenCL's spellings, work-groups and local memory."""
 
 from __future__ import annotations
 
@@ -10,17 +10,31 @@ from fusegrad.uop.ops import UOp
 
 #: the extension a device must report before a kernel may use a dtype
 EXTENSION_FOR = {dtypes.float16: "cl_khr_fp16", dtypes.float64: "cl_khr_fp64"}
+#: work-items per work-group, where the device allows that many
+WORK_GROUP_SIZE = 256
 
 
 class OpenCLRenderer(CStyleRenderer):
-    """Renders a kernel as an OpenCL C ``__kernel``; work-item ``i`` computes output element ``i``.
+    """Renders a kernel as an OpenCL C ``__kernel``; work-item ``i`` computes output element ``i``,
+    or a work-group computes one output of a grouped reduction (core's codegen/grid.py).
 
     ``extensions`` are the device's (``CL_DEVICE_EXTENSIONS``): float16 needs ``cl_khr_fp16`` and
     float64 ``cl_khr_fp64``; without them the dtype is not supported and core refuses it, naming
-    the device. The launch covers exactly the output, so the grid index needs no guard.
+    the device. ``max_group_size`` and ``local_memory_bytes`` are the device's
+    ``CL_DEVICE_MAX_WORK_GROUP_SIZE`` and ``CL_DEVICE_LOCAL_MEM_SIZE``. The launch rounds the
+    output up to whole work-groups, so a flat grid index is guarded.
     """
 
     grid_dims = 1
+    guard_grid = True
+    has_local = True
+    special_spellings = {
+        "gidx": "get_global_id({d})",
+        "group": "get_group_id({d})",
+        "lidx": "get_local_id({d})",
+    }
+    local_qualifier = "__local "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     kernel_prefix = "__kernel void"
     buffer_qualifier = "__global "
     type_names = SHORT_TYPE_NAMES
@@ -28,8 +42,16 @@ class OpenCLRenderer(CStyleRenderer):
     math_in_float32: frozenset[DType] = frozenset()  # with cl_khr_fp16 they take half too
     int64_suffixes = ("l", "ul")
 
-    def __init__(self, device: str = "", extensions: Iterable[str] = ()):
+    def __init__(
+        self,
+        device: str = "",
+        extensions: Iterable[str] = (),
+        max_group_size: int = WORK_GROUP_SIZE,
+        local_memory_bytes: int = 32768,
+    ):
         super().__init__(device)
+        self.max_group_size, self.local_memory_bytes = max_group_size, local_memory_bytes
+        self.local_size = min(WORK_GROUP_SIZE, max_group_size)
         have = set(extensions)
         self.supported_dtypes = frozenset(
             d for d in dtypes.all() if d not in EXTENSION_FOR or EXTENSION_FOR[d] in have
@@ -38,9 +60,6 @@ class OpenCLRenderer(CStyleRenderer):
     def param_type(self, dtype: DType) -> str:
         """OpenCL forbids ``bool`` kernel arguments: a bool buffer is bytes, 0 or 1."""
         return "uchar" if dtype == dtypes.bool else self.type_name(dtype)
-
-    def render_special(self, u: UOp) -> str:
-        return "get_global_id(0)"
 
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
         return f"as_{self.param_type(dtype)}({x})"

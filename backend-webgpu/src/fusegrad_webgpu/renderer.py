@@ -10,7 +10,9 @@ The grid: the kernel is launched over ``SPECIAL("gidx0", n)`` threads in workgro
 ``local_size``. More than ``global_max`` groups are folded into a second and third dimension, and
 the flat index is rebuilt from the three: ``x + y*X + z*X*Y`` (then threads past ``n`` return).
 The dispatch size is written in the source's first line, where the runtime and the exported page
-read it.
+read it. A grouped reduction (core's codegen/grid.py) is one workgroup per output: ``group0`` is
+``workgroup_id.x``, ``lidx0`` is ``local_invocation_id.x``, its shared array a module-scope
+``var<workgroup>``, and its barrier ``workgroupBarrier()``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ DEFAULT_LIMITS: dict[str, int] = {
     "max-storage-buffers-per-shader-stage": 8,
     "max-storage-buffer-binding-size": 134217728,
     "max-buffer-size": 268435456,
+    "max-compute-workgroup-storage-size": 16384,
 }
 #: Mesa's llvmpipe (lavapipe, and its OpenGL driver) ends a thread's loops after 65535 trips in
 #: all, nested ones counted together: on it, loops are unrolled to stay under that.
@@ -91,6 +94,12 @@ _MATH = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin"}
 #: Infinities and NaN have no WGSL literal, and a constant expression may not produce them; so
 #: they are read from private variables, which the compiler does not fold.
 SPECIAL_FLOATS = {"inf": "0x7f800000u", "ninf": "0xff800000u", "nan": "0x7fc00000u"}
+#: the entry point's argument for each grid index: (builtin, argument name)
+BUILTINS = {
+    "gidx0": ("global_invocation_id", "gid"),
+    "group0": ("workgroup_id", "wid"),
+    "lidx0": ("local_invocation_id", "lid"),
+}
 
 
 def dispatch_size(threads: int, local: int, max_per_dim: int) -> tuple[int, int, int]:
@@ -110,6 +119,7 @@ class WGSLRenderer(Renderer):
 
     grid_dims = 3
     min_storage_bits = 32
+    has_local = True
     native_ops = GroupOp.ALU - {Ops.MULACC}
 
     def __init__(
@@ -131,6 +141,10 @@ class WGSLRenderer(Renderer):
             limits["max-compute-workgroup-size-x"],
             limits["max-compute-invocations-per-workgroup"],
         )
+        self.max_group_size = min(
+            limits["max-compute-workgroup-size-x"], limits["max-compute-invocations-per-workgroup"]
+        )
+        self.local_memory_bytes = limits["max-compute-workgroup-storage-size"]
         self.global_max = (limits["max-compute-workgroups-per-dimension"],) * 3
         self.max_buffers = limits["max-storage-buffers-per-shader-stage"]
         #: trips a thread's loops may make in all (nested trips multiply); None: no limit
@@ -206,28 +220,34 @@ class WGSLRenderer(Renderer):
                 f"allows {self.max_buffers} per shader stage; compute the result in parts "
                 "(e.g. .realize() some inputs of the expression first)"
             )
-        specials = [u for u in program if u.op is Ops.SPECIAL]
-        if len(specials) > 1:
+        specials = {u.arg[0]: u.arg[1] for u in program if u.op is Ops.SPECIAL}
+        if specials.keys() - {"gidx0", "group0", "lidx0"}:
             raise UnsupportedOp(
-                f"the WGSL renderer launches one grid dimension, kernel {name} has {len(specials)}"
+                f"the WGSL renderer launches one grid dimension, kernel {name} uses "
+                f"{sorted(specials)}"
             )
-        threads = specials[0].arg[1] if specials else 1
-        local = self.local_size if specials else 1
+        local = specials.get("lidx0", self.local_size if specials else 1)
+        threads = specials.get("gidx0", specials.get("group0", 1) * local)
         dispatch = dispatch_size(threads, local, self.global_max[0])
-        body = self.render_body(program, dispatch, local)
+        walk = _Walk(self, program, dispatch, local)
+        walk.run(program)
+        body = "\n".join(walk.lines)
         header = [f"// dispatch {dispatch[0]} {dispatch[1]} {dispatch[2]}"]
         if any(u.dtype == dtypes.float16 for u in program):
             header.append("enable f16;")
         header += self.render_bindings(program)
+        header += walk.shared
         header += [
             f"var<private> fg_{k}: u32 = {v};"
             for k, v in SPECIAL_FLOATS.items()
             if f"fg_{k}" in body
         ]
-        entry = (
-            f"@compute @workgroup_size({local})\n"
-            f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>) {{\n{body}\n}}\n"
+        builtins = ", ".join(
+            f"@builtin({builtin}) {arg}: vec3<u32>"
+            for kind, (builtin, arg) in BUILTINS.items()
+            if kind in specials or (kind == "gidx0" and "lidx0" not in specials)
         )
+        entry = f"@compute @workgroup_size({local})\nfn {name}({builtins}) {{\n{body}\n}}\n"
         return "\n".join(header) + "\n\n" + entry
 
     def render_bindings(self, program: list[UOp]) -> list[str]:
@@ -248,11 +268,6 @@ class WGSLRenderer(Renderer):
             )
         return lines
 
-    def render_body(self, program: list[UOp], dispatch: tuple[int, int, int], local: int) -> str:
-        walk = _Walk(self, program, dispatch, local)
-        walk.run(program)
-        return "\n".join(walk.lines)
-
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
         """Reinterpret bits; between f16 and a 32-bit integer, the low 16 bits (core's narrow-type
         rewrite holds 16-bit integers in 32)."""
@@ -263,8 +278,11 @@ class WGSLRenderer(Renderer):
         return f"bitcast<{self.type_name(dtype)}>({x})"
 
     def render_grid_index(self, u: UOp, dispatch: tuple[int, int, int], local: int) -> list[str]:
-        """The flat thread index from up to three grid dimensions, and the guard past its end."""
+        """The flat thread index from up to three grid dimensions, and the guard past its end;
+        or a grouped kernel's group (one dimension, launched exactly) or thread in its group."""
         name, size = u.arg
+        if name in ("group0", "lidx0"):
+            return [f"let {name}: i32 = i32({BUILTINS[name][1]}.x);"]
         x_threads = dispatch[0] * local
         flat = "gid.x"
         if dispatch[1] > 1 or dispatch[2] > 1:
@@ -289,6 +307,8 @@ class _Walk:
         self.depth = 1
         self.trips: dict[UOp, int] = {}  # the open loops and the trips each makes
         self.atomic = {u.src[0].src[0] for u in program if u.op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR)}
+        #: module-scope declarations of the kernel's shared arrays
+        self.shared: list[str] = []
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
@@ -376,6 +396,18 @@ class _Walk:
             self.trips.pop(u.src[0], None)
             self.depth -= 1
             self.emit("}")
+        elif op is Ops.IF:
+            self.emit(f"if ({src[0]}) {{")
+            self.depth += 1
+        elif op is Ops.ENDIF:
+            self.depth -= 1
+            self.emit("}")
+        elif op is Ops.DEFINE_LOCAL:  # WGSL declares workgroup memory at module scope
+            names[u] = f"shared{u.arg[0]}"
+            array = f"array<{r.type_name(u.dtype)}, {u.arg[1]}>"
+            self.shared.append(f"var<workgroup> {names[u]}: {array};")
+        elif op is Ops.BARRIER:
+            self.emit("workgroupBarrier();")
         elif op is Ops.DEFINE_REG:
             names[u] = f"acc{u.arg[0]}"
             kind = r.type_name(u.dtype)

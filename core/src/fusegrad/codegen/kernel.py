@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusegrad.codegen.decompose import decompose
+from fusegrad.codegen.grid import launch_size, linearize_grouped, lower_grouped, plan_groups
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
@@ -27,6 +28,8 @@ class KernelSource:
     flops: int
     opts: KernelOpts | None = None
     ast: UOp | None = None  # what it was generated from (exporters re-render it)
+    #: threads per group of a grid launch (None: the driver chooses); see codegen/grid.py
+    local_size: tuple[int, ...] | None = None
 
 
 def plugin_rules(stage: str, device: str) -> PatternMatcher:
@@ -72,29 +75,37 @@ _DEFAULT = object()
 
 
 def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _DEFAULT) -> KernelSource:
-    """Turn a kernel AST into source for ``renderer`` (with ``opts``, else the heuristic's)."""
+    """Turn a kernel AST into source for ``renderer`` (with ``opts``, else the heuristic's).
+
+    On a grid device a long reduction may run as one group of threads per output instead
+    (``codegen/grid.py``); ``opts`` (loop structure for loops) does not apply there.
+    """
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
     if opts is _DEFAULT:
         opts = heuristic_opts(ast, renderer)
+    group = plan_groups(ast, renderer) if grid and opts is None else None
     if Context.DEBUG >= 4:
-        print(f"--- optimisation: {opts} ---")
-    graph = lower_kernel(ast, grid=grid, opts=opts)
+        print(f"--- optimisation: {opts}, groups: {group} ---")
+    graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
     graph = graph_rewrite(graph, plugin_rules("kernel", renderer.device))  # SIMPLIFY + plugins
     graph = decompose(graph, renderer)
     if extra := plugin_rules("program", renderer.device).rules:
         graph = graph_rewrite(graph, PatternMatcher(extra))
     _debug_stage("simplified and decomposed", graph)
-    program = linearize(graph, fuse_mulacc=Ops.MULACC in renderer.native_ops)
+    mulacc = Ops.MULACC in renderer.native_ops
+    program = linearize_grouped(graph, group) if group else linearize(graph, fuse_mulacc=mulacc)
     _debug_stage("linear program", program)
     name = kernel_name(ast)
     source = renderer.render(name, program)
-    special = [u for u in program if u.op is Ops.SPECIAL]
-    global_size = tuple(u.arg[1] for u in special) if special else None
+    global_size, local_size = launch_size(program, renderer)
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
-    return KernelSource(name, source, tuple(program), global_size, n_buffers, flops, opts, ast)  # type: ignore[arg-type]
+    return KernelSource(
+        name, source, tuple(program), global_size, n_buffers, flops, opts, ast,  # type: ignore[arg-type]
+        local_size,
+    )
 
 
 def count_flops(program: list[UOp]) -> int:

@@ -45,7 +45,10 @@ class Runner:
     device: str
 
     def __call__(self, handles: list[Any], wait: bool = False) -> float | None:
-        return self.program(*handles, global_size=self.kernel.global_size, wait=wait)
+        kernel = self.kernel
+        return self.program(
+            *handles, global_size=kernel.global_size, local_size=kernel.local_size, wait=wait
+        )
 
 
 _runners: dict[tuple[UOp, str], Runner] = {}

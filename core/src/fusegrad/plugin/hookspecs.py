@@ -70,7 +70,9 @@ def fusegrad_program(device: str) -> type | None:
     """Return the program class for ``device``: ``cls(name, binary)`` makes a callable kernel.
 
     The callable takes ``(*buffer_handles, global_size=, local_size=, vals=, wait=)`` and returns
-    the kernel's time in seconds when ``wait`` is true. Since API version 1.
+    the kernel's time in seconds when ``wait`` is true. On grid devices ``global_size`` is the
+    threads the kernel needs and ``local_size`` the threads per group (None: choose): launch
+    whole groups covering ``global_size``. Since API version 1.
     """
 
 

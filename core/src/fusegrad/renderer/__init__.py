@@ -21,8 +21,21 @@ class Renderer:
     grid_dims: int | None = None
     #: largest grid size per dimension (when ``grid_dims`` is set)
     global_max: tuple[int, ...] = (2**31 - 1, 65535, 65535)
-    #: threads per group (work-group size) used when launching over a grid
+    #: threads per group (work-group size) used when launching over a grid: elementwise kernels
+    #: run in groups of this many threads, a grouped reduction (see ``has_local``) with as many
+    #: or fewer. 1: the launch leaves the group size to the driver.
     local_size: int = 1
+    #: the most threads one group may have (the device's limit); ``local_size`` stays below it
+    max_group_size: int = 1
+    #: the target has memory shared by the threads of a group (``DEFINE_LOCAL``) and a barrier
+    #: between them (``BARRIER``). Core then computes a long reduction with one group per output
+    #: element: each thread folds a strided share of the reduced elements into a register, the
+    #: group combines the shares through shared memory (codegen/grid.py). The renderer must
+    #: then render ``DEFINE_LOCAL``, ``BARRIER``, ``IF``/``ENDIF`` and the SPECIALs ``group0``
+    #: (the group's index) and ``lidx0`` (the thread's index in its group).
+    has_local: bool = False
+    #: bytes of shared memory one group may use (when ``has_local``)
+    local_memory_bytes: int = 0
     #: ALU ops rendered natively; core decomposes the others before rendering
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
     #: math ops the target has only as scalar library calls, which keep its compiler from

@@ -93,6 +93,14 @@ class CStyleRenderer(Renderer):
     #: GPU targets whose launch covers more threads than the grid's size (whole groups) set this:
     #: each thread past the end returns at once, before it loads or stores anything
     guard_grid = False
+    #: how the language spells a grid index, by the SPECIAL's name without its dimension:
+    #: ``gidx`` the thread's index in the whole grid, ``group`` its group's index, ``lidx`` its
+    #: index in its group. ``{d}`` is the dimension's number, ``{x}`` its letter.
+    special_spellings: dict[str, str] = {}
+    #: the qualifier of an array shared by a group's threads (``__local `` in OpenCL C)
+    local_qualifier = ""
+    #: the statement that waits for every thread of the group, with shared memory in sync
+    barrier = ""
 
     # ---- pieces a subclass overrides ------------------------------------------------------------
 
@@ -112,16 +120,29 @@ class CStyleRenderer(Renderer):
         return f"{self.math_functions[op]}{suffix}({x})"
 
     def render_special(self, u: UOp) -> str:
-        """The expression for a grid index (SPECIAL) of a GPU target."""
-        raise NotImplementedError(f"{type(self).__name__} launches no grid")
+        """The expression for a grid index (SPECIAL ``gidx0``, ``group0``, ``lidx0``)."""
+        kind, dim = u.arg[0].rstrip("0123456789"), int(u.arg[0][-1])
+        if kind not in self.special_spellings:
+            raise NotImplementedError(f"{type(self).__name__} cannot render grid index {u.arg[0]}")
+        return self.special_spellings[kind].format(d=dim, x="xyz"[dim])
 
     def render_grid_index(self, u: UOp) -> list[str]:
-        """The lines that define grid index ``u`` (a SPECIAL ``(name, size)``), guarded if needed."""
+        """The lines that define grid index ``u`` (a SPECIAL ``(name, size)``), guarded if needed.
+
+        Only a flat index (``gidx``) is guarded: a grouped kernel's launch is exact, and its
+        threads must not return before the barrier.
+        """
         name, size = u.arg
         lines = [f"int {name} = {self.render_special(u)};"]
-        if self.guard_grid:  # no barrier follows in a kernel of ours, so returning early is safe
+        if self.guard_grid and name.startswith("gidx"):  # no barrier follows a flat index
             lines.append(f"if ({name} >= {size}) return;")
         return lines
+
+    def render_group_op(self, u: UOp, name: str) -> str:
+        """A shared array (``DEFINE_LOCAL``, arg ``(id, count)``) or a ``BARRIER``."""
+        if u.op is Ops.BARRIER:
+            return self.barrier
+        return f"{self.local_qualifier}{self.type_name(u.dtype)} {name}[{u.arg[1]}];"
 
     def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
         """The line(s) that open the loop of a RANGE."""
@@ -211,9 +232,15 @@ class CStyleRenderer(Renderer):
                 for line in self.render_loop(u, names[u], src[0]):
                     emit(line)
                 depth += 1
-            elif op is Ops.END:
+            elif op is Ops.IF:
+                emit(f"if ({src[0]}) {{")
+                depth += 1
+            elif op in (Ops.END, Ops.ENDIF):
                 depth -= 1
                 emit("}")
+            elif op in (Ops.DEFINE_LOCAL, Ops.BARRIER):
+                names[u] = f"shared{u.arg[0]}" if op is Ops.DEFINE_LOCAL else ""
+                emit(self.render_group_op(u, names[u]))
             elif op is Ops.DEFINE_REG:
                 names[u] = f"acc{u.arg[0]}"
                 size = f"[{u.arg[1]}]" if u.arg[1] > 1 else ""

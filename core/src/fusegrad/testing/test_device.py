@@ -1,5 +1,5 @@
 """The device itself: memory round trips, launch sizes, the four objects' contracts, errors,
-and the capabilities core does not use yet (local memory and barriers)."""
+and local memory with barriers (grouped reductions) where the renderer declares them."""
 
 from __future__ import annotations
 
@@ -132,12 +132,45 @@ def test_device_index_out_of_range(conformance_device):
         Device[f"{base}:{count}"]
 
 
+#: reductions core runs as one group of threads per output: (shape, axis, op)
+GROUPED_CASES = [
+    ((100_003,), None, "sum"),
+    ((7, 5000), 1, "max"),
+    ((5000, 3), 0, "sum"),
+    ((33, 2049), 1, "softmax"),
+]
+
+
+def _reduce(x, axis, op: str):
+    """``op`` over ``axis`` of a Tensor or a numpy array (float64 for numpy's sums)."""
+    if op == "softmax" and isinstance(x, Tensor):
+        return x.softmax(axis)
+    if op == "softmax":
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+    return getattr(x, op)(axis)
+
+
 def test_locals_and_barriers(conformance_device, conformance_renderer):
-    """Shared (local) memory and barriers, where the renderer declares them."""
+    """Shared (local) memory and barriers, where the renderer declares them: a long reduction
+    becomes one group per output (DEFINE_LOCAL, BARRIER, IF/ENDIF), and computes what numpy does."""
+    from fusegrad.codegen.kernel import generate
+    from fusegrad.uop.ops import Ops
+
     renderer = conformance_renderer
-    if not getattr(renderer, "has_local", False):
+    if not getattr(renderer, "has_local", False) or renderer.grid_dims is None:
         pytest.skip(
             "the renderer declares no local memory (has_local); core generates "
             "DEFINE_LOCAL and BARRIER only for renderers that do"
         )
-    pytest.skip("core does not generate DEFINE_LOCAL or BARRIER yet (group-reduce is future work)")
+    x = np.random.default_rng(5).standard_normal(100_003).astype(np.float32) - 10
+    step = Tensor(x, device=conformance_device).max().schedule()[-1]
+    ops = [u.op for u in generate(step.ast, renderer).program]
+    assert {Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.IF, Ops.ENDIF} <= set(ops)
+    assert ops.index(Ops.BARRIER) < ops.index(Ops.IF) < ops.index(Ops.ENDIF)
+    assert Tensor(x, device=conformance_device).max().numpy() == x.max()  # all below 0
+    for shape, axis, op in GROUPED_CASES:
+        a = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+        got = _reduce(Tensor(a, device=conformance_device), axis, op).numpy()
+        want = _reduce(a.astype(np.float64), axis, op)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{op} {shape}")
