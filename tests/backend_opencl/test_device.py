@@ -77,3 +77,23 @@ def test_binaries_are_cached_on_disk(cl_device, monkeypatch, tmp_path):
     assert len(list((tmp_path / "kernels").iterdir())) == 1
     monkeypatch.setattr(compiler, "compile", lambda source: pytest.fail("compiled again"))
     assert compiler.compile_cached(SCALE) == binary
+
+
+def test_an_empty_program_from_the_drivers_cache_is_built_again(cl_device, monkeypatch):
+    """PoCL's kernel cache can return a program without kernels (a half-written file): the
+    compiler builds once more under another cache key instead of keeping an empty binary."""
+    compiler, built = CLCompiler(cl_device), []
+    real_build = CLCompiler._build
+
+    def build(self, source, options):
+        built.append(list(options))
+        return real_build(self, "" if len(built) == 1 else source, options)  # first: no kernels
+
+    monkeypatch.setattr(CLCompiler, "_build", build)
+    binary = compiler.compile(SCALE)
+    assert built == [[], ["-DFUSEGRAD_REBUILD=1"]]
+    assert CLProgram(cl_device, "scale", binary).name == "scale"
+    built.clear()
+    monkeypatch.setattr(CLCompiler, "_build", lambda self, _, options: real_build(self, "", options))
+    with pytest.raises(CompileError, match="built no kernel from the source below"):
+        compiler.compile(SCALE)

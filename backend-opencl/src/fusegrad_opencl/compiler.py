@@ -12,6 +12,8 @@ from fusegrad_opencl.device import CLDevice
 
 #: No fast-math options: results must match the CPU backend within the same tolerances.
 OPTIONS: tuple[str, ...] = ()
+#: an option that changes nothing but the driver's cache key (see ``CLCompiler.compile``)
+REBUILD_OPTION = "-DFUSEGRAD_REBUILD=1"
 
 
 class CLCompiler(Compiler):
@@ -33,10 +35,27 @@ class CLCompiler(Compiler):
         )
 
     def compile(self, source: str) -> bytes:
-        """Return the device binary for ``source``; raise ``CompileError`` with the build log."""
+        """Return the device binary for ``source``; raise ``CompileError`` with the build log.
+
+        A driver's own kernel cache can hand back an empty program (PoCL's, when two processes
+        built the same source at once and one read the other's half-written file): then the
+        source is built once more under another cache key, so no empty binary is kept.
+        """
+        program = self._build(source, self.options)
+        if not program.get_info(cl.program_info.KERNEL_NAMES):
+            program = self._build(source, [*self.options, REBUILD_OPTION])
+        if not program.get_info(cl.program_info.KERNEL_NAMES):
+            raise CompileError(
+                f"the OpenCL driver of {self.device.describe()} built no kernel from the source "
+                f"below; its kernel cache may be damaged (PoCL's: ~/.cache/pocl/kcache, safe to "
+                f"delete)\n\n{numbered(source)}"
+            )
+        return program.get_info(cl.program_info.BINARIES)[0]
+
+    def _build(self, source: str, options: list[str]) -> cl.Program:
         program = cl.Program(self.device.context, source)
         try:
-            program.build(options=self.options, devices=[self.device.device])
+            program.build(options=options, devices=[self.device.device])
         except cl.Error as e:
             raise CompileError(
                 f"the OpenCL kernel below failed to build on {self.device.describe()}:\n"
@@ -44,7 +63,7 @@ class CLCompiler(Compiler):
                 "fusegrad generated this source, so this is a fusegrad bug: please report it "
                 "with this whole message and the output of `fusegrad devices`."
             ) from None
-        return program.get_info(cl.program_info.BINARIES)[0]
+        return program
 
 
 def build_log(program: cl.Program, device: CLDevice) -> str:

@@ -42,18 +42,16 @@ from fusegrad.uop.ops import Ops, UOp, toposort
 MIN_SHARE = 4
 #: fewer threads than this per group do not pay for the barrier and the combine
 MIN_GROUP = 16
+#: the most outputs one group computes together
+MAX_BLOCK = 32
+#: the fewest threads sharing one output's reduction in a block of outputs
+MIN_SHARES = 8
 #: the combine loops of grouped reductions are numbered from here
 COMBINE_AXIS = 3000
 
 
 def _largest_power_of_two(n: int) -> int:
     return 1 << (n.bit_length() - 1) if n > 0 else 0
-
-
-#: the most outputs one group computes together
-MAX_BLOCK = 32
-#: the fewest threads sharing one output's reduction in a block of outputs
-MIN_SHARES = 8
 
 
 @dataclass(frozen=True)
@@ -66,6 +64,7 @@ class Groups:
 
     @property
     def shares(self) -> int:
+        """Threads (shares) per output."""
         return self.threads // self.outputs
 
 
@@ -74,7 +73,8 @@ def plan_groups(ast: UOp, renderer: Renderer) -> Groups | None:
 
     Grouped when the target has shared memory, the kernel reduces at least as many elements per
     output as it has outputs, each thread gets ``MIN_SHARE`` elements or more, the outputs fit
-    in one grid dimension and the shares in shared memory.
+    in one grid dimension and the shares in shared memory. A group takes a block of outputs
+    when the reductions keep their input's innermost axis (outputs are neighbours in memory).
     """
     value = ast.src[0].src[1]
     reduces = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
