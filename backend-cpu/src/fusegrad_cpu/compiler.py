@@ -115,8 +115,10 @@ def is_gcc(path: str) -> bool:
     return "Free Software Foundation" in version_text(path)
 
 
+@functools.cache
 def cpu_info() -> tuple[str, str]:
-    """The processor's model name and its feature flags, as /proc/cpuinfo lists them."""
+    """The processor's model name and its feature flags, as /proc/cpuinfo lists them (read
+    once: the renderer's registers and the compiler's identity both ask)."""
     model, features = platform.processor(), ""
     try:
         with open("/proc/cpuinfo") as f:

@@ -12,13 +12,14 @@ from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 from fusegrad.uop.symbolic import terms
 from fusegrad_cpu.compiler import cpu_info
 
+
 def vector_register_file(features: set[str]) -> tuple[int, int]:
     """(how many SIMD registers, bytes in each) that ``-march=native`` code may use, from the
     processor's feature flags: AVX-512 has 32 of 64 bytes, AVX and AVX2 16 of 32, ARM's NEON
     32 of 16, and SSE 16 of 16."""
     if "avx512f" in features:
         return 32, 64
-    if "avx" in features or "avx2" in features:
+    if "avx" in features:  # (every AVX2 processor lists avx too)
         return 16, 32
     if "asimd" in features:
         return 32, 16

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.renderer.cstyle import SHORT_TYPE_NAMES, CStyleRenderer
+from fusegrad.renderer.cstyle import SHORT_TYPE_NAMES, CStyleRenderer, grid_index_kind
 from fusegrad.uop.ops import Ops, UOp
 
 #: threads per threadgroup; a launch covers the output in whole threadgroups
@@ -46,7 +46,7 @@ class MetalRenderer(CStyleRenderer):
 
     def extra_params(self, program: list[UOp]) -> list[str]:
         """The thread's positions the kernel uses: in the grid, its group's, in its group."""
-        used = {u.arg[0].rstrip("0123456789") for u in program if u.op is Ops.SPECIAL}
+        used = {grid_index_kind(u.arg[0]) for u in program if u.op is Ops.SPECIAL}
         return [param for kind, param in THREAD_POSITIONS.items() if kind in used]
 
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:

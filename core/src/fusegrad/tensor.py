@@ -624,11 +624,14 @@ def _panelled(w: Tensor) -> Tensor:
     power of two they all land in the same few cache sets and evict each other, so the panel,
     small enough for the cache, is read from memory again for every tile. The copy costs one
     pass over ``w``; the kernel then reads the panel as one run (a 1024 matmul: 2x faster).
+    A weight being trained is read in place: its copy would be one more node to differentiate.
     """
+    if w.ndim != 2 or w.numel() < PANEL_ELEMENTS or w.requires_grad:
+        return w
     renderer = Device[w.device].renderer
     p = 2 * renderer.vector_bytes // w.dtype.itemsize
-    k, m = w.shape[-2:] if w.ndim == 2 else (0, 0)
-    if renderer.grid_dims is not None or k * m < PANEL_ELEMENTS or m % p or m == p or w.requires_grad:
+    k, m = w.shape
+    if renderer.grid_dims is not None or m % p or m == p:
         return w
     return w.reshape(k, m // p, p).permute(1, 0, 2).contiguous().permute(1, 0, 2).reshape(k, m)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusegrad.codegen.linearize import Linearizer
-from fusegrad.codegen.lower import Lowerer, idx_const, unflatten
+from fusegrad.codegen.lower import Lowerer, idx_const, reduce_identity, unflatten
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
@@ -120,8 +120,7 @@ class GroupedLowerer(Lowerer):
         if total % local == 0:
             return UOp(Ops.REDUCE, u.dtype, (self.lower(src, index, gate), loop), reduce_op)
         inside = position.lt(total)  # the last trip runs past the end for some threads
-        identity = UOp.const(u.dtype, 0 if reduce_op is Ops.ADD else u.dtype.min)
-        value = inside.where(self.lower(src, index, gate & inside), identity)
+        value = inside.where(self.lower(src, index, gate & inside), reduce_identity(reduce_op, u.dtype))
         return UOp(Ops.REDUCE, u.dtype, (value, loop), reduce_op)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fusegrad.codegen.opt import UPCAST_AXIS, KernelOpts
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod, strides_for
 from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 
@@ -60,6 +60,11 @@ def clamp(i: UOp, lo: int, hi: int) -> UOp:
 def in_range(i: UOp, lo: int, hi: int) -> UOp:
     """``lo <= i < hi`` as a bool UOp."""
     return i.lt(lo).ne(True) & i.lt(hi)
+
+
+def reduce_identity(op: Ops, dtype: DType) -> UOp:
+    """What a reduction of nothing is: 0 for a sum, the dtype's smallest value for a max."""
+    return UOp.const(dtype, 0 if op is Ops.ADD else dtype.min)
 
 
 @dataclass
@@ -135,7 +140,7 @@ class Lowerer:
         reduce_op, axes = u.arg
         src = u.src[0]
         if any(src.shape[a] == 0 for a in axes):  # nothing to reduce: the identity
-            return UOp.const(u.dtype, 0 if reduce_op is Ops.ADD else u.dtype.min)
+            return reduce_identity(reduce_op, u.dtype)
         lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (-1, 1)
         looped = sorted(a for a in axes if src.shape[a] != 1)
         # the two innermost reduced axes as one loop (KernelOpts.merge): its counter m gives

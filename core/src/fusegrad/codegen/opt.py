@@ -163,12 +163,18 @@ def _upcast_reads_consecutively(value: UOp, axis: int, amount: int) -> bool:
     return _reads_consecutively(nodes, lane)
 
 
-def _vector_axis(value: UOp, nodes: list[UOp], axes: list[int], amounts: tuple[int, ...]) -> int | None:
-    """The output axis to run as vectors: one that some input is read consecutively along,
-    the one allowing the widest vectors, the last of equals (the output is written along it)."""
+def _contiguous_axes(value: UOp, nodes: list[UOp], axes: list[int], amounts: tuple[int, ...]) -> list[int]:
+    """The output axes along which some input is read consecutively, in the plain kernel or
+    once the axis is upcast by the widest of ``amounts`` that divides it."""
     shape = value.shape
-    contiguous = [d for d in axes if _output_axis_is_contiguous(nodes, shape, d)
-                  or (_amount(shape[d], amounts) > 1 and _upcast_reads_consecutively(value, d, _amount(shape[d], amounts)))]
+    return [d for d in axes if _output_axis_is_contiguous(nodes, shape, d)
+            or ((amount := _amount(shape[d], amounts)) > 1 and _upcast_reads_consecutively(value, d, amount))]
+
+
+def _vector_axis(shape: tuple[int, ...], axes: list[int], contiguous: list[int],
+                 amounts: tuple[int, ...]) -> int | None:
+    """The output axis to run as vectors: a ``contiguous`` one, the one allowing the widest
+    vectors, the last of equals (the output is written along it); else the last axis."""
     if not contiguous:
         return axes[-1] if axes else None
     return max(contiguous, key=lambda d: (_amount(shape[d], amounts), d))
@@ -188,13 +194,15 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     upcast: list[tuple[int, int]] = []
     nodes = _plain_kernel(value)
     regs = RegisterBudget.of(renderer, value.dtype.itemsize)
-    vec_axis = _vector_axis(value, nodes, axes, regs.vector_amounts())
-    if vec_axis is not None and (vec := _amount(shape[vec_axis], regs.vector_amounts())) > 1 and (
-        _output_axis_is_contiguous(nodes, shape, vec_axis) or not _innermost_reduce_is_contiguous(nodes)
-        or _upcast_reads_consecutively(value, vec_axis, vec)
+    amounts = regs.vector_amounts()
+    contiguous = _contiguous_axes(value, nodes, axes, amounts)  # (lowers once per axis)
+    vec_axis = _vector_axis(shape, axes, contiguous, amounts)
+    reduce_contiguous = _innermost_reduce_is_contiguous(nodes)
+    if vec_axis is not None and (vec := _amount(shape[vec_axis], amounts)) > 1 and (
+        vec_axis in contiguous or not reduce_contiguous
     ):
         upcast.append((vec_axis, vec))
-    lanes = None if upcast or not _innermost_reduce_is_contiguous(nodes) else _lanes(reduce, regs)
+    lanes = None if upcast or not reduce_contiguous else _lanes(reduce, regs)
     others = [d for d in axes if d != vec_axis]
     loads = _load_axes(nodes, shape) if others else []
 

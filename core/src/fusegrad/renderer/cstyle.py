@@ -44,6 +44,11 @@ def fill_param_gaps(params: list[UOp]) -> list[UOp]:
     return [by_number.get(i) or UOp(Ops.PARAM, dtypes.uint8, (), (i, 0)) for i in range(top + 1)]
 
 
+def grid_index_kind(name: str) -> str:
+    """The kind of a grid index from its SPECIAL's name: ``gidx``, ``group`` or ``lidx``."""
+    return name.rstrip("0123456789")
+
+
 class CStyleRenderer(Renderer):
     """Renders a linear program as one C-family function."""
 
@@ -121,7 +126,7 @@ class CStyleRenderer(Renderer):
 
     def render_special(self, u: UOp) -> str:
         """The expression for a grid index (SPECIAL ``gidx0``, ``group0``, ``lidx0``)."""
-        kind, dim = u.arg[0].rstrip("0123456789"), int(u.arg[0][-1])
+        kind, dim = grid_index_kind(u.arg[0]), int(u.arg[0][-1])
         if kind not in self.special_spellings:
             raise NotImplementedError(f"{type(self).__name__} cannot render grid index {u.arg[0]}")
         return self.special_spellings[kind].format(d=dim, x="xyz"[dim])
