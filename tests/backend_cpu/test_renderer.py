@@ -117,3 +117,41 @@ def test_large_matmul_reads_its_right_operand_in_panels():
     np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
     small = Tensor.rand(64, 2 * p, device="CPU").realize()
     assert len((a[:, :64] @ small).schedule()) == 1  # small operands are read in place
+
+
+def _reduce_source(t: Tensor) -> str:
+    *_, step = t.schedule()
+    renderer = Device["CPU"].renderer
+    return generate(step.ast, renderer, heuristic_opts(step.ast, renderer)).source
+
+
+def test_sum_lanes_are_unrolled_into_registers_but_a_max_keeps_omp_simd():
+    """A sum's lane loop unrolled keeps its accumulators in registers (under omp simd gcc stored
+    them on the stack every step); a max's ternary would run scalar unrolled, so it keeps simd."""
+    x = Tensor.rand(1 << 16, device="CPU").realize()
+    lanes = {v: line for v, line in _lines_before_loops(_reduce_source(x.sum())).items() if "1" in v}
+    assert any(line.startswith("#pragma GCC unroll") for line in lanes.values())
+    assert "omp simd" not in _reduce_source(x.sum())
+    assert "#pragma omp simd" in _reduce_source(x.max())
+    np.testing.assert_allclose(x.sum().numpy(), x.numpy().sum(), rtol=1e-4)
+    assert x.max().numpy() == x.numpy().max()
+
+
+def test_exp_with_clamps_is_vectorised(tmp_path):
+    """The exp polynomial clamps its argument with ternaries; gcc if-converts them only without
+    -ftrapping-math (the flag changes no result), else a softmax ran 4x slower, scalar."""
+    import subprocess
+
+    rt = Device["CPU"]
+    if "gcc" not in " ".join(rt.compiler.command):
+        return  # -fopt-info is gcc's; clang vectorises these loops on its own
+    x = Tensor.rand(64, 256, device="CPU").realize()
+    (step,) = (x.exp() * 2).schedule()
+    kernel = generate(step.ast, rt.renderer, heuristic_opts(step.ast, rt.renderer))
+    path = tmp_path / "k.c"
+    path.write_text(kernel.source)
+    flags = [f for f in rt.compiler.flags if f != "-shared"]
+    done = subprocess.run([*rt.compiler.command, *flags, "-c", "-fopt-info-vec-optimized", str(path),
+                           "-o", str(tmp_path / "k.o")], capture_output=True, text=True, check=True)
+    assert "loop vectorized" in done.stderr, done.stderr
+    np.testing.assert_allclose((x.exp() * 2).numpy(), np.exp(x.numpy()) * 2, rtol=1e-5)

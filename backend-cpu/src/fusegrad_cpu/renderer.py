@@ -51,6 +51,26 @@ def _uses_accumulators(body: list[UOp]) -> bool:
                and u.src[0].src[0].op is Ops.DEFINE_REG for u in body)
 
 
+#: ops gcc's straight-line vectoriser (SLP) leaves scalar once a loop is unrolled: a ternary may
+#: not become ``vmaxps`` without -ffinite-math-only, and a long body (an exp) is not packed at all
+_NOT_PACKED = frozenset({*GroupOp.Comparison, Ops.WHERE, Ops.MAX})
+#: the most statements an unrolled lane loop may make (lanes x body) before it is left to omp simd
+_UNROLL_STATEMENTS = 512
+
+
+def _packs_in_registers(loop: UOp, body: list[UOp]) -> bool:
+    """Whether unrolling ``loop`` leaves code gcc packs into vector registers. An upcast tile
+    always (its rows are the register tile); a lane loop only when its body is short arithmetic.
+    Unrolled, a sum's accumulators live in registers (under ``omp simd`` gcc loads and stores
+    each on every step: a 16M sum ran 10-20% slower); a max or an exp unrolled runs scalar (a
+    softmax row max ran 1.8x slower)."""
+    if loop.arg[1] == "upcast":
+        return True
+    if any(u.op in _NOT_PACKED for u in body):
+        return False
+    return loop.src[0].arg * len(body) <= _UNROLL_STATEMENTS
+
+
 def vector_hints(program: list[UOp]) -> dict[UOp, str]:
     """A pragma for each short loop: ``GCC unroll`` for one around other loops or one that uses
     accumulators, ``omp simd`` for another innermost one that reads memory consecutively;
@@ -74,7 +94,7 @@ def vector_hints(program: list[UOp]) -> dict[UOp, str]:
             body = program[opened[loop] + 1 : i]
             innermost = not any(b.op is Ops.RANGE for b in body)
             if loop.arg[1] in _SHORT_LOOPS:
-                if not innermost or (loop.arg[1] == "upcast" and _uses_accumulators(body)):
+                if not innermost or (_uses_accumulators(body) and _packs_in_registers(loop, body)):
                     hints[loop] = f"#pragma GCC unroll {loop.src[0].arg}"
                 elif _reads_consecutively(loop, body):
                     hints[loop] = "#pragma omp simd"
