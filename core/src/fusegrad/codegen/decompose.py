@@ -36,13 +36,14 @@ def replaces_math(renderer: Renderer, op: Ops, dtype: DType) -> bool:
     return op in _replaced_math_ops(renderer) and dtype in ARITHMETIC_MATH_DTYPES
 
 
-def math_in_float32(u: UOp, x: UOp) -> UOp:
-    """EXP2 or LOG2 of a float up to 32 bits as float32 arithmetic (``codegen/transcendental.py``).
+def math_in_float32(u: UOp, x: UOp, fma: bool = False) -> UOp:
+    """EXP2 or LOG2 of a float up to 32 bits as float32 arithmetic (``codegen/transcendental.py``),
+    its polynomial in fused multiply-adds with ``fma``.
 
     A float16 or bfloat16 is computed in float32 and rounded back, as C-family renderers already
     do for their math functions. float64 is never matched: it keeps the target's own function.
     """
-    return FLOAT32_MATH[u.op](x.cast(dtypes.float32)).cast(u.dtype)
+    return FLOAT32_MATH[u.op](x.cast(dtypes.float32), fma).cast(u.dtype)
 
 
 def check_dtypes(graph: UOp, renderer: Renderer) -> None:
@@ -253,7 +254,8 @@ def decompose(graph: UOp, renderer: Renderer) -> UOp:
     rules = [rule for op, rule in DECOMPOSITIONS.items() if op not in renderer.native_ops]
     if slow := _replaced_math_ops(renderer):
         pattern = UPat(slow, dtype=ARITHMETIC_MATH_DTYPES, src=(UPat.var("x"),), name="u")
-        rules.append((pattern, math_in_float32))
+        fma = Ops.MULACC in renderer.native_ops
+        rules.append((pattern, lambda u, x: math_in_float32(u, x, fma)))
     if rules:
         graph = graph_rewrite(graph, PatternMatcher(rules))
     check_dtypes(graph, renderer)
