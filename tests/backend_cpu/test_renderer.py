@@ -155,3 +155,17 @@ def test_exp_with_clamps_is_vectorised(tmp_path):
                            "-o", str(tmp_path / "k.o")], capture_output=True, text=True, check=True)
     assert "loop vectorized" in done.stderr, done.stderr
     np.testing.assert_allclose((x.exp() * 2).numpy(), np.exp(x.numpy()) * 2, rtol=1e-5)
+
+
+def test_last_level_cache_is_read_from_sysfs(tmp_path):
+    from fusegrad_cpu.renderer import last_level_cache
+
+    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "64K"),
+                                                  (2, "Unified", "512K"), (3, "Unified", "32768K")]):
+        entry = tmp_path / f"index{index}"
+        entry.mkdir()
+        (entry / "level").write_text(f"{level}\n")
+        (entry / "type").write_text(f"{kind}\n")
+        (entry / "size").write_text(f"{size}\n")
+    assert last_level_cache(str(tmp_path)) == 32 << 20
+    assert last_level_cache(str(tmp_path / "missing")) == 0

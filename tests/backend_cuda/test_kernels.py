@@ -70,7 +70,7 @@ def test_long_reductions_run_one_block_per_output(case_id, threads):
     text = kernel.source
     outputs = ast.src[0].src[1].size
     assert kernel.local_size == (threads,) and kernel.global_size == (outputs * threads,)
-    assert f"__shared__ " in text and "return;" not in text
+    assert "__shared__ " in text and "return;" not in text
     steps = [f"shared0[{threads}];", "shared0[lidx0] = acc0;", "__syncthreads();",
              "(lidx0<1);", "shared0[alu", "data0["]
     positions = [text.index(step) for step in steps]

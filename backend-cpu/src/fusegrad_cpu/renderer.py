@@ -5,6 +5,9 @@ elementwise kernels."""
 from __future__ import annotations
 
 import copy
+import functools
+import glob
+import os
 
 from fusegrad.dtype import dtypes
 from fusegrad.renderer.cstyle import CStyleRenderer
@@ -24,6 +27,29 @@ def vector_register_file(features: set[str]) -> tuple[int, int]:
     if "asimd" in features:
         return 32, 16
     return 16, 16
+
+
+@functools.cache
+def last_level_cache(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Bytes of the highest-level data cache of the first core, as Linux lists it (0 when it
+    does not: another system, or a container without /sys)."""
+    best = (0, 0)
+    for entry in glob.glob(os.path.join(root, "index*")):
+        try:
+            with open(os.path.join(entry, "type")) as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(os.path.join(entry, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(entry, "size")) as f:
+                text = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, (level, int(digits) * scale))
+    return best[1]
 
 
 #: loops the optimiser made short and fixed on purpose (see codegen/opt.py)
@@ -119,6 +145,7 @@ class CPURenderer(CStyleRenderer):
     def __init__(self, device: str = ""):
         super().__init__(device)
         self.vector_registers, self.vector_bytes = vector_register_file(set(cpu_info()[1].split()))
+        self.cache_bytes = last_level_cache()
 
     def prelude(self, program: list[UOp]) -> str:
         return "#include <math.h>\n#include <stdbool.h>\n"

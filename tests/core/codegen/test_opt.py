@@ -124,3 +124,34 @@ def test_rows_read_with_division_are_not_merged():
     up = g.reshape(8, 4, 10, 1, 10, 1).expand(8, 4, 10, 2, 10, 2).reshape(8, 4, 20, 20)
     (step,) = (x * up).sum((0, 2, 3)).schedule()
     assert not heuristic_opts(step.ast, AVX2).merge
+
+
+def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cache():
+    """Rows 4 KB long (1024 floats) share cache sets: with a 32 MB cache the row blocks loop
+    outside the column panels (the 4 MB operand streams past a block kept in L1); rows of 768
+    floats, or no cache size known, or a 16 MB operand, keep the columns outside."""
+    big_cache = _target(16, 32)
+    big_cache.cache_bytes = 32 << 20
+
+    def order(n: int, target: Renderer) -> tuple[int, ...]:
+        ast = _reduce_ast(Tensor.empty(n, n, device="CPU") @ Tensor.empty(n, n, device="CPU"))
+        opts = heuristic_opts(ast, target)
+        rows, cols = opts.upcast[0][0], opts.upcast[1][0]
+        return tuple(d for d in opts.order if d in (rows, cols)), (rows, cols)
+
+    loops, (rows, cols) = order(1024, big_cache)
+    assert loops == (rows, cols)
+    for n, target in ((768, big_cache), (1024, AVX2), (2048, big_cache)):
+        loops, (rows, cols) = order(n, target)
+        assert loops == (cols, rows), n
+    a, b = Tensor.rand(96, 1024, device="CPU").realize(), Tensor.rand(1024, 64, device="CPU").realize()
+    *_, step = (a @ b).schedule()
+    opts = heuristic_opts(step.ast, big_cache)
+    rt = Device["CPU"]
+    kernel = generate(step.ast, rt.renderer, opts)
+    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    out = Tensor.zeros(96 * 64, device="CPU").contiguous().realize()
+    width = 2 * rt.renderer.vector_bytes // 4  # the host's panels (tensor._panelled)
+    panels = b.reshape(1024, 64 // width, width).permute(1, 0, 2).contiguous().realize()
+    program(out._buffer().handle, a._buffer().handle, panels._buffer().handle, global_size=None)
+    np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)

@@ -218,7 +218,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     if reuse is not None:
         upcast.insert(0, (reuse, _reuse_amount(shape[reuse], budget)))
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
-    order += tuple(d for d in (vec_axis, reuse) if d is not None)
+    inner = (reuse, vec_axis) if _rows_outside(reduce, shape, upcast, renderer) else (vec_axis, reuse)
+    order += tuple(d for d in inner if d is not None)
     opts = KernelOpts(order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast))
     return _merged(value, opts, reduce, regs) if lanes else opts
 
@@ -235,6 +236,29 @@ def _reuse_amount(size: int, budget: tuple[int, ...]) -> int:
 #: bytes of the inputs read along the reduction that a tile of panels may keep in cache (about
 #: half of a core's L2 cache on current x86 processors)
 TILE_BYTES = 256 * 1024
+
+
+#: a row's length in bytes that is a multiple of this puts a matmul's rows in the same cache sets
+ALIASING_STRIDE = 4096
+
+
+def _rows_outside(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]], renderer: Renderer) -> bool:
+    """Whether a matmul-like tile should loop over its blocks of rows outside its column panels.
+
+    The columns go outside by default: a group of column panels stays in L2 while every block
+    of rows streams past it. But rows a multiple of 4 KB long fall in the same cache sets and
+    evict each other, so each block of rows comes from the last-level cache again and again.
+    Then, when the whole right operand fits a quarter of that cache (renderer capability
+    ``cache_bytes``), the rows go outside: each block stays in L1 while the operand streams.
+    Measured on a 2-core AVX2 machine with 32 MB of L3, GFLOP/s columns-outside vs rows-outside:
+    1024² 155 vs 181, 768² 125 vs 115 (no aliasing), 2048² 130 vs 109 (16 MB operand)."""
+    if len(upcast) != 2 or not renderer.cache_bytes:
+        return False
+    (_, _), (vec_axis, _) = upcast
+    length = reduce.src[0].size // max(1, reduce.size)
+    row_bytes = length * reduce.dtype.itemsize
+    operand_bytes = row_bytes * shape[vec_axis]
+    return row_bytes % ALIASING_STRIDE == 0 and operand_bytes <= renderer.cache_bytes // 4
 
 
 def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

@@ -51,6 +51,9 @@ class Renderer:
     #: sizes a reduction's register tile from them: accumulators that spill to memory are slow.
     vector_registers: int = 16
     vector_bytes: int = 16
+    #: bytes of the largest cache the kernel's threads share (a CPU's last level); 0: unknown.
+    #: The optimiser streams a matmul's whole right operand through it when it fits.
+    cache_bytes: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8
