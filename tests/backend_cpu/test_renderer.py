@@ -169,3 +169,26 @@ def test_last_level_cache_is_read_from_sysfs(tmp_path):
         (entry / "size").write_text(f"{size}\n")
     assert last_level_cache(str(tmp_path)) == 32 << 20
     assert last_level_cache(str(tmp_path / "missing")) == 0
+
+
+def test_conv_tile_inside_several_reduce_loops_keeps_a_vector_loop():
+    """A conv's tile sits inside its channel and window loops: unrolled there gcc left it scalar
+    (19x slower), so its vector loop stays ``omp simd`` while the rows unroll; a matmul's tile,
+    inside one reduce loop, unrolls whole."""
+    x, w = Tensor.rand(4, 8, 12, 12, device="CPU").realize(), Tensor.rand(32, 8, 3, 3, device="CPU").realize()
+    source = _reduce_source(x.conv2d(w))
+    pragmas = [line.strip() for line in source.splitlines() if line.strip().startswith("#pragma")]
+    assert "#pragma omp simd" in pragmas and any(p.startswith("#pragma GCC unroll") for p in pragmas)
+    expected = torch_free_conv(x.numpy(), w.numpy())
+    np.testing.assert_allclose(x.conv2d(w).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def torch_free_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A valid, stride-1 2-d convolution in numpy."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    out = np.zeros((n, o, h - kh + 1, wd - kw + 1), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,oc->nohw", x[:, :, i : i + h - kh + 1, j : j + wd - kw + 1], w[:, :, i, j])
+    return out
