@@ -5,8 +5,9 @@
 Peers: numpy, torch (2.13.0) and tinygrad (0.14.0), each when importable. For each workload it
 prints medians and the ratio of each peer's time to fusegrad's (> 1: fusegrad is faster), plus
 this machine's copy bandwidth and a measured FMA peak, so the figures can be read against the
-hardware. Compile time is excluded (each workload runs once before timing); the MNIST train
-step is in bench/bench_mnist.py.
+hardware. Compile time is excluded (each workload runs once before timing). The MNIST train
+step (batch 128, Adam) is measured as bench/bench_mnist.py does, one step of each side in turn;
+that script also measures the cold first step and peak memory.
 """
 
 from __future__ import annotations
@@ -55,12 +56,19 @@ def peers() -> dict[str, object]:
     return found
 
 
+#: seconds in each unit a time is printed in (``report`` without an amount)
+TIME_UNITS = {"us": 1e-6, "ms": 1e-3}
+
+
 def report(name: str, unit: str, amount: float, times: dict[str, float]) -> None:
+    """A line of rates (``amount`` per second, in ``unit``) or, without an amount, of times in
+    ``unit`` ("us" or "ms"), with each peer's ratio to fusegrad."""
     ours = times["fusegrad"]
-    cells = [f"fusegrad {amount / ours:9.2f} {unit}" if amount else f"fusegrad {ours * 1e6:9.1f} us"]
+    scale = TIME_UNITS.get(unit, 1.0)
+    cells = [f"fusegrad {amount / ours:9.2f} {unit}" if amount else f"fusegrad {ours / scale:9.1f} {unit}"]
     for peer, t in times.items():
         if peer != "fusegrad":
-            value = f"{amount / t:9.2f}" if amount else f"{t * 1e6:9.1f}"
+            value = f"{amount / t:9.2f}" if amount else f"{t / scale:9.1f}"
             cells.append(f"{peer} {value} ({t / ours:5.2f}x)")
     print(f"{name:<28s} " + "   ".join(cells))
 
@@ -115,13 +123,13 @@ def eager_and_jit(found: dict, repeats: int) -> None:
     if (tg := found.get("tinygrad")) is not None:
         ga, gb = tg.Tensor(an).realize(), tg.Tensor(bn).realize()
         times["tinygrad"] = median(lambda: (ga + gb).realize(), repeats, 20)
-    report("eager tiny op (4-elem add)", "", 0, times)
+    report("eager tiny op (4-elem add)", "us", 0, times)
     jit = TinyJit(lambda x, y: ((x + y) * 2 - 1).realize())
     times = {"fusegrad": median(lambda: jit(a, b), repeats, 500)}
     if (tg := found.get("tinygrad")) is not None:
         gjit = tg.TinyJit(lambda x, y: ((x + y) * 2 - 1).realize())
         times["tinygrad"] = median(lambda: gjit(ga, gb), repeats, 100)
-    report("TinyJit replay, 3 ops", "", 0, times)
+    report("TinyJit replay, 3 ops", "us", 0, times)
 
 
 def machine_figures(n_big: int) -> None:
@@ -198,6 +206,29 @@ def main() -> None:
     for work in workloads(n_big, sizes, found):
         run_workload(*work, found, repeats)
     eager_and_jit(found, repeats)
+    mnist_step(repeats)
+
+
+def mnist_step(repeats: int) -> None:
+    """The examples/mnist.py CNN's training step, eager and TinyJit, against torch's."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_mnist import fusegrad_step, timed, torch_step
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, 128).astype(np.int32)
+    runs = {"fusegrad": fusegrad_step(x, y)[0], "TinyJit": fusegrad_step(x, y, jit=True)[0]}
+    if (theirs := torch_step(x, y)) is not None:
+        runs["torch"] = theirs
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):  # in turn: a slow spell of the machine hits them all alike
+        for name, run in runs.items():
+            samples[name].append(timed(run))
+    times = {name: statistics.median(t) for name, t in samples.items()}
+    report("MNIST train step (b=128)", "ms", 0, times)
 
 
 if __name__ == "__main__":
