@@ -81,6 +81,28 @@ def timed(fn: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
+def batch() -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels every side trains on: random, seeded, one batch of 128."""
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((128, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32)
+
+
+def step_medians(steps: int) -> tuple[dict[str, float], float]:
+    """Median seconds per step of fusegrad, fusegrad under TinyJit and torch (when installed),
+    one step of each in turn so that a slow spell of the machine hits them all alike; and the
+    seconds fusegrad's first step took (compiles included)."""
+    x, y = batch()
+    eager, first = fusegrad_step(x, y)
+    runs = {"fusegrad": eager, "fusegrad TinyJit": fusegrad_step(x, y, jit=True)[0]}
+    if (theirs := torch_step(x, y)) is not None:
+        runs["torch"] = theirs
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(steps):
+        for name, run in runs.items():
+            samples[name].append(timed(run))
+    return {name: statistics.median(times) for name, times in samples.items()}, first
+
+
 def peak_memory(which: str, steps: int) -> float:
     """Peak resident memory (MiB) of a fresh process that runs ``steps`` training steps."""
     import subprocess
@@ -101,9 +123,7 @@ def main() -> None:
         cache = tempfile.TemporaryDirectory(prefix="fusegrad-cold-cache-")
         os.environ["FUSEGRAD_CACHE"] = cache.name  # removed when ``cache`` is collected, at exit
     if args.only:  # a child of --memory: just train
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
-        y = rng.integers(0, 10, 128).astype(np.int32)
+        x, y = batch()
         run = fusegrad_step(x, y)[0] if args.only == "fusegrad" else torch_step(x, y)
         for _ in range(args.steps):
             run()
@@ -111,20 +131,8 @@ def main() -> None:
         status = open("/proc/self/status").read()
         print(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024)
         return
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, 128).astype(np.int32)
-    eager, first = fusegrad_step(x, y)
-    jitted, _ = fusegrad_step(x, y, jit=True)
-    runs = {"fusegrad": eager, "fusegrad TinyJit": jitted}
-    if (theirs := torch_step(x, y)) is not None:
-        runs["torch"] = theirs
-    # one step of each in turn: a slow spell of the machine hits them all alike
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.steps):
-        for name, run in runs.items():
-            samples[name].append(timed(run))
-    ms = {name: statistics.median(times) * 1e3 for name, times in samples.items()}
+    seconds, first = step_medians(args.steps)
+    ms = {name: t * 1e3 for name, t in seconds.items()}
     print(f"fusegrad first step (compiles included) {first:8.2f} s")
     print(f"fusegrad train step                     {ms['fusegrad']:8.1f} ms")
     print(f"fusegrad train step, TinyJit            {ms['fusegrad TinyJit']:8.1f} ms")

@@ -215,19 +215,10 @@ def mnist_step(repeats: int) -> None:
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_mnist import fusegrad_step, timed, torch_step
+    from bench_mnist import step_medians
 
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((128, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, 128).astype(np.int32)
-    runs = {"fusegrad": fusegrad_step(x, y)[0], "TinyJit": fusegrad_step(x, y, jit=True)[0]}
-    if (theirs := torch_step(x, y)) is not None:
-        runs["torch"] = theirs
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):  # in turn: a slow spell of the machine hits them all alike
-        for name, run in runs.items():
-            samples[name].append(timed(run))
-    times = {name: statistics.median(t) for name, t in samples.items()}
+    times = step_medians(repeats)[0]
+    times["TinyJit"] = times.pop("fusegrad TinyJit")
     report("MNIST train step (b=128)", "ms", 0, times)
 
 

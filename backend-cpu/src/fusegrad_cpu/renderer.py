@@ -36,20 +36,18 @@ def last_level_cache(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     best = (0, 0)
     for entry in glob.glob(os.path.join(root, "index*")):
         try:
-            with open(os.path.join(entry, "type")) as f:
-                if f.read().strip() == "Instruction":
-                    continue
-            with open(os.path.join(entry, "level")) as f:
-                level = int(f.read())
-            with open(os.path.join(entry, "size")) as f:
-                text = f.read().strip()
-        except (OSError, ValueError):
+            kind, level, size = (_read(entry, name) for name in ("type", "level", "size"))
+        except OSError:
             continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            best = max(best, (level, int(digits) * scale))
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
+        if kind != "Instruction" and level.isdigit() and size.rstrip("KMG").isdigit():
+            best = max(best, (int(level), int(size.rstrip("KMG")) * scale))
     return best[1]
+
+
+def _read(folder: str, name: str) -> str:
+    with open(os.path.join(folder, name)) as f:
+        return f.read().strip()
 
 
 #: loops the optimiser made short and fixed on purpose (see codegen/opt.py)
@@ -114,17 +112,15 @@ def vector_hints(program: list[UOp]) -> dict[UOp, str]:
     """
     hints: dict[UOp, str] = {}
     spans = _loop_spans(program)
-    # a tile inside several reduce loops (a convolution's channels, then its window) stays a loop
-    # of vectors: unrolled there, gcc left the whole tile scalar (a conv 8-19x slower)
-    keep_simd = {loop for loop, (start, end) in spans.items()
-                 if sum(1 for r, (s, e) in spans.items() if r.arg[1] == "reduce" and s < start and end < e) > 1}
     elementwise = not any(u.op is Ops.DEFINE_REG for u in program)
     for loop, (start, end) in spans.items():
         body = program[start + 1 : end]
         innermost = not any(b.op is Ops.RANGE for b in body)
         if loop.arg[1] in _SHORT_LOOPS:
+            # a tile inside several reduce loops (a convolution's channels, then its window) stays
+            # a loop of vectors: unrolled there, gcc left the whole tile scalar (a conv 8-19x slower)
             if not innermost or (_uses_accumulators(body) and _packs_in_registers(loop, body)
-                                 and loop not in keep_simd):
+                                 and _reduce_loops_around(loop, spans) < 2):
                 hints[loop] = f"#pragma GCC unroll {loop.src[0].arg}"
             elif _reads_consecutively(loop, body):
                 hints[loop] = "#pragma omp simd"
@@ -132,6 +128,11 @@ def vector_hints(program: list[UOp]) -> dict[UOp, str]:
             # gcc leaves many such loops scalar on its own: a pooling's backward ran 4x slower
             hints[loop] = "#pragma omp simd"
     return hints
+
+
+def _reduce_loops_around(loop: UOp, spans: dict[UOp, tuple[int, int]]) -> int:
+    start, end = spans[loop]
+    return sum(1 for r, (s, e) in spans.items() if r.arg[1] == "reduce" and s < start and end < e)
 
 
 def _loop_spans(program: list[UOp]) -> dict[UOp, tuple[int, int]]:
