@@ -155,3 +155,20 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     panels = b.reshape(1024, 64 // width, width).permute(1, 0, 2).contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, panels._buffer().handle, global_size=None)
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
+
+
+def test_weight_gradient_tile_spans_the_whole_window_row():
+    """A conv's weight gradient: C_out runs as vectors, and the rows reusing each loaded vector
+    are the 5 window columns (read from neighbouring input elements), the whole short axis,
+    rather than 4 of the input channels. The kernel still computes the gradient."""
+    x = Tensor.rand(8, 4, 12, 12, device="CPU")
+    w = Tensor.rand(32, 4, 5, 5, device="CPU", requires_grad=True)
+    g = Tensor.rand(8, 8, 8, 32, device="CPU").permute(0, 3, 1, 2)
+    (x.conv2d(w) * g).sum().backward()
+    (ast,) = [s.ast for s in w.grad.schedule() if s.ast.src[0].src[1].shape[-2:] == (5, 5)]
+    shape = ast.src[0].src[1].shape
+    assert heuristic_opts(ast, AVX2).upcast == ((len(shape) - 1, 5), (shape.index(32), 16))
+    xs, gs = x.numpy(), g.numpy()
+    windows = np.lib.stride_tricks.sliding_window_view(xs, (5, 5), axis=(2, 3))  # b, c, y, x, ky, kx
+    expected = np.einsum("bcyxij,boyx->ocij", windows, gs)
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-4)

@@ -213,10 +213,11 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
 
     vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
     budget = tuple(a for a in REUSE_AMOUNTS if a * vector <= regs.accumulators(vector))
+    whole = bool(upcast)  # rows of a register tile may span a whole short axis
     reuse = next((d for d in sorted(others, key=reuse_score, reverse=True)
-                  if _reuse_amount(shape[d], budget) > 1), None)
+                  if _reuse_amount(shape[d], budget, whole) > 1), None)
     if reuse is not None:
-        upcast.insert(0, (reuse, _reuse_amount(shape[reuse], budget)))
+        upcast.insert(0, (reuse, _reuse_amount(shape[reuse], budget, whole)))
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse))
     inner = (reuse, vec_axis) if _rows_outside(reduce, shape, upcast, renderer) else (vec_axis, reuse)
     order += tuple(d for d in inner if d is not None)
@@ -224,13 +225,16 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     return _merged(value, opts, reduce, regs) if lanes else opts
 
 
-def _reuse_amount(size: int, budget: tuple[int, ...]) -> int:
+def _reuse_amount(size: int, budget: tuple[int, ...], whole: bool = False) -> int:
     """The reuse upcast for an axis of ``size``: the largest the registers allow, also when it
     does not divide a long axis (6 rows of 1024: the last block redoes two rows), else the
-    largest that divides it."""
+    largest that divides it; with ``whole``, a short axis that fits (a convolution window's 5
+    or 3 columns) may be taken whole. Its rows read neighbouring input elements, so a 5 x 16
+    tile of a 5x5 conv's weight gradient ran 1.3-3.5x faster than 4 x 16 over the channels."""
     if budget and size >= 16 * budget[0]:
         return budget[0]
-    return _amount(size, budget)
+    amount = _amount(size, budget)
+    return size if whole and amount == 1 and size in budget else amount
 
 
 #: bytes of the inputs read along the reduction that a tile of panels may keep in cache (about
