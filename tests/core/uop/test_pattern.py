@@ -62,6 +62,24 @@ def test_tensor_graphs_are_hash_consed(device):
     assert (t * 4).uop is not (t * 5).uop
 
 
+def test_dead_nodes_leave_the_table():
+    """The table of live nodes holds them weakly: a node nobody uses is dropped with its entry,
+    and building it again gives a fresh node."""
+    import gc
+
+    from fusegrad.uop import ops
+
+    before = len(ops._NODES)
+    node = UOp(Ops.RESHAPE, f32, (c(123.25, f32),), (1, 1, 1, 7))
+    assert UOp(Ops.RESHAPE, f32, (c(123.25, f32),), (1, 1, 1, 7)) is node
+    assert len(ops._NODES) == before + 2  # the reshape and its constant
+    del node
+    gc.collect()
+    assert len(ops._NODES) == before
+    again = UOp(Ops.RESHAPE, f32, (c(123.25, f32),), (1, 1, 1, 7))
+    assert again.arg == (1, 1, 1, 7) and len(ops._NODES) == before + 2
+
+
 def test_uop_is_immutable():
     with pytest.raises(AttributeError, match="immutable"):
         x.arg = 3  # type: ignore[misc]
