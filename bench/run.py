@@ -35,6 +35,23 @@ def median(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
     return statistics.median(times)
 
 
+def medians(fns: dict[str, Callable[[], object]], repeats: int, inner: int = 1, rounds: int = 3) -> dict[str, float]:
+    """Each contender's median of about ``repeats`` timed runs, taken in ``rounds`` turns: in
+    each, every contender runs once untimed (another's worker threads may still be spinning),
+    then its share of the timed runs. Turns spread this machine's slow spells over all of them
+    instead of one."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            fn()
+            for _ in range(-(-repeats // rounds)):
+                start = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                samples[name].append((time.perf_counter() - start) / inner)
+    return {name: statistics.median(t) for name, t in samples.items()}
+
+
 def peers() -> dict[str, object]:
     found: dict[str, object] = {}
     try:
@@ -99,17 +116,16 @@ def _softmax(x, _):
 
 
 def run_workload(name, unit, amount, a, b, fn, found, repeats) -> None:
-    times: dict[str, float] = {}
     ta, tb = Tensor(a), Tensor(b) if b is not None else None
-    times["fusegrad"] = median(lambda: fn(ta, tb).realize(), repeats)
-    times["numpy"] = median(lambda: fn(a, b), repeats)
+    contenders: dict[str, Callable[[], object]] = {
+        "fusegrad": lambda: fn(ta, tb).realize(), "numpy": lambda: fn(a, b)}
     if (torch := found.get("torch")) is not None:
         xa, xb = torch.from_numpy(a), torch.from_numpy(b) if b is not None else None
-        times["torch"] = median(lambda: fn(xa, xb), repeats)
+        contenders["torch"] = lambda: fn(xa, xb)
     if (tg := found.get("tinygrad")) is not None:
         ga, gb = tg.Tensor(a).realize(), tg.Tensor(b).realize() if b is not None else None
-        times["tinygrad"] = median(lambda: fn(ga, gb).realize(), repeats)
-    report(name, unit, amount, times)
+        contenders["tinygrad"] = lambda: fn(ga, gb).realize()
+    report(name, unit, amount, medians(contenders, repeats))
 
 
 def eager_and_jit(found: dict, repeats: int) -> None:
