@@ -34,6 +34,29 @@ def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     return node if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
 
 
+#: (dtype, shape, value) -> the scalar as a node broadcast to ``shape``. The scalars of a training
+#: step (Adam's betas, a mean's 1/N) come back every step with the same shapes; a lookup here
+#: replaces building three nodes and three tensors for each. Cleared when it grows large.
+_SCALARS: dict[tuple, UOp] = {}
+_SCALARS_LIMIT = 4096
+
+
+def broadcast_scalar(value: bool | int | float, dtype: DType, shape: tuple[int, ...]) -> UOp:
+    """The constant ``value`` of ``dtype`` seen with ``shape`` (a reshape to size-1 axes and an
+    expand, as ``Tensor(value).expand(shape)`` builds it)."""
+    key = (dtype, shape, type(value), value.hex() if isinstance(value, float) else value)
+    if (node := _SCALARS.get(key)) is None:
+        node = UOp.const(dtype, value)
+        if shape:
+            node = UOp(Ops.RESHAPE, dtype, (node,), (1,) * len(shape))
+            if any(s != 1 for s in shape):
+                node = UOp(Ops.EXPAND, dtype, (node,), shape)
+        if len(_SCALARS) >= _SCALARS_LIMIT:
+            _SCALARS.clear()
+        _SCALARS[key] = node
+    return node
+
+
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape PyTorch broadcasts ``shapes`` to; a ShapeError names them when they don't fit."""
     ndim = max(len(s) for s in shapes)
@@ -365,19 +388,21 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
 
     def _operands(self, other: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
         """Both operands of a binary op, promoted to one dtype and broadcast to one shape."""
-        if isinstance(other, Tensor):
-            if other.device != self.device:
-                raise FusegradError(
-                    f"tensors on {self.device} and {other.device} cannot be combined; "
-                    f"move one with .to({self.device!r})"
-                )
-            dtype = promote_types(self.dtype, other.dtype)
+        if not isinstance(other, Tensor):  # a Python scalar: a cached broadcast constant
+            a = self.cast(scalar_type(other, self.dtype))
+            b = self._wrap(broadcast_scalar(other, a.dtype, a.shape), self.device)
+        elif other.device != self.device:
+            raise FusegradError(
+                f"tensors on {self.device} and {other.device} cannot be combined; "
+                f"move one with .to({self.device!r})"
+            )
+        elif other.uop.dtype == self.uop.dtype and other.shape == self.shape:
+            a, b = self, other
         else:
-            dtype = scalar_type(other, self.dtype)
-            other = Tensor(UOp.const(dtype, other), device=self.device)
-        a, b = self.cast(dtype), other.cast(dtype)
-        shape = broadcast_shapes(a.shape, b.shape)
-        a, b = a._broadcast_to(shape), b._broadcast_to(shape)
+            dtype = promote_types(self.dtype, other.dtype)
+            a, b = self.cast(dtype), other.cast(dtype)
+            shape = broadcast_shapes(a.shape, b.shape)
+            a, b = a._broadcast_to(shape), b._broadcast_to(shape)
         return (b, a) if reverse else (a, b)
 
     def _float_operand(self) -> Tensor:

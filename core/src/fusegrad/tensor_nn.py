@@ -16,11 +16,10 @@ import numpy as np
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import FusegradError, ShapeError
-from fusegrad.uop.ops import Ops
+from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
-    from fusegrad.uop.ops import UOp
 
 Size = int | Sequence[int]
 
@@ -71,6 +70,25 @@ def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp,
     return dx.uop, dw.uop
 
 
+#: (shape, kernel, stride, dilation) -> the movement ops ``_pool`` applies, as (op, arg) pairs
+_POOL_MOVES: dict[tuple, tuple[tuple[Ops, Any], ...]] = {}
+
+
+def _pool_moves(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...],
+                dilation: tuple[int, ...]) -> tuple[tuple[Ops, Any], ...]:
+    """The chain of movement ops that ``_pool_windows`` puts on a tensor of ``x``'s shape, found
+    by applying it to a placeholder and walking back from the result."""
+    base = UOp(Ops.PARAM, x.dtype, (), (0, x.numel()))
+    base = UOp(Ops.RESHAPE, x.dtype, (base,), x.shape)
+    node = type(x)._wrap(base, x.device)._pool_windows(kernel, stride, dilation).uop
+    moves = []
+    while node is not base:
+        assert node.op in GroupOp.Movement and len(node.src) == 1, f"_pool made a {node.op}"
+        moves.append((node.op, node.arg))
+        node = node.src[0]
+    return tuple(reversed(moves))
+
+
 def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "none":
         return loss
@@ -118,7 +136,22 @@ class NNMixin:
     def _pool(
         self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
     ) -> Tensor:
-        """(..., *spatial) to (..., *out, *kernel): sliding windows over the last len(kernel) axes."""
+        """(..., *spatial) to (..., *out, *kernel): sliding windows over the last len(kernel) axes.
+
+        The movement ops depend only on the shape and the window, so they are worked out once
+        per shape (``_pool_moves``) and replayed on the tensor's node: a training step pools
+        the same shapes every time, and the ops' checks are the slow part."""
+        key = (self.shape, kernel, stride, dilation)
+        if (moves := _POOL_MOVES.get(key)) is None:
+            moves = _POOL_MOVES[key] = _pool_moves(self, kernel, stride, dilation)
+        node = self.uop
+        for op, arg in moves:
+            node = UOp(op, node.dtype, (node,), arg)
+        return self._wrap(node, self.device)
+
+    def _pool_windows(
+        self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+    ) -> Tensor:
         n, lead = len(kernel), self.ndim - len(kernel)
         x = self
         for j in range(n):
