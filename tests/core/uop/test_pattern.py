@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fusegrad import Tensor, dtypes
-from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop.ops import Ops, UOp, toposort
 from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 f32, i32, bool_ = dtypes.float32, dtypes.int32, dtypes.bool
@@ -78,6 +78,22 @@ def test_dead_nodes_leave_the_table():
     assert len(ops._NODES) == before
     again = UOp(Ops.RESHAPE, f32, (c(123.25, f32),), (1, 1, 1, 7))
     assert again.arg == (1, 1, 1, 7) and len(ops._NODES) == before + 2
+
+
+def test_toposort_puts_sources_first_in_order_once_each():
+    a, b = var("a"), var("b")
+    s = a + b
+    top = s * a + (b + 1)
+    order = toposort([top])
+    assert len(order) == len(set(order)) and order[-1] is top
+    assert all(order.index(src) < order.index(u) for u in order for src in u.src)
+    # depth first, sources left to right: a's subtree is listed before b's
+    assert order.index(a) < order.index(b) < order.index(s)
+    assert toposort([s, top])[: len(toposort([s]))] == toposort([s])
+    deep = a
+    for _ in range(20000):  # no recursion limit
+        deep = deep + 1
+    assert toposort([deep])[-1] is deep
 
 
 def test_uop_is_immutable():
