@@ -60,15 +60,17 @@ def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
     and each CUSTOM_GRAD by its value."""
     buffers: list[Any] = []
     done: dict[UOp, UOp] = {}
+    new_of = done.__getitem__
     for u in toposort(roots):
-        if u.op is Ops.BUFFER:
+        op, src = u.op, u.src
+        if op is Ops.BUFFER:
             done[u] = UOp(Ops.PARAM, u.dtype, (), (len(buffers), u.arg.size))
             buffers.append(u.arg)
-        elif u.op is Ops.CUSTOM_GRAD:  # only autograd reads the rule; the value is src[0]
-            done[u] = done[u.src[0]]
-        elif u.src:
-            new_src = tuple(done[s] for s in u.src)
-            done[u] = u if new_src == u.src else UOp(u.op, u.dtype, new_src, u.arg)
+        elif op is Ops.CUSTOM_GRAD:  # only autograd reads the rule; the value is src[0]
+            done[u] = done[src[0]]
+        elif src:
+            new_src = tuple(map(new_of, src))
+            done[u] = u if new_src == src else UOp(op, u.dtype, new_src, u.arg)
         else:
             done[u] = u
     return tuple(done[r] for r in roots), buffers

@@ -115,11 +115,9 @@ BACKEND_OPS = frozenset(
 )
 
 
-def _arg_key(op: Ops, arg: Any) -> Any:
+def _const_key(arg: Any) -> Any:
     # 0.0 == -0.0 and 1 == 1.0 == True hash alike; constants must stay apart by value and type
-    if op is Ops.CONST:
-        return (type(arg), arg.hex() if isinstance(arg, float) else arg)
-    return arg
+    return (type(arg), arg.hex() if isinstance(arg, float) else arg)
 
 
 class _Entry(weakref.ref):
@@ -151,7 +149,7 @@ class UOp:
     arg: Any
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
-        key = (op, dtype, src, _arg_key(op, arg))
+        key = (op, dtype, src, _const_key(arg) if op is Ops.CONST else arg)
         if (entry := _NODES.get(key)) is not None and (hit := entry()) is not None:
             return hit
         self = object.__new__(cls)
