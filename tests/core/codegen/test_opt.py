@@ -172,3 +172,19 @@ def test_weight_gradient_tile_spans_the_whole_window_row():
     windows = np.lib.stride_tricks.sliding_window_view(xs, (5, 5), axis=(2, 3))  # b, c, y, x, ky, kx
     expected = np.einsum("bcyxij,boyx->ocij", windows, gs)
     np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_conv_tile_rows_span_a_short_output_row():
+    """A 3x3 conv over rows of 6: the tile takes all 6 output columns with 16 channels as
+    vectors (6 x 16 fits AVX2's registers), not 3 of them; over rows of 8, which 8 x 16 would not
+    fit, it halves the vectors and still takes the whole row (8 x 8)."""
+    w = Tensor.rand(64, 32, 3, 3, device="CPU")
+    for width, rows, vector in ((6, 6, 16), (8, 8, 8)):
+        x = Tensor.rand(4, 32, width + 2, width + 2, device="CPU")
+        ast = _reduce_ast(x.conv2d(w))
+        shape = ast.src[0].src[1].shape
+        width_axis = len(shape) - 1 - shape[::-1].index(width)
+        assert heuristic_opts(ast, AVX2).upcast == ((width_axis, rows), (shape.index(64), vector))
+    out = x.conv2d(w).numpy()
+    windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), (3, 3), axis=(2, 3))
+    np.testing.assert_allclose(out, np.einsum("bcyxij,ocij->boyx", windows, w.numpy()), rtol=1e-4, atol=1e-4)
