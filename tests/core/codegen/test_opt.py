@@ -188,3 +188,19 @@ def test_conv_tile_rows_span_a_short_output_row():
     out = x.conv2d(w).numpy()
     windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), (3, 3), axis=(2, 3))
     np.testing.assert_allclose(out, np.einsum("bcyxij,ocij->boyx", windows, w.numpy()), rtol=1e-4, atol=1e-4)
+
+
+def test_weight_gradient_tile_adds_rows_along_a_second_axis_when_registers_are_left():
+    """A 3x3 conv's weight gradient: 3 window columns x 16 output channels fill half of AVX2's
+    registers, so the tile also takes 2 input channels (2 x 3 x 16 = 12 registers)."""
+    x = Tensor.rand(8, 32, 8, 8, device="CPU")
+    w = Tensor.rand(64, 32, 3, 3, device="CPU", requires_grad=True)
+    g = Tensor.rand(8, 6, 6, 64, device="CPU").permute(0, 3, 1, 2)
+    (x.conv2d(w) * g).sum().backward()
+    (ast,) = [s.ast for s in w.grad.schedule() if s.ast.src[0].src[1].shape[-2:] == (3, 3)]
+    shape = ast.src[0].src[1].shape
+    cin, cout = shape.index(32), shape.index(64)
+    assert heuristic_opts(ast, AVX2).upcast == ((cin, 2), (len(shape) - 1, 3), (cout, 16))
+    windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), (3, 3), axis=(2, 3))
+    expected = np.einsum("bcyxij,boyx->ocij", windows, g.numpy())
+    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-3)
