@@ -157,21 +157,32 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
+def _weight_gradient(batch: int, cin: int, cout: int, size: int, k: int):
+    """A conv's weight gradient (C_out innermost in the incoming gradient, as conv2d's backward
+    lays it out): the AST of its k x k reduction kernel and a check of the values against numpy."""
+    x = Tensor.rand(batch, cin, size, size, device="CPU")
+    w = Tensor.rand(cout, cin, k, k, device="CPU", requires_grad=True)
+    out = size - k + 1
+    g = Tensor.rand(batch, out, out, cout, device="CPU").permute(0, 3, 1, 2)
+    (x.conv2d(w) * g).sum().backward()
+    (ast,) = [s.ast for s in w.grad.schedule() if s.ast.src[0].src[1].shape[-2:] == (k, k)]
+
+    def check() -> None:
+        windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), (k, k), axis=(2, 3))
+        expected = np.einsum("bcyxij,boyx->ocij", windows, g.numpy())  # b, c, y, x, ky, kx
+        np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+    return ast, check
+
+
 def test_weight_gradient_tile_spans_the_whole_window_row():
     """A conv's weight gradient: C_out runs as vectors, and the rows reusing each loaded vector
     are the 5 window columns (read from neighbouring input elements), the whole short axis,
     rather than 4 of the input channels. The kernel still computes the gradient."""
-    x = Tensor.rand(8, 4, 12, 12, device="CPU")
-    w = Tensor.rand(32, 4, 5, 5, device="CPU", requires_grad=True)
-    g = Tensor.rand(8, 8, 8, 32, device="CPU").permute(0, 3, 1, 2)
-    (x.conv2d(w) * g).sum().backward()
-    (ast,) = [s.ast for s in w.grad.schedule() if s.ast.src[0].src[1].shape[-2:] == (5, 5)]
+    ast, check = _weight_gradient(8, 4, 32, 12, 5)
     shape = ast.src[0].src[1].shape
     assert heuristic_opts(ast, AVX2).upcast == ((len(shape) - 1, 5), (shape.index(32), 16))
-    xs, gs = x.numpy(), g.numpy()
-    windows = np.lib.stride_tricks.sliding_window_view(xs, (5, 5), axis=(2, 3))  # b, c, y, x, ky, kx
-    expected = np.einsum("bcyxij,boyx->ocij", windows, gs)
-    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-4)
+    check()
 
 
 def test_conv_tile_rows_span_a_short_output_row():
@@ -193,14 +204,8 @@ def test_conv_tile_rows_span_a_short_output_row():
 def test_weight_gradient_tile_adds_rows_along_a_second_axis_when_registers_are_left():
     """A 3x3 conv's weight gradient: 3 window columns x 16 output channels fill half of AVX2's
     registers, so the tile also takes 2 input channels (2 x 3 x 16 = 12 registers)."""
-    x = Tensor.rand(8, 32, 8, 8, device="CPU")
-    w = Tensor.rand(64, 32, 3, 3, device="CPU", requires_grad=True)
-    g = Tensor.rand(8, 6, 6, 64, device="CPU").permute(0, 3, 1, 2)
-    (x.conv2d(w) * g).sum().backward()
-    (ast,) = [s.ast for s in w.grad.schedule() if s.ast.src[0].src[1].shape[-2:] == (3, 3)]
+    ast, check = _weight_gradient(8, 32, 64, 8, 3)
     shape = ast.src[0].src[1].shape
     cin, cout = shape.index(32), shape.index(64)
     assert heuristic_opts(ast, AVX2).upcast == ((cin, 2), (len(shape) - 1, 3), (cout, 16))
-    windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), (3, 3), axis=(2, 3))
-    expected = np.einsum("bcyxij,boyx->ocij", windows, g.numpy())
-    np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-4, atol=1e-3)
+    check()
