@@ -25,14 +25,8 @@ Peer = dict[str, Callable[[], object]]
 
 
 def median(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner)
-    return statistics.median(times)
+    """``fn``'s median time over ``repeats`` timed runs of ``inner`` calls, after one untimed."""
+    return medians({"fn": fn}, repeats, inner, rounds=1)["fn"]
 
 
 def medians(fns: dict[str, Callable[[], object]], repeats: int, inner: int = 1, rounds: int = 3) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """The caches that make building a training step's graph cheap give the graphs the plain
-construction gives (tensor.broadcast_scalar, tensor_nn._pool's replayed movement ops)."""
+construction gives (uop.ops.broadcast_scalar, tensor_nn._pool's replayed movement ops)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 
 from fusegrad import Tensor, dtypes
-from fusegrad import tensor as tensor_module
-from fusegrad.tensor import broadcast_scalar
-from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop import ops as ops_module
+from fusegrad.uop.ops import Ops, UOp, broadcast_scalar
 
 
 def _plain_scalar(value, dtype, shape):
@@ -50,11 +49,11 @@ def test_scalar_results_match_numpy():
 
 
 def test_scalar_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(tensor_module, "_SCALARS_LIMIT", 8)
-    monkeypatch.setattr(tensor_module, "_SCALARS", {})
+    monkeypatch.setattr(ops_module, "_SCALARS_LIMIT", 8)
+    monkeypatch.setattr(ops_module, "_SCALARS", {})
     for i in range(50):
         broadcast_scalar(float(i), dtypes.float32, (3,))
-    assert len(tensor_module._SCALARS) <= 8
+    assert len(ops_module._SCALARS) <= 8
 
 
 @pytest.mark.parametrize("shape, kernel, stride, dilation", [

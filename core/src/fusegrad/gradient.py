@@ -12,17 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
+from fusegrad.uop.ops import GroupOp, Ops, UOp, broadcast_scalar, toposort
 from fusegrad.uop.pattern import PatternMatcher, UPat
 
 
 def full_like(u: UOp, value: float) -> UOp:
     """A constant with the shape and dtype of ``u``."""
-    c = UOp.const(u.dtype, value)
-    if not u.shape:
-        return c
-    ones = UOp(Ops.RESHAPE, u.dtype, (c,), (1,) * len(u.shape))
-    return UOp(Ops.EXPAND, u.dtype, (ones,), u.shape)
+    return broadcast_scalar(value, u.dtype, u.shape)
 
 
 def expand_to(g: UOp, shape: tuple[int, ...]) -> UOp:

@@ -23,7 +23,7 @@ from fusegrad.tensor_index import IndexMixin
 from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
 from fusegrad.tensor_nn import NNMixin
-from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop.ops import Ops, UOp, broadcast_scalar
 
 Scalar = int | float | bool
 
@@ -32,29 +32,6 @@ def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     """The graph node of a realized buffer, viewed with ``shape``."""
     node = UOp(Ops.BUFFER, buf.dtype, (), buf)
     return node if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
-
-
-#: (dtype, shape, value) -> the scalar as a node broadcast to ``shape``. The scalars of a training
-#: step (Adam's betas, a mean's 1/N) come back every step with the same shapes; a lookup here
-#: replaces building three nodes and three tensors for each. Cleared when it grows large.
-_SCALARS: dict[tuple, UOp] = {}
-_SCALARS_LIMIT = 4096
-
-
-def broadcast_scalar(value: bool | int | float, dtype: DType, shape: tuple[int, ...]) -> UOp:
-    """The constant ``value`` of ``dtype`` seen with ``shape`` (a reshape to size-1 axes and an
-    expand, as ``Tensor(value).expand(shape)`` builds it)."""
-    key = (dtype, shape, type(value), value.hex() if isinstance(value, float) else value)
-    if (node := _SCALARS.get(key)) is None:
-        node = UOp.const(dtype, value)
-        if shape:
-            node = UOp(Ops.RESHAPE, dtype, (node,), (1,) * len(shape))
-            if any(s != 1 for s in shape):
-                node = UOp(Ops.EXPAND, dtype, (node,), shape)
-        if len(_SCALARS) >= _SCALARS_LIMIT:
-            _SCALARS.clear()
-        _SCALARS[key] = node
-    return node
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -270,8 +247,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         """A tensor of ``shape`` filled with ``fill`` (no memory until realized)."""
         shape = _shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill)
-        t = Tensor(UOp.const(dtype, fill), device=device)
-        return t.reshape((1,) * len(shape)).expand(shape) if shape else t
+        return Tensor(broadcast_scalar(fill, dtype, shape), device=device)
 
     @staticmethod
     def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None,

@@ -72,6 +72,11 @@ class RegisterBudget:
         loaded = -(-vector // self.width)
         return max(1, self.registers - loaded - 2) * self.width
 
+    def rows(self, vector: int, per_row: int = 1) -> tuple[int, ...]:
+        """Row counts (``REUSE_AMOUNTS``) of a tile that fit the accumulators beside ``vector``
+        elements of loaded input, each row holding ``per_row`` vectors' worth."""
+        return tuple(a for a in REUSE_AMOUNTS if a * per_row * vector <= self.accumulators(vector))
+
     def lane_amounts(self) -> tuple[int, ...]:
         """Lane counts for a reduction: at most half of the registers of them."""
         return tuple(a for a in LANE_AMOUNTS if a <= self.registers // 2 * self.width) or (1,)
@@ -212,32 +217,42 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
         return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a), d)
 
     vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
-    budget = tuple(a for a in REUSE_AMOUNTS if a * vector <= regs.accumulators(vector))
-    whole = bool(upcast)  # rows of a register tile may span a whole short axis
     candidates = sorted(others, key=reuse_score, reverse=True)
-    reuse = next((d for d in candidates if _reuse_amount(shape[d], budget, whole) > 1), None)
-    second = None
-    if reuse is not None:
-        rows = _reuse_amount(shape[reuse], budget, whole)
-        if whole and rows < shape[reuse] <= REUSE_AMOUNTS[0] and vector > regs.width \
-                and shape[reuse] * (vector // 2) <= regs.accumulators(vector // 2):
-            # a short axis the tile cannot span at this width (8 rows of 16 floats on AVX2):
-            # half as wide, all of it. A 3x3 conv over rows of 8 ran 1.3x faster than 4 x 16.
-            vector = vector // 2
-            upcast[0], rows = (vec_axis, vector), shape[reuse]
-        upcast.insert(0, (reuse, rows))
-        # registers left over (3 window columns x 16 channels use half of AVX2's): rows along a
-        # second axis too. A 3x3 conv's weight gradient, 2 x 3 x 16, ran 1.7x faster than 3 x 16.
-        more = tuple(a for a in REUSE_AMOUNTS if a * rows * vector <= regs.accumulators(vector))
-        if whole and more:
-            second = next((d for d in candidates if d != reuse and _amount(shape[d], more) > 1), None)
-            if second is not None:
-                upcast.insert(0, (second, _amount(shape[second], more)))
+    rows, vector = _tile_rows(shape, candidates, vector, regs, whole=bool(upcast))
+    if upcast:
+        upcast[0] = (vec_axis, vector)
+    upcast[:0] = rows
+    reuse = rows[-1][0] if rows else None
+    second = rows[0][0] if len(rows) > 1 else None
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse, second))
     inner = (reuse, vec_axis) if _rows_outside(reduce, shape, upcast, renderer) else (vec_axis, second, reuse)
     order += tuple(d for d in inner if d is not None)
     opts = KernelOpts(order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast))
     return _merged(value, opts, reduce, regs) if lanes else opts
+
+
+def _tile_rows(shape: tuple[int, ...], candidates: list[int], vector: int, regs: RegisterBudget,
+               whole: bool) -> tuple[list[tuple[int, int]], int]:
+    """The upcasts whose rows reuse each loaded vector (outermost first), from the best of
+    ``candidates`` that allows more than one row, and the vector's width (perhaps halved).
+    ``whole``: the vector is an output axis, and the rows may span a whole short axis."""
+    budget = regs.rows(vector)
+    reuse = next((d for d in candidates if _reuse_amount(shape[d], budget, whole) > 1), None)
+    if reuse is None:
+        return [], vector
+    rows = _reuse_amount(shape[reuse], budget, whole)
+    if whole and rows < shape[reuse] <= REUSE_AMOUNTS[0] and vector > regs.width \
+            and shape[reuse] * (vector // 2) <= regs.accumulators(vector // 2):
+        # a short axis the tile cannot span at this width (8 rows of 16 floats on AVX2):
+        # half as wide, all of it. A 3x3 conv over rows of 8 ran 1.3x faster than 4 x 16.
+        vector, rows = vector // 2, shape[reuse]
+    # registers left over (3 window columns x 16 channels use half of AVX2's): rows along a
+    # second axis too. A 3x3 conv's weight gradient, 2 x 3 x 16, ran 1.7x faster than 3 x 16.
+    more = regs.rows(vector, rows) if whole else ()
+    second = next((d for d in candidates if d != reuse and _amount(shape[d], more) > 1), None)
+    if second is None:
+        return [(reuse, rows)], vector
+    return [(second, _amount(shape[second], more)), (reuse, rows)], vector
 
 
 def _reuse_amount(size: int, budget: tuple[int, ...], whole: bool = False) -> int:

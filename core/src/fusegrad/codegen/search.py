@@ -46,7 +46,8 @@ def _neighbours(opts: KernelOpts | None, ast: UOp) -> list[KernelOpts | None]:
                 if _accumulators(upcast, base.lanes) <= MAX_ACCUMULATORS and len(upcast) <= 2:
                     order = tuple(d for d in base.order if d not in dict(upcast)) + tuple(dict(upcast))
                     out.append(KernelOpts(order, upcast, base.lanes, base.merge))
-                    out.append(KernelOpts(order, upcast, base.lanes, base.merge, base.tile))
+                    if base.tile:
+                        out.append(KernelOpts(order, upcast, base.lanes, base.merge, base.tile))
     reduce = _reduce_of(value)
     axis = max(reduce.arg[1])
     for amount in (4, 8, 16):

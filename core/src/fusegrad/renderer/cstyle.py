@@ -139,7 +139,7 @@ class CStyleRenderer(Renderer):
         """
         name, size = u.arg
         lines = [f"int {name} = {self.render_special(u)};"]
-        if self.guard_grid and name.startswith("gidx"):  # no barrier follows a flat index
+        if self.guard_grid and grid_index_kind(name) == "gidx":  # no barrier follows a flat index
             lines.append(f"if ({name} >= {size}) return;")
         return lines
 

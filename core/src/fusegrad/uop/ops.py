@@ -285,6 +285,29 @@ _SET_OP, _SET_DTYPE, _SET_SRC, _SET_ARG, _SET_SHAPE, _SET_BOUNDS = (
     UOp.__dict__[name].__set__ for name in ("op", "dtype", "src", "arg", "_shape", "_bounds"))
 
 
+#: (dtype, shape, constant) -> the constant as a node broadcast to ``shape``. The constants of a
+#: training step (Adam's betas, a mean's 1/N, a derivative's 2 or ln 2) come back every step
+#: with the same shapes; a lookup here replaces building their nodes again. Cleared when large.
+_SCALARS: dict[tuple, UOp] = {}
+_SCALARS_LIMIT = 4096
+
+
+def broadcast_scalar(value: bool | int | float, dtype: DType, shape: tuple[int, ...]) -> UOp:
+    """The constant ``value`` of ``dtype`` seen with ``shape``: a reshape to size-1 axes and,
+    unless all are 1, an expand (what ``Tensor.full`` and a Python scalar operand are)."""
+    key = (dtype, shape, _const_key(value))
+    if (node := _SCALARS.get(key)) is None:
+        node = UOp.const(dtype, value)
+        if shape:
+            node = UOp(Ops.RESHAPE, dtype, (node,), (1,) * len(shape))
+            if any(s != 1 for s in shape):
+                node = UOp(Ops.EXPAND, dtype, (node,), shape)
+        if len(_SCALARS) >= _SCALARS_LIMIT:
+            _SCALARS.clear()
+        _SCALARS[key] = node
+    return node
+
+
 def toposort(roots: list[UOp]) -> list[UOp]:
     """Nodes reachable from ``roots``, each after all of its sources (sources in order, depth
     first). Iterative, since graphs get deep: the stack holds each open node with an iterator
