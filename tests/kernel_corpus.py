@@ -124,3 +124,13 @@ def check_add_and_matmul(device: str) -> None:
     np.testing.assert_allclose((Tensor(a, device=device) + 1).numpy(), a + 1)
     got = (Tensor(a, device=device) @ Tensor(b, device=device)).numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def symbolic_kernels() -> list[UOp]:
+    """Kernels over a length that is a Variable (``seq``, bound to 5 here): an elementwise op
+    and a softmax over it. Their ASTs hold the free variable; kernels take its value."""
+    from fusegrad.uop.ops import Variable
+
+    seq = Variable("seq", 1, 64)
+    x = Tensor.rand(5, 8, device=DEVICE).realize().reshape(seq.bind(5), 8)
+    return kernels_of(x * 2 + 1) + kernels_of(x.softmax(0))

@@ -7,6 +7,8 @@ a compile error fails the test and its message numbers the lines of the failing 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from kernel_corpus import corpus_kernels
 
@@ -76,3 +78,17 @@ def test_long_reductions_run_one_block_per_output(case_id, threads):
     positions = [text.index(step) for step in steps]
     assert positions == sorted(positions), text
     assert ("blockIdx.x" in text) == (outputs > 1)
+
+
+def test_a_kernel_over_a_variable_takes_it_as_an_int_and_compiles():
+    from kernel_corpus import symbolic_kernels
+
+    kernels = [generate(ast, CUDARenderer("CUDA")) for ast in symbolic_kernels()]
+    for k in kernels:
+        assert re.search(rf"void {k.name}\(.*, int seq\) {{", k.source), k.source
+        assert [v.arg[0] for v in k.variables] == ["seq"]
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found on this machine")
+    sources = [k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)]
+    cubin = NVCCCompiler("sm_80").compile("\n".join(sources))
+    assert cubin[:4] == b"\x7fELF"

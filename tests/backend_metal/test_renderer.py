@@ -73,3 +73,14 @@ def test_long_reductions_share_threadgroup_memory(case_id):
     grouped_rows = ast.src[0].src[1].size > 1
     assert ("uint3 tgid [[threadgroup_position_in_grid]]" in text) == grouped_rows
     assert ("int group0 = tgid.x;" in text) == grouped_rows
+
+
+def test_a_variable_is_a_constant_bound_after_the_buffers():
+    from kernel_corpus import symbolic_kernels
+
+    for ast in symbolic_kernels():
+        kernel = generate(ast, MetalRenderer("METAL"))
+        signature = re.search(rf"kernel void {kernel.name}\((.*)\) {{", kernel.source).group(1)
+        params = signature.split(", ")
+        buffers = [p for p in params if p.startswith("device ")]
+        assert params[len(buffers)] == f"constant int& seq [[buffer({len(buffers)})]]"

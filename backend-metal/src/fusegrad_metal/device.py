@@ -7,6 +7,7 @@ when the METAL device is opened, after its probe found macOS, pyobjc and a GPU.
 from __future__ import annotations
 
 import functools
+import struct
 import time
 from typing import Any
 
@@ -98,6 +99,8 @@ class MetalProgram:
         encoder.setComputePipelineState_(self.pipeline)
         for i, buffer in enumerate(buffers):
             encoder.setBuffer_offset_atIndex_(buffer, 0, i)
+        for i, value in enumerate(vals):  # variables' values, after the buffers (see the renderer)
+            encoder.setBytes_length_atIndex_(struct.pack("<i", value), 4, len(buffers) + i)
         size, threads = Metal.MTLSizeMake(groups, 1, 1), Metal.MTLSizeMake(group, 1, 1)
         encoder.dispatchThreadgroups_threadsPerThreadgroup_(size, threads)
         encoder.endEncoding()

@@ -44,6 +44,10 @@ class MetalRenderer(CStyleRenderer):
     def render_param(self, u: UOp) -> str:
         return f"{super().render_param(u)} [[buffer({u.arg[0]})]]"
 
+    def render_variable(self, u: UOp, position: int) -> str:
+        """A variable's value: a constant the device sets with ``setBytes`` after the buffers."""
+        return f"constant int& {u.arg[0]} [[buffer({position})]]"
+
     def extra_params(self, program: list[UOp]) -> list[str]:
         """The thread's positions the kernel uses: in the grid, its group's, in its group."""
         used = {grid_index_kind(u.arg[0]) for u in program if u.op is Ops.SPECIAL}

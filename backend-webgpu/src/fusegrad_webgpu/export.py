@@ -72,7 +72,7 @@ def export_webgpu(
             f"export_webgpu needs a function returning one Tensor, it returned {type(out).__name__}"
         )
     root = _unreshaped(out.uop)
-    _, buffers = abstract([root])
+    _, buffers, _ = abstract([root])
     plan = plan_for([root], [out.device])
     slots_of_inputs = []
     for i, buf in enumerate(input_buffers):

@@ -25,7 +25,7 @@ import numpy as np
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import UnsupportedOp
 from fusegrad.renderer import Renderer
-from fusegrad.uop.ops import GroupOp, Ops, UOp
+from fusegrad.uop.ops import GroupOp, Ops, UOp, variables_of
 
 #: The limits WebGPU guarantees on every adapter: what an exported page may count on.
 DEFAULT_LIMITS: dict[str, int] = {
@@ -266,6 +266,11 @@ class WGSLRenderer(Renderer):
                 f"@group(0) @binding({p.arg[0]}) var<storage, {access}> "
                 f"data{p.arg[0]}: array<{element}>;"
             )
+        if variables := variables_of(program):  # their values: one uniform after the buffers
+            fields = ", ".join(f"{v.arg[0]}: i32" for v in variables)
+            after = max((p.arg[0] for p in program if p.op is Ops.PARAM), default=-1) + 1
+            lines += [f"struct Vals {{ {fields} }}",
+                      f"@group(0) @binding({after}) var<uniform> vals: Vals;"]
         return lines
 
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:
@@ -381,6 +386,8 @@ class _Walk:
         src = [names.get(s, "") for s in u.src]
         if op is Ops.PARAM:
             names[u] = f"data{u.arg[0]}"
+        elif op is Ops.DEFINE_VAR:
+            names[u] = f"vals.{u.arg[0]}"
         elif op is Ops.CONST:
             names[u] = r.render_const(u.arg, u.dtype)
         elif op is Ops.SPECIAL:

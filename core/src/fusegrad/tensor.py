@@ -23,7 +23,7 @@ from fusegrad.tensor_index import IndexMixin
 from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
 from fusegrad.tensor_nn import NNMixin
-from fusegrad.uop.ops import Ops, UOp, broadcast_scalar
+from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, is_symbolic, sym_eval
 
 Scalar = int | float | bool
 
@@ -181,9 +181,13 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         """The values as a numpy array (a copy)."""
         if self.dtype == dtypes.bfloat16:
             return self.float().numpy()
+        shape = self.shape
+        if is_symbolic(shape):  # the values bound now; the buffer fits the largest
+            shape = tuple(sym_eval(s) for s in shape)
+            return self._buffer().numpy()[: prod(shape)].reshape(shape)
         if self.numel() == 0:
-            return np.zeros(self.shape, dtype=self.dtype.np)
-        return self._buffer().numpy().reshape(self.shape)
+            return np.zeros(shape, dtype=self.dtype.np)
+        return self._buffer().numpy().reshape(shape)
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists."""
@@ -587,7 +591,11 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         """The average over ``axis``."""
         x = self._float_operand()
         count = prod(self.shape[a] for a in self._resolve_axes(axis))
-        return x.sum(axis, keepdim) * (1 / count if count else math.nan)
+        total = x.sum(axis, keepdim)
+        if isinstance(count, UOp):  # a symbolic count: divide by the variable's value in the kernel
+            n = UOp(Ops.CAST, total.dtype, (count,))
+            return total / total._wrap(n, self.device).reshape((1,) * total.ndim).expand(total.shape)
+        return total * (1 / count if count else math.nan)
 
     # ---- linear algebra --------------------------------------------------------------------------
 
@@ -627,7 +635,7 @@ def _panelled(w: Tensor) -> Tensor:
     pass over ``w``; the kernel then reads the panel as one run (a 1024 matmul: 2x faster).
     A weight being trained is read in place: its copy would be one more node to differentiate.
     """
-    if w.ndim != 2 or w.numel() < PANEL_ELEMENTS or w.requires_grad:
+    if w.ndim != 2 or is_symbolic(w.shape) or w.numel() < PANEL_ELEMENTS or w.requires_grad:
         return w
     renderer = Device[w.device].renderer
     p = 2 * renderer.vector_bytes // w.dtype.itemsize
@@ -657,11 +665,11 @@ def _accumulate_dtype(dtype: DType) -> DType:
 def _shape_arg(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, int):
         return (shape,)
-    if len(shape) == 1 and not isinstance(shape[0], int):
+    if len(shape) == 1 and not isinstance(shape[0], (int, UOp)):
         shape = shape[0]
     out = tuple(shape)
-    if any(not isinstance(s, int) or s < 0 for s in out):
-        raise ShapeError(f"a shape is a sequence of non-negative ints, got {out}")
+    if any(not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out):
+        raise ShapeError(f"a shape is a sequence of non-negative ints (or bound variables), got {out}")
     return out
 
 

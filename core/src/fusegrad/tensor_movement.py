@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import dtypes
 from fusegrad.errors import ShapeError
 from fusegrad.helpers import prod
-from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop.ops import Ops, UOp, is_symbolic, sym_eval
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -45,6 +45,8 @@ class MovementMixin:
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """The same elements in a new shape; one size may be -1 (inferred)."""
         new = _sizes(shape)
+        if is_symbolic(new) or is_symbolic(self.shape):
+            return self._reshape_symbolic(new)
         if new.count(-1) > 1:
             raise ShapeError(f"reshape to {new}: only one size may be -1")
         if -1 in new:
@@ -59,6 +61,19 @@ class MovementMixin:
         if new == self.shape:
             return self  # type: ignore[return-value]
         return self._move(Ops.RESHAPE, new)
+
+    def _reshape_symbolic(self, new: tuple) -> Tensor:
+        """A reshape where a size is a bound variable: checked with the values bound now."""
+        if any(not isinstance(s, (int, UOp)) for s in new) or -1 in new:
+            raise ShapeError(f"reshape to {new}: sizes must be ints or bound variables (no -1)")
+        old_n, new_n = prod(sym_eval(s) for s in self.shape), prod(sym_eval(s) for s in new)
+        if old_n != new_n:
+            raise ShapeError(f"cannot reshape {self.shape} ({old_n} elements) to {new} ({new_n} elements)")
+        if new == self.shape:
+            return self
+        # a reshape of a reshape is one: a buffer viewed with a symbolic shape stays a buffer
+        src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+        return self._wrap(UOp(Ops.RESHAPE, src.dtype, (src,), new), self.device)  # type: ignore[attr-defined]
 
     def view(self, *shape: int | Sequence[int]) -> Tensor:
         return self.reshape(*shape)

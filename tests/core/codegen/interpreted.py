@@ -20,7 +20,7 @@ def run_with(t: Tensor, renderer: Renderer, check: Callable[[KernelSource], None
     """Realize ``t`` (a PYTHON tensor) with ``renderer``'s programs, ``check`` seeing each
     kernel first; return its values."""
     root = _unreshaped(t.uop)
-    _, inputs = abstract([root])
+    _, inputs, _ = abstract([root])
     plan = plan_for([root], [t.device])
     alloc = PythonAllocator()
     handles = []

@@ -106,3 +106,59 @@ def test_a_jitted_training_step_matches_the_eager_one():
         return losses + [float(model[1].running_mean.numpy().sum())]
 
     np.testing.assert_allclose(run(True), run(False), rtol=1e-5)
+
+
+def _attention_like(x, w):
+    """Scores over a sequence of any length: a matmul, a softmax over the sequence, a mean."""
+    scores = (x @ w).softmax(0)
+    return (scores * x.sum(1, keepdim=True)).mean(0).realize()
+
+
+def _attention_like_reference(a, w):
+    s = a @ w
+    e = np.exp(s - s.max(0, keepdims=True))
+    scores = e / e.sum(0, keepdims=True)
+    return (scores * a.sum(1, keepdims=True)).mean(0)
+
+
+def test_a_symbolic_length_replays_every_length_without_compiling(device, monkeypatch):
+    from fusegrad.uop.ops import Variable
+
+    seq = Variable("seq", 1, 32)
+    w = np.random.default_rng(1).standard_normal((6, 4)).astype(np.float32)
+    wt = Tensor(w, device=device).realize()
+    calls = []
+    f = TinyJit(lambda x: (calls.append(1), _attention_like(x, wt))[1])
+    rng = np.random.default_rng(0)
+    lengths = (5, 9, 2, 32, 9, 1, 5)
+    for i, n in enumerate(lengths):
+        if i == 2:  # captured at 5 and 9: from here on nothing compiles or schedules
+            GlobalCounters.reset()
+            monkeypatch.setattr(realize, "make_plan", lambda *_: pytest.fail("replay scheduled"))
+        a = rng.standard_normal((n, 6)).astype(np.float32)
+        out = f(Tensor(a, device=device).reshape(seq.bind(n), 6))
+        np.testing.assert_allclose(out.numpy(), _attention_like_reference(a, w), rtol=1e-4, atol=1e-5)
+    assert len(calls) == 2 and GlobalCounters.compiles == 0
+    assert GlobalCounters.kernel_count == len(f.launches) * (len(lengths) - 2)
+
+
+def test_a_symbolic_output_takes_the_shape_of_each_call():
+    from fusegrad.uop.ops import Variable
+
+    seq = Variable("seq", 1, 16)
+    f = TinyJit(lambda x: (x * 2).realize())
+    for n in (3, 4, 7, 2):
+        out = f(Tensor(np.arange(n * 2, dtype=np.float32)).reshape(seq.bind(n), 2))
+        assert repr(out.shape) == f"(seq={n}, 2)"
+        np.testing.assert_array_equal(out.numpy(), np.arange(n * 2, dtype=np.float32).reshape(n, 2) * 2)
+    assert f.calls == 2
+
+
+def test_a_variable_bound_inside_the_function_is_refused():
+    from fusegrad.uop.ops import Variable
+
+    seq = Variable("seq", 1, 16)
+    f = TinyJit(lambda x: (x.reshape(seq.bind(x.shape[0]), 2) + 1).realize())
+    f(Tensor.ones(3, 2))
+    with pytest.raises(JitError, match="bound inside the function"):
+        f(Tensor.ones(3, 2))

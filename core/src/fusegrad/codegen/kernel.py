@@ -11,7 +11,7 @@ from fusegrad.codegen.lower import lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
-from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
+from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
 from fusegrad.uop.pattern import PatternMatcher, graph_rewrite
 from fusegrad.uop.symbolic import SIMPLIFY
 
@@ -30,6 +30,8 @@ class KernelSource:
     ast: UOp | None = None  # what it was generated from (exporters re-render it)
     #: threads per group of a grid launch (None: the driver chooses); see codegen/grid.py
     local_size: tuple[int, ...] | None = None
+    #: the variables (DEFINE_VAR) whose values the kernel takes after its buffers, in this order
+    variables: tuple[UOp, ...] = ()
 
 
 def plugin_rules(stage: str, device: str) -> PatternMatcher:
@@ -53,12 +55,19 @@ def kernel_name(ast: UOp) -> str:
     nodes = toposort([value])
     reduces = [u for u in nodes if u.op is Ops.REDUCE_AXIS]
     shape = value.shape or (1,)
-    dims = "_".join(str(s) for s in shape)
+    dims = "_".join(map(_dim_name, shape))
     if reduces:
         red = reduces[0]
         reduced = [red.src[0].shape[a] for a in red.arg[1]]
-        return f"r_{dims}_{'_'.join(map(str, reduced))}"
+        return f"r_{dims}_{'_'.join(map(_dim_name, reduced))}"
     return f"E_{dims}"
+
+
+def _dim_name(size: int | UOp) -> str:
+    """A size as part of a kernel's name: the number, or the variables it depends on."""
+    if isinstance(size, int):
+        return str(size)
+    return "".join(u.arg[0] for u in toposort([size]) if u.op is Ops.DEFINE_VAR)
 
 
 def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
@@ -82,9 +91,12 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     """
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
-    if opts is _DEFAULT:
+    symbolic = bool(graph_variables([ast]))
+    if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
+        opts = None
+    elif opts is _DEFAULT:
         opts = heuristic_opts(ast, renderer)
-    group = plan_groups(ast, renderer) if grid and opts is None else None
+    group = plan_groups(ast, renderer) if grid and opts is None and not symbolic else None
     if Context.DEBUG >= 4:
         print(f"--- optimisation: {opts}, groups: {group} ---")
     graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=opts)
@@ -104,16 +116,17 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
     return KernelSource(
         name, source, tuple(program), global_size, n_buffers, flops, opts, ast,  # type: ignore[arg-type]
-        local_size,
+        local_size, variables_of(program),
     )
 
 
 def count_flops(program: list[UOp]) -> int:
-    """Floating-point ALU ops the kernel executes: each op times the trips of its loops."""
+    """Floating-point ALU ops the kernel executes: each op times the trips of its loops (at
+    most: a loop whose size is a variable counts its largest)."""
     trips, total = [1], 0
     for u in program:
         if u.op is Ops.RANGE:
-            trips.append(trips[-1] * u.src[0].arg)
+            trips.append(trips[-1] * sym_max(u.src[0]))
         elif u.op is Ops.END:
             trips.pop()
         elif u.op is Ops.SPECIAL:

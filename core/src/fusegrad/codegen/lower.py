@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from fusegrad.codegen.opt import UPCAST_AXIS, KernelOpts
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod, strides_for
-from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
+from fusegrad.uop.ops import GroupOp, Ops, UOp, sym_max, toposort
 
 Index = tuple[UOp, ...]
 #: kernels doing more element operations than this run their outermost loop on all cores
 PARALLEL_WORK = 1 << 16
 
 
-def idx_const(v: int) -> UOp:
-    return UOp.const(dtypes.index, v)
+def idx_const(v: int | UOp) -> UOp:
+    """An index constant; a size that is already an expression (of variables) stays itself."""
+    return v if isinstance(v, UOp) else UOp.const(dtypes.index, v)
 
 
 def unflatten(flat: UOp, shape: tuple[int, ...]) -> Index:
@@ -32,7 +33,7 @@ def unflatten(flat: UOp, shape: tuple[int, ...]) -> Index:
     The outermost axis takes no ``% size``: wherever a load is allowed ``flat`` is in range, and
     where it is not (outside a pad) the index is never used, so the modulo only costs time.
     """
-    outer = next((a for a, s in enumerate(shape) if s > 1), None)
+    outer = next((a for a, s in enumerate(shape) if s != 1 and s != 0), None)
     return tuple(idx_const(0) if s == 1 else flat // st if a == outer else (flat // st) % s
                  for a, (st, s) in enumerate(zip(strides_for(shape), shape)))
 
@@ -41,23 +42,24 @@ def flatten(idx: Index, shape: tuple[int, ...]) -> UOp:
     """The flat position of per-axis indices ``idx`` in a contiguous array of ``shape``."""
     out = idx_const(0)
     for i, st, s in zip(idx, strides_for(shape), shape):
-        if s > 1:
+        if s != 1 and s != 0:
             out = out + i * st
     return out
 
 
-def clamp(i: UOp, lo: int, hi: int) -> UOp:
+def clamp(i: UOp, lo: int, hi: int | UOp) -> UOp:
     """``i`` limited to ``[lo, hi]``. Inside a pad, where a load happens, this changes nothing;
     but it gives the index bounds, so the ``//`` and ``%`` of reshapes below the pad simplify
-    away (``i - before`` alone may be negative, and a chain of views then keeps them all)."""
+    away (``i - before`` alone may be negative, and a chain of views then keeps them all).
+    A symbolic ``hi`` (a size that is a variable) always clamps."""
     if i.vmin < lo:
         i = i.alu(Ops.MAX, idx_const(lo))
-    if i.vmax > hi:
-        i = -((-i).alu(Ops.MAX, idx_const(-hi)))
+    if isinstance(hi, UOp) or i.vmax > hi:
+        i = -((-i).alu(Ops.MAX, -idx_const(hi)))
     return i
 
 
-def in_range(i: UOp, lo: int, hi: int) -> UOp:
+def in_range(i: UOp, lo: int | UOp, hi: int | UOp) -> UOp:
     """``lo <= i < hi`` as a bool UOp."""
     return i.lt(lo).ne(True) & i.lt(hi)
 
@@ -75,7 +77,7 @@ class Lowerer:
     next_axis: int = 100  # reduce loops are numbered after the output loops
     memo: dict = field(default_factory=dict)
 
-    def new_range(self, size: int, kind: str) -> UOp:
+    def new_range(self, size: int | UOp, kind: str) -> UOp:
         r = UOp(Ops.RANGE, dtypes.index, (idx_const(size),), (self.next_axis, kind))
         self.next_axis += 1
         return r
@@ -94,7 +96,7 @@ class Lowerer:
             if gate.op is Ops.CONST and gate.arg is True:
                 return UOp(Ops.LOAD, u.dtype, (address,))
             return UOp(Ops.LOAD, u.dtype, (address, gate, UOp.const(u.dtype, 0)))
-        if op is Ops.CONST:
+        if op in (Ops.CONST, Ops.DEFINE_VAR):
             return u
         if op in GroupOp.Movement:
             return self._lower_movement(u, idx, gate)
@@ -175,8 +177,8 @@ def output_index(
     if opts is None:
         if n == 1:
             flat = idx_const(0)
-        elif grid:
-            flat = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx0", n))
+        elif grid:  # a symbolic size launches threads for its largest value (see lower_kernel)
+            flat = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx0", sym_max(n)))
         else:
             flat = UOp(Ops.RANGE, dtypes.index, (idx_const(n),), (0, "parallel" if parallel else "global"))
         return unflatten(flat, shape), flat
@@ -209,9 +211,14 @@ def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
     store = ast.src[0]
     out, value = store.src
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
-    work = prod(value.shape) * max((r.src[0].size // max(r.size, 1) for r in reduced), default=1)
+    per_output = max((sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1)
+    work = sym_max(value.size) * per_output
     idx, flat = output_index(value.shape, grid, opts, parallel=work > PARALLEL_WORK)
-    true = UOp.const(dtypes.bool, True)
-    result = Lowerer(opts).lower(value, idx, true)
+    gate = UOp.const(dtypes.bool, True)
+    if grid and isinstance(value.size, UOp):
+        # threads past the size this launch has load nothing; what they store lands in the
+        # spare end of the output, which is allocated for the variables' largest values
+        gate = flat.lt(value.size)
+    result = Lowerer(opts).lower(value, idx, gate)
     write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
     return UOp(Ops.SINK, dtypes.void, (write,))

@@ -14,6 +14,12 @@ buffer they write the new value to. A replay first copies the tensor's current v
 read buffer, runs the kernels, and points the tensor at the written buffer again. Plain Python
 values the function reads (a learning rate as a float) are baked into the kernels: what should
 change between calls must be a tensor.
+
+A size that changes between calls (a sequence length) can be a ``Variable`` bound in the shape
+of an input, ``x.reshape(seq.bind(n), 64)``: calls whose inputs differ only in the variables'
+values are one capture. Its kernels take the values as arguments (nothing compiles again), its
+buffers are allocated for the variables' largest values, and a replay reads the new values from
+the inputs' shapes and gives the outputs their new shapes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 from fusegrad.device import Buffer
 from fusegrad.engine import realize
 from fusegrad.errors import FusegradError
+from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
 
 
 class JitError(FusegradError, RuntimeError):
@@ -49,6 +56,7 @@ class _Launch:
     handles: list[Any]
     patches: list[tuple[int, int]]  # (argument position, input number)
     buffers: list[Buffer]  # kept alive: the handles belong to them
+    symbolic: bool = False  # whether the kernel takes variables' values
 
 
 class TinyJit:
@@ -68,11 +76,15 @@ class TinyJit:
         self.launches: list[_Launch] = []
         self.assigned: list[_Assigned] = []
         self.outputs: Any = None
+        #: the input shapes with variables free, when they hold any (else None)
+        self.free_signature: tuple | None = None
+        self.values: dict = {}  # the variables' values of the latest call
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def reset(self) -> None:
         """Forget the capture; the next two calls run the function again."""
         self.calls, self.signature, self.launches, self.assigned, self.outputs = 0, None, [], [], None
+        self.free_signature, self.values = None, {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from fusegrad.tensor import Tensor
@@ -80,12 +92,18 @@ class TinyJit:
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
         buffers = [t._buffer() for t in tensors]  # realizes lazy inputs into buffers
         signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        values = None
         if self.signature is not None and signature != self.signature:
-            self.reset()  # new shapes or dtypes: capture again
+            values = _new_values(signature, self.free_signature)
+            if values is None:
+                self.reset()  # new shapes or dtypes: capture again
+            else:
+                self.signature = signature  # the same capture, with new values of its variables
         if self.calls >= 2:
-            return self._replay(buffers)
+            return self._replay(buffers, values)
         self.calls += 1
         if self.calls == 1:
+            self.signature, self.free_signature = signature, _free(signature)
             return _realized(self.fn(*args, **kwargs))
         return self._capture(buffers, signature, args, kwargs)
 
@@ -103,16 +121,28 @@ class TinyJit:
         position = {id(b): i for i, b in enumerate(inputs)}
         self.launches = [
             _Launch(runner, [b.handle for b in bufs],
-                    [(k, position[id(b)]) for k, b in enumerate(bufs) if id(b) in position], bufs)
+                    [(k, position[id(b)]) for k, b in enumerate(bufs) if id(b) in position], bufs,
+                    bool(runner.kernel.variables))
             for runner, bufs in recorded
         ]
-        self.signature, self.outputs = signature, out
+        self.signature, self.free_signature, self.outputs = signature, _free(signature), out
+        self.values = _bound_values(signature)
+        for launch in self.launches:
+            if missing := [v.arg[0] for v in launch.runner.kernel.variables if v not in self.values]:
+                self.reset()
+                raise JitError(
+                    f"TinyJit: variable {missing[0]!r} is bound inside the function, so a replay "
+                    "cannot know its value; bind it in the shape of an input instead"
+                )
         return out
 
-    def _replay(self, inputs: list[Buffer]) -> Any:
+    def _replay(self, inputs: list[Buffer], values: dict | None) -> Any:
         for a in self.assigned:  # the kernels read the value the tensor has now
             if (current := a.tensor._buffer()) is not a.before:
                 realize._copy(a.before, current)
+        if values is not None and values != self.values:
+            self.values = values
+            _rebind_outputs(self.outputs, values)
         handles = [b.handle for b in inputs]
         for launch in self.launches:
             args = launch.handles
@@ -120,11 +150,49 @@ class TinyJit:
                 args = list(args)
                 for k, i in launch.patches:
                     args[k] = handles[i]
-            launch.runner(args)
+            if launch.symbolic:
+                launch.runner(args, vals=launch.runner.vals(self.values))
+            else:
+                launch.runner(args)
         realize.GlobalCounters.kernel_count += len(self.launches)
         for a in self.assigned:
             a.tensor.uop, a.tensor._graph = a.after, None
         return self.outputs
+
+
+def _free(signature: tuple) -> tuple | None:
+    """The input signature with its variables free, or None when no shape holds one."""
+    if not any(is_symbolic(shape) for shape, _, _ in signature):
+        return None
+    values: dict = {}
+    return tuple((tuple(unbind(s, values) for s in shape), dtype, dev) for shape, dtype, dev in signature)
+
+
+def _bound_values(signature: tuple) -> dict:
+    """The variables' values bound in the inputs' shapes."""
+    values: dict = {}
+    for shape, _, _ in signature:
+        for s in shape:
+            unbind(s, values)
+    return values
+
+
+def _new_values(signature: tuple, free: tuple | None) -> dict | None:
+    """The variables' new values when ``signature`` differs from the captured one only in them;
+    None when it differs otherwise (or holds no variables)."""
+    if free is None or _free(signature) != free:
+        return None
+    return _bound_values(signature)
+
+
+def _rebind_outputs(out: Any, values: dict) -> None:
+    """Give the captured outputs the shapes the variables' new values make."""
+    from fusegrad.tensor import Tensor
+
+    for t in [out] if isinstance(out, Tensor) else (out.values() if isinstance(out, dict) else out):
+        if isinstance(t, Tensor) and t.uop.op is Ops.RESHAPE and is_symbolic(t.uop.arg):
+            shape = tuple(rebind(s, values) for s in t.uop.arg)
+            t.uop = t.uop.replace(arg=shape)
 
 
 def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:

@@ -44,11 +44,16 @@ class Runner:
     program: Any
     device: str
 
-    def __call__(self, handles: list[Any], wait: bool = False) -> float | None:
+    def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> float | None:
+        """Launch on buffer ``handles`` and the values of the kernel's variables, in order."""
         kernel = self.kernel
         return self.program(
-            *handles, global_size=kernel.global_size, local_size=kernel.local_size, wait=wait
+            *handles, global_size=kernel.global_size, local_size=kernel.local_size, vals=vals, wait=wait
         )
+
+    def vals(self, values: dict[UOp, int]) -> tuple[int, ...]:
+        """The integer arguments of this kernel: its variables' ``values``, in its order."""
+        return tuple(values[v] for v in self.kernel.variables)
 
 
 _runners: dict[tuple[UOp, str], Runner] = {}
@@ -145,8 +150,9 @@ def compile_steps(steps: list) -> None:
         raise errors[0]
 
 
-def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
-    """Execute ``plan`` with ``inputs`` bound to its first slots; return every slot's buffer."""
+def run_plan(plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = None) -> list[Buffer]:
+    """Execute ``plan`` with ``inputs`` bound to its first slots and its variables to ``values``;
+    return every slot's buffer."""
     pieces: dict[int, Buffer] = {}
     for piece, (size, dtype, dev) in zip(plan.memory, plan.new_slots):
         if piece not in pieces:
@@ -161,7 +167,8 @@ def run_plan(plan: Plan, inputs: list[Buffer]) -> list[Buffer]:
         if type(step) is KernelStep:
             if step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
-            seconds = step.runner([buffers[s].handle for s in step.slots], wait=timing)
+            vals = step.runner.vals(values) if step.runner.kernel.variables else ()
+            seconds = step.runner([buffers[s].handle for s in step.slots], timing, vals)
             if recorder is not None:
                 recorder((step.runner, [buffers[s] for s in step.slots]))
             GlobalCounters.kernel_count += 1
@@ -215,13 +222,13 @@ def _copy(dest: Buffer, source: Buffer) -> None:
 _plans: dict[tuple, Plan] = {}
 
 
-def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer]]:
-    abstract_roots, inputs = abstract(roots)
+def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dict[UOp, int]]:
+    abstract_roots, inputs, values = abstract(roots)
     key = (abstract_roots, tuple(devices), tuple(b.device for b in inputs))
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = make_plan(abstract_roots, list(devices), [b.device for b in inputs])
-    return plan, inputs
+    return plan, inputs, values
 
 
 def plan_for(roots: list[UOp], devices: list[str]) -> Plan:
@@ -231,6 +238,6 @@ def plan_for(roots: list[UOp], devices: list[str]) -> Plan:
 
 def realize_uops(roots: list[UOp], devices: list[str]) -> list[Buffer]:
     """Compute ``roots`` (tensor-graph nodes on ``devices``); return one 1-d buffer for each."""
-    plan, inputs = _plan(roots, devices)
-    buffers = run_plan(plan, inputs)
+    plan, inputs, values = _plan(roots, devices)
+    buffers = run_plan(plan, inputs, values)
     return [buffers[s] for s in plan.outputs]

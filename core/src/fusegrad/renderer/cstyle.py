@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.renderer import Renderer
-from fusegrad.uop.ops import GroupOp, Ops, UOp
+from fusegrad.uop.ops import GroupOp, Ops, UOp, variables_of
 
 
 def _binary(symbol: str) -> Callable[[str, str], str]:
@@ -191,6 +191,10 @@ class CStyleRenderer(Renderer):
         restrict = f" {self.restrict}" if self.restrict else ""
         return f"{self.buffer_qualifier}{self.param_type(u.dtype)}*{restrict} data{u.arg[0]}"
 
+    def render_variable(self, u: UOp, position: int) -> str:
+        """One integer argument of the kernel, the ``position``-th: a variable's value (``int seq``)."""
+        return f"{self.type_name(dtypes.int32)} {u.arg[0]}"
+
     def extra_params(self, program: list[UOp]) -> list[str]:
         """Arguments after the buffers (Metal's thread position)."""
         return []
@@ -200,6 +204,7 @@ class CStyleRenderer(Renderer):
     ) -> str:
         """``void name(float* restrict data0, ...)``: the prefix, the buffers, any extra arguments."""
         args = [self.render_param(p) for p in fill_param_gaps(params)]
+        args += [self.render_variable(v, len(args) + i) for i, v in enumerate(variables_of(program or []))]
         args += self.extra_params(program or [])
         return f"{self.kernel_prefix} {name}({', '.join(args)})"
 
@@ -228,6 +233,8 @@ class CStyleRenderer(Renderer):
                 names[u] = f"data{u.arg[0]}"
             elif op is Ops.CONST:
                 names[u] = self.render_const(u.arg, u.dtype)
+            elif op is Ops.DEFINE_VAR:
+                names[u] = u.arg[0]
             elif op is Ops.SPECIAL:
                 names[u] = u.arg[0]
                 for line in self.render_grid_index(u):

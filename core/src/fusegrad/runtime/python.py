@@ -108,6 +108,9 @@ class PythonProgram:
         self.rows = [(Ops[op], dtypes.from_name(dt) if dt != "void" else dtypes.void, src, arg)
                      for op, dt, src, arg in data["program"]]
         self.loop_end = self._match_loops()
+        #: a variable's name -> its position in ``vals`` (kernels take them sorted by name)
+        names = sorted(arg[0] for op, _, _, arg in self.rows if op is Ops.DEFINE_VAR)
+        self.var_position = {name: i for i, name in enumerate(names)}
 
     def _match_loops(self) -> dict[int, int]:
         ends, open_loops = {}, []
@@ -120,10 +123,10 @@ class PythonProgram:
 
     def __call__(self, *buffers: np.ndarray, global_size=None, local_size=None, vals=(), wait=False):
         with np.errstate(all="ignore"):
-            self._run(list(buffers), global_size)
+            self._run(list(buffers), global_size, vals)
         return 0.0 if wait else None
 
-    def _run(self, buffers: list[np.ndarray], global_size: tuple[int, ...] | None) -> None:
+    def _run(self, buffers: list[np.ndarray], global_size: tuple[int, ...] | None, vals: tuple[int, ...]) -> None:
         values: list[Any] = [None] * len(self.rows)
         regs: dict[int, np.ndarray] = {}
         pc = 0
@@ -133,6 +136,8 @@ class PythonProgram:
                 values[pc] = buffers[arg[0]][: arg[1] * dtype.itemsize].view(dtype.np)
             elif op is Ops.CONST:
                 values[pc] = np.array(arg, dtype=dtype.np)
+            elif op is Ops.DEFINE_VAR:
+                values[pc] = np.array(vals[self.var_position[arg[0]]], dtype=np.int32)
             elif op is Ops.SPECIAL:
                 values[pc] = np.arange(arg[1], dtype=np.int32)
             elif op is Ops.RANGE:

@@ -21,7 +21,9 @@ from typing import Any
 
 from fusegrad.dtype import DType
 from fusegrad.errors import FusegradError
-from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
+from fusegrad.helpers import prod
+from fusegrad.uop import ops
+from fusegrad.uop.ops import GroupOp, Ops, UOp, is_symbolic, sint, sym_max, toposort, unbind
 
 
 @dataclass
@@ -55,10 +57,13 @@ class Plan:
     memory: list[int] = field(default_factory=list)
 
 
-def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
+def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any], dict[UOp, int]]:
     """Replace each BUFFER by ``PARAM(slot, size)``, numbering buffers by first appearance,
-    and each CUSTOM_GRAD by its value."""
+    and each CUSTOM_GRAD by its value. Bound variables become free ones, their values returned
+    apart: the graph of ``seq=5`` and of ``seq=7`` is then one graph, with one plan."""
     buffers: list[Any] = []
+    values: dict[UOp, int] = {}
+    symbolic = ops.VARIABLES_USED  # until a Variable exists, no node needs looking at twice
     done: dict[UOp, UOp] = {}
     new_of = done.__getitem__
     for u in toposort(roots):
@@ -68,12 +73,34 @@ def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any]]:
             buffers.append(u.arg)
         elif op is Ops.CUSTOM_GRAD:  # only autograd reads the rule; the value is src[0]
             done[u] = done[src[0]]
+        elif symbolic and (free := _unbound(u, done, values)) is not None:
+            done[u] = free
         elif src:
             new_src = tuple(map(new_of, src))
             done[u] = u if new_src == src else UOp(op, u.dtype, new_src, u.arg)
         else:
             done[u] = u
-    return tuple(done[r] for r in roots), buffers
+    return tuple(done[r] for r in roots), buffers, values
+
+
+def _unbound(u: UOp, done: dict[UOp, UOp], values: dict[UOp, int]) -> UOp | None:
+    """``u`` with its bound variables free (their values into ``values``), or None when it has
+    none. A buffer viewed with a symbolic shape gets a symbolic size: then its PARAM, like the
+    rest of the graph, is the same whatever the variable's value."""
+    if u.op is Ops.BIND:
+        return unbind(u, values)
+    if u.op not in GroupOp.Movement or not is_symbolic(u.arg):
+        return None
+    arg = tuple(tuple(unbind(x, values) for x in a) if type(a) is tuple else unbind(a, values) for a in u.arg)
+    src = done[u.src[0]]
+    base = u.src[0]
+    while base.op is Ops.RESHAPE:  # reshapes compose: only the last one's shape matters
+        base = base.src[0]
+    if u.op is Ops.RESHAPE and base.op is Ops.BUFFER:
+        src = UOp(Ops.PARAM, src.dtype, (), (done[base].arg[0], prod(arg)))
+        if arg == src.shape:
+            return src
+    return UOp(u.op, u.dtype, (src,), arg)
 
 
 def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
@@ -118,7 +145,7 @@ def _repeats_work(expand: UOp, base: UOp, realize: set[UOp]) -> bool:
     """Whether reading ``base`` through ``expand`` recomputes enough to deserve a buffer."""
     if base.op in (Ops.PARAM, Ops.CONST) or base in realize or base.size == 0:
         return False
-    repeated = expand.size - base.size
+    repeated = sym_max(expand.size) - sym_max(base.size)
     return repeated * _alu_cost(base, realize) > REPEATED_WORK_LIMIT
 
 
@@ -200,7 +227,7 @@ def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
     chosen: set[UOp] = set()
     covered: set[UOp] = set()
     for u in reversed(order):  # consumers first: the largest shared expression wins
-        if u in covered or reached_by.get(u, 0) < SHARED_WORK_KERNELS or u.size < 1 << 16:
+        if u in covered or reached_by.get(u, 0) < SHARED_WORK_KERNELS or sym_max(u.size) < 1 << 16:
             continue
         if _alu_cost(u, realize) < SHARED_WORK_COST:
             continue
@@ -251,19 +278,21 @@ def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]
     slots: list[int] = [slot_of[root]]
     local: dict[int, UOp] = {}
 
-    def param(slot: int, dtype: DType, size: int) -> UOp:
+    def param(slot: int, dtype: DType, size: sint, shape: tuple) -> UOp:
+        """The kernel's argument for ``slot``, viewed with ``shape``. A symbolic size is a
+        buffer big enough for every value of its variables (its largest)."""
         if slot not in local:
-            local[slot] = UOp(Ops.PARAM, dtype, (), (len(slots), size))
+            local[slot] = UOp(Ops.PARAM, dtype, (), (len(slots), sym_max(size)))
             slots.append(slot)
-        return local[slot]
+        p = local[slot]
+        return p if shape == p.shape else UOp(Ops.RESHAPE, dtype, (p,), shape)
 
     done: dict[UOp, UOp] = {}
     for u in _kernel_nodes(root, slot_of):
         if u.op is Ops.PARAM:
-            done[u] = param(u.arg[0], u.dtype, u.arg[1])
+            done[u] = param(u.arg[0], u.dtype, u.arg[1], u.shape)
         elif u is not root and u in slot_of:
-            p = param(slot_of[u], u.dtype, u.size)
-            done[u] = UOp(Ops.RESHAPE, u.dtype, (p,), u.shape) if len(u.shape) != 1 else p
+            done[u] = param(slot_of[u], u.dtype, u.size, u.shape)
         elif u.src:
             done[u] = u.replace(src=tuple(done.get(s, s) for s in u.src))
         else:
@@ -271,7 +300,7 @@ def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]
     value = done[root]
     if value.op is Ops.CONTIGUOUS:
         value = value.src[0]
-    out = UOp(Ops.PARAM, root.dtype, (), (0, root.size))
+    out = UOp(Ops.PARAM, root.dtype, (), (0, sym_max(root.size)))
     store = UOp(Ops.STORE, root.dtype, (out, value))
     return UOp(Ops.SINK, root.dtype, (store,)), tuple(slots)
 
@@ -289,7 +318,7 @@ def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str
         if u not in realize:
             continue
         slot_of[u] = n_inputs + len(new_slots)
-        new_slots.append((u.size, u.dtype, device_of[u]))
+        new_slots.append((sym_max(u.size), u.dtype, device_of[u]))  # fits every variable value
         if u.op is Ops.COPY:
             steps.append(CopyStep(slot_of[u], slot_of[u.src[0]]))
             continue

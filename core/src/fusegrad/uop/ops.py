@@ -40,6 +40,9 @@ class Ops(Enum):
     # through src[0]'s graph but given by ``rule(g, inputs, params)`` (see gradient.py). The
     # scheduler drops the node (schedule/kernelize.py ``abstract``).
     CUSTOM_GRAD = auto()
+    # symbolic sizes (a sequence length that changes between calls); see ``Variable``
+    DEFINE_VAR = auto()  # arg: (name, min, max); an int the kernel takes as an argument
+    BIND = auto()  # src: (DEFINE_VAR, CONST value); a variable with its value for one call
     # kernel graph and linear program
     SINK = auto()
     PARAM = auto()  # arg: (position, element count); a buffer argument of a kernel
@@ -107,7 +110,7 @@ class GroupOp:
 
 # The ops a linear kernel program may contain: what every renderer must handle (DESIGN.md section 3).
 BACKEND_OPS = frozenset(
-    {Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF}
+    {Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF}
     | {Ops.ENDIF, Ops.BARRIER, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CONST, Ops.CAST, Ops.BITCAST}
     | GroupOp.ALU
     # only in programs for renderers with ``min_storage_bits`` > 8 (see codegen/decompose.py)
@@ -171,6 +174,10 @@ class UOp:
         return (UOp, (self.op, self.dtype, self.src, self.arg))
 
     def __repr__(self) -> str:
+        if self.op is Ops.BIND:  # sizes in shapes and messages: ``seq=5``, ``seq[1..16]``
+            return f"{self.src[0].arg[0]}={self.src[1].arg}"
+        if self.op is Ops.DEFINE_VAR:
+            return f"{self.arg[0]}[{self.arg[1]}..{self.arg[2]}]"
         return pretty(self)
 
     def replace(self, **kw: Any) -> UOp:
@@ -196,17 +203,19 @@ class UOp:
     def _operand(self, x: UOp | int | float | bool) -> UOp:
         return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
 
+    # an index times 1 or plus 0 is itself: symbolic sizes (``prod`` of a shape holding a
+    # variable) stay small expressions
     def __add__(self, x):
-        return self.alu(Ops.ADD, self._operand(x))
+        return self if type(x) is int and x == 0 and self.dtype is dtypes.index else self.alu(Ops.ADD, self._operand(x))
 
     def __radd__(self, x):
-        return self._operand(x).alu(Ops.ADD, self)
+        return self if type(x) is int and x == 0 and self.dtype is dtypes.index else self._operand(x).alu(Ops.ADD, self)
 
     def __mul__(self, x):
-        return self.alu(Ops.MUL, self._operand(x))
+        return self if type(x) is int and x == 1 and self.dtype is dtypes.index else self.alu(Ops.MUL, self._operand(x))
 
     def __rmul__(self, x):
-        return self._operand(x).alu(Ops.MUL, self)
+        return self if type(x) is int and x == 1 and self.dtype is dtypes.index else self._operand(x).alu(Ops.MUL, self)
 
     def __sub__(self, x):
         return self.alu(Ops.ADD, self._operand(x).alu(Ops.NEG))
@@ -218,7 +227,7 @@ class UOp:
         return self.alu(Ops.NEG)
 
     def __floordiv__(self, x):
-        return self.alu(Ops.IDIV, self._operand(x))
+        return self if type(x) is int and x == 1 and self.dtype is dtypes.index else self.alu(Ops.IDIV, self._operand(x))
 
     def __mod__(self, x):
         return self.alu(Ops.MOD, self._operand(x))
@@ -241,6 +250,15 @@ class UOp:
 
     def cast(self, dtype: DType) -> UOp:
         return self if dtype == self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bind(self, value: int) -> UOp:
+        """This variable with ``value`` for one call: what a symbolic shape holds."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"only a Variable can be bound, not {self.op}")
+        name, lo, hi = self.arg
+        if not isinstance(value, int) or not lo <= value <= hi:
+            raise ValueError(f"Variable {name!r} takes an int in [{lo}, {hi}], got {value!r}")
+        return UOp(Ops.BIND, dtypes.index, (self, UOp.const(dtypes.index, value)))
 
     # ---- graph walks ---------------------------------------------------------------------------
 
@@ -333,13 +351,99 @@ def toposort(roots: list[UOp]) -> list[UOp]:
     return order
 
 
+# ---- symbolic sizes ------------------------------------------------------------------------------
+
+#: a size: an int, or an index expression of variables (``seq * 64``)
+sint = int | UOp
+
+
+def Variable(name: str, lo: int, hi: int) -> UOp:  # noqa: N802 (it names a kind of value, as a class would)
+    """An integer that may change between calls, from ``lo`` to ``hi``: a size such as a
+    sequence length. Bind it to a value and use it in a shape, ``x.reshape(seq.bind(5), 64)``:
+    kernels take its value as an argument, so a new value compiles nothing."""
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
+        raise ValueError(f"Variable {name!r} needs int bounds 0 <= lo <= hi, got {lo!r} and {hi!r}")
+    if not name.isidentifier():
+        raise ValueError(f"Variable name {name!r} must be an identifier (it names a kernel argument)")
+    global VARIABLES_USED
+    VARIABLES_USED = True
+    return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, lo, hi))
+
+
+#: set once a Variable exists: until then the scheduler skips looking for them
+VARIABLES_USED = False
+
+
+def sym_eval(x: sint, values: dict[UOp, int] | None = None) -> int:
+    """The value of a size: bound variables give theirs, free ones theirs in ``values``."""
+    if isinstance(x, int):
+        return x
+    if x.op is Ops.CONST:
+        return x.arg
+    if x.op is Ops.BIND:
+        return x.src[1].arg
+    if x.op is Ops.DEFINE_VAR:
+        if values is None or x not in values:
+            raise ValueError(f"Variable {x.arg[0]!r} has no value here; bind it: var.bind(n)")
+        return values[x]
+    from fusegrad.uop.symbolic import exec_alu
+
+    return exec_alu(x.op, x.dtype, tuple(sym_eval(s, values) for s in x.src))
+
+
+def sym_max(x: sint) -> int:
+    """The largest value a size can take (for bounds and for memory that must fit every value)."""
+    return x if isinstance(x, int) else int(x.vmax)
+
+
+def unbind(x: sint, values: dict[UOp, int]) -> sint:
+    """``x`` with each bound variable replaced by the free one; the values go into ``values``."""
+    if isinstance(x, int) or x.op is Ops.CONST:
+        return x
+    if x.op is Ops.BIND:
+        var, value = x.src[0], x.src[1].arg
+        if values.setdefault(var, value) != value:
+            raise ValueError(f"Variable {var.arg[0]!r} is bound to {values[var]} and {value} in one graph")
+        return var
+    new_src = tuple(unbind(s, values) for s in x.src)
+    return x if new_src == x.src else x.replace(src=new_src)
+
+
+def variables_of(nodes: list[UOp]) -> tuple[UOp, ...]:
+    """The variables among ``nodes``, in the order a kernel takes their values: by name."""
+    return tuple(sorted((u for u in nodes if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+
+
+def rebind(x: sint, values: dict[UOp, int]) -> sint:
+    """``x`` with each bound variable bound to its value in ``values`` instead."""
+    if isinstance(x, int) or x.op is Ops.CONST:
+        return x
+    if x.op is Ops.BIND:
+        return x.src[0].bind(values[x.src[0]])
+    new_src = tuple(rebind(s, values) for s in x.src)
+    return x if new_src == x.src else x.replace(src=new_src)
+
+
+def graph_variables(roots: list[UOp]) -> tuple[UOp, ...]:
+    """The variables a tensor graph (or kernel AST) depends on: in sizes of movement ops and
+    in values (a mean divides by a symbolic count)."""
+    sizes = [x for u in toposort(roots) if u.op in GroupOp.Movement and is_symbolic(u.arg)
+             for a in u.arg for x in (a if type(a) is tuple else (a,)) if type(x) is UOp]
+    return variables_of(toposort(roots + sizes))
+
+
+def is_symbolic(shape: tuple) -> bool:
+    """Whether a shape (or a movement op's argument) holds a variable."""
+    return any(type(s) is UOp or (type(s) is tuple and is_symbolic(s)) for s in shape)
+
+
 def _shape_of(u: UOp) -> tuple[int, ...]:
     op, arg = u.op, u.arg
     if op is Ops.BUFFER:
         return (arg.size,)
     if op is Ops.PARAM:
         return (arg[1],)
-    if op is Ops.CONST:
+    if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND):
         return ()
     if op in (Ops.RESHAPE, Ops.EXPAND):
         return arg
@@ -361,6 +465,10 @@ def _bounds_of(u: UOp) -> tuple[int | float, int | float]:
     op = u.op
     if op is Ops.CONST:
         return (u.arg, u.arg)
+    if op is Ops.DEFINE_VAR:
+        return (u.arg[1], u.arg[2])
+    if op is Ops.BIND:
+        return u.src[1].bounds
     if op is Ops.RANGE:
         return (0, u.src[0].vmax - 1)
     if op is Ops.SPECIAL:
