@@ -40,7 +40,7 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: t(2, 3).permute(0, 0), ShapeError, r"each axis once, got \(0, 0\)"),
     (lambda: t(2, 3).pad(((1, 1),)), ShapeError, r"one \(before, after\) per axis of \(2, 3\)"),
     (lambda: t(2, 3).shrink(((0, 3), None)), ShapeError, r"shrink .* does not fit shape \(2, 3\)"),
-    (lambda: Tensor.zeros(2, -1), ShapeError, r"non-negative ints, got \(2, -1\)"),
+    (lambda: Tensor.zeros(2, -1), ShapeError, r"non-negative ints or bound Variables, got \(2, -1\)"),
     (lambda: Tensor([[1, 2], [3]]), ShapeError, r"ragged"),
     (lambda: t(2, 3).item(), ShapeError, r"one element, this one has shape \(2, 3\)"),
     # axes

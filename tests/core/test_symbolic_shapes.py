@@ -102,3 +102,43 @@ def test_bad_bounds_and_names_are_refused():
         Variable("n", 5, 2)
     with pytest.raises(ValueError, match="identifier"):
         Variable("two words", 1, 2)
+
+
+def test_pad_flip_cat_and_shrink(device):
+    _check_each_length(device, lambda x: x.pad(((1, 2), (0, 1))).flip(0),
+                       lambda a: np.pad(a, ((1, 2), (0, 1)))[::-1])
+    _check_each_length(device, lambda x: x.cat(x * 2, dim=1), lambda a: np.concatenate([a, a * 2], 1))
+    _check_each_length(device, lambda x: x.shrink(((1, 3), None)) + 1, lambda a: a[1:3] + 1)
+
+
+def test_gradients_through_a_variable_length(device):
+    w0 = np.random.default_rng(2).standard_normal((8, 3)).astype(np.float32)
+    w = Tensor(w0, device=device, requires_grad=True)
+
+    def grad_of_w(x):
+        w.grad = None
+        (x @ w).relu().mean().backward()
+        return w.grad
+
+    _check_each_length(device, grad_of_w,
+                       lambda a: a.T @ ((a @ w0) > 0).astype(np.float32) / (a.shape[0] * 3))
+
+
+def test_indexing_a_symbolic_tensor_is_refused_with_the_way_out():
+    seq = Variable("seq", 1, 10)
+    with pytest.raises(ShapeError, match="use shrink"):
+        Tensor.ones(4, 3).reshape(seq.bind(4), 3)[1:]
+
+
+def test_a_variable_prefix_of_a_larger_buffer(device):
+    """The other way to bind: keep one buffer of the largest length, use its first ``seq`` rows."""
+    seq = Variable("seq", 1, 16)
+    cache = np.random.default_rng(3).standard_normal((16, 4)).astype(np.float32)
+    full = Tensor(cache, device=device).realize()
+    before = None
+    for n in LENGTHS:
+        out = full.shrink(((0, seq.bind(n)), None)).sum(0).numpy()
+        np.testing.assert_allclose(out, cache[:n].sum(0), rtol=1e-5, atol=1e-5)
+        if before is None:
+            before = GlobalCounters.compiles
+    assert GlobalCounters.compiles == before

@@ -9,6 +9,7 @@ from fusegrad.engine.jit import TinyJit
 from fusegrad.engine.realize import GlobalCounters
 from fusegrad.helpers import Context, context
 from fusegrad.tensor import Tensor
+from fusegrad.uop.ops import Variable
 
-__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "TinyJit", "context", "dtypes"]
+__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "TinyJit", "Variable", "context", "dtypes"]
 __version__ = "0.1.0"

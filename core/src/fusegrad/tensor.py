@@ -647,7 +647,7 @@ def _panelled(w: Tensor) -> Tensor:
 
 def _split_for_cores(n: int) -> int | None:
     """How many parts to cut a full reduction of ``n`` elements into (None: leave it whole)."""
-    if n < 1 << 18:
+    if isinstance(n, UOp) or n < 1 << 18:  # (a symbolic count is not split)
         return None
     return next((p for p in (64, 32, 16, 8, 4, 2) if n % p == 0), None)
 
@@ -669,7 +669,7 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
         shape = shape[0]
     out = tuple(shape)
     if any(not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out):
-        raise ShapeError(f"a shape is a sequence of non-negative ints (or bound variables), got {out}")
+        raise ShapeError(f"a shape is a sequence of non-negative ints or bound Variables, got {out}")
     return out
 
 

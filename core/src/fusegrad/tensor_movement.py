@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
 
 
+def _size(x: Any) -> int | UOp:
+    """An int, or a bound Variable (an end of a shrink may be one: the first ``seq`` rows)."""
+    return x if isinstance(x, UOp) else int(x)
+
+
 def _sizes(args: tuple) -> tuple:
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
 
@@ -153,9 +158,9 @@ class MovementMixin:
 
     def shrink(self, ranges: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep ``[start, end)`` of each axis (None keeps the whole axis)."""
-        arg = tuple((0, s) if r is None else (int(r[0]), int(r[1])) for r, s in zip(ranges, self.shape))
-        for (b, e), s in zip(arg, self.shape):
-            if not 0 <= b <= e <= s:
+        arg = tuple((0, s) if r is None else (_size(r[0]), _size(r[1])) for r, s in zip(ranges, self.shape))
+        for (b, e), s in zip(arg, self.shape):  # a symbolic size is checked with its bound value
+            if not 0 <= sym_eval(b) <= sym_eval(e) <= sym_eval(s):
                 raise ShapeError(f"shrink {arg} does not fit shape {self.shape}")
         if all(r == (0, s) for r, s in zip(arg, self.shape)):
             return self  # type: ignore[return-value]
@@ -170,6 +175,9 @@ class MovementMixin:
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints (negative too), slices with any step, None and Ellipsis."""
+        if is_symbolic(self.shape):
+            raise ShapeError(f"indexing a tensor of symbolic shape {self.shape} is not supported; "
+                             "use shrink, or index before binding the Variable")
         items = list(index) if isinstance(index, tuple) else [index]
         if any(isinstance(i, (MovementMixin, list)) for i in items):
             return self._getitem_tensor(index)  # type: ignore[attr-defined]
