@@ -142,3 +142,11 @@ def test_a_variable_prefix_of_a_larger_buffer(device):
         if before is None:
             before = GlobalCounters.compiles
     assert GlobalCounters.compiles == before
+
+
+def test_beam_leaves_a_kernel_over_a_variable_as_it_is():
+    from fusegrad import context
+
+    with context(BEAM=2):
+        _check_each_length("CPU", lambda x: x.softmax(0),
+                           lambda a: np.exp(a - a.max(0)) / np.exp(a - a.max(0)).sum(0))

@@ -19,7 +19,7 @@ from fusegrad.device import Buffer, Device
 from fusegrad.errors import CompileError
 from fusegrad.helpers import Context
 from fusegrad.schedule.kernelize import KernelStep, Plan, abstract, make_plan
-from fusegrad.uop.ops import UOp
+from fusegrad.uop.ops import UOp, graph_variables
 
 
 class GlobalCounters:
@@ -90,7 +90,8 @@ def _compile_batch(kernels: list[KernelSource], device: str) -> list[Runner | Co
 
 def _generate(ast: UOp, device: str) -> KernelSource:
     rt = Device[device]
-    if Context.BEAM and rt.renderer.grid_dims is None:
+    # BEAM searches the optimiser's actions; none apply to a kernel over a variable
+    if Context.BEAM and rt.renderer.grid_dims is None and not graph_variables([ast]):
         from fusegrad.codegen.search import beam_search
 
         kernel = generate(ast, rt.renderer, beam_search(ast, rt, device, Context.BEAM))
