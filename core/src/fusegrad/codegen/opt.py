@@ -227,7 +227,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse, second))
     inner = (reuse, vec_axis) if _rows_outside(reduce, shape, upcast, renderer) else (vec_axis, second, reuse)
     order += tuple(d for d in inner if d is not None)
-    opts = KernelOpts(order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast))
+    opts = KernelOpts(order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast, renderer))
     return _merged(value, opts, reduce, regs) if lanes else opts
 
 
@@ -266,9 +266,15 @@ def _reuse_amount(size: int, budget: tuple[int, ...], whole: bool = False) -> in
     return size if whole and size in budget else _amount(size, budget)
 
 
-#: bytes of the inputs read along the reduction that a tile of panels may keep in cache (about
-#: half of a core's L2 cache on current x86 processors)
+#: bytes of the inputs read along the reduction that a tile of panels may keep in cache, when
+#: the renderer does not say how much cache a core has (``core_cache_bytes``): half of a 512 KB L2
 TILE_BYTES = 256 * 1024
+
+
+def _tile_bytes(renderer: Renderer) -> int:
+    """How much of a group of panels may stay in a core's own cache while rows stream past: half
+    of it, the rest holds the rows and the output."""
+    return renderer.core_cache_bytes // 2 or TILE_BYTES
 
 
 #: a row's length in bytes that is a multiple of this puts a matmul's rows in the same cache sets
@@ -301,7 +307,8 @@ def _rows_outside(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, i
     return row_bytes % ALIASING_STRIDE == 0 and row_bytes * shape[vec_axis] <= renderer.cache_bytes // 4
 
 
-def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]],
+                renderer: Renderer) -> tuple[tuple[int, int], ...]:
     """For a register tile over two axes (a matmul's rows and columns), walk a few column
     panels per block of rows: each row block is then read once per group of panels instead of
     once per panel, and the group (reduce length x panels x vector) stays in cache."""
@@ -310,7 +317,7 @@ def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int
     vec_axis, vec, length = tile
     blocks = shape[vec_axis] // vec
     trips = next((t for t in (8, 4, 2) if blocks % t == 0 and blocks >= 2 * t
-                  and length * t * vec * reduce.dtype.itemsize <= TILE_BYTES), None)
+                  and length * t * vec * reduce.dtype.itemsize <= _tile_bytes(renderer)), None)
     return ((vec_axis, trips),) if trips and length >= 256 else ()
 
 
