@@ -25,8 +25,9 @@ Peer = dict[str, Callable[[], object]]
 
 
 def median(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
-    """``fn``'s median time over ``repeats`` timed runs of ``inner`` calls, after one untimed."""
-    return medians({"fn": fn}, repeats, inner, rounds=1)["fn"]
+    """``fn``'s median time over ``repeats`` timed runs of ``inner`` calls, after one untimed
+    (without the pause between contenders: a peak is measured on a core kept busy)."""
+    return medians({"fn": fn}, repeats, inner, rounds=1, settle=0.0)["fn"]
 
 
 #: seconds each turn waits first: a peer's worker threads busy-wait after its call (OpenBLAS's
