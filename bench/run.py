@@ -25,18 +25,28 @@ Peer = dict[str, Callable[[], object]]
 
 
 def median(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
-    """``fn``'s median time over ``repeats`` timed runs of ``inner`` calls, after one untimed."""
-    return medians({"fn": fn}, repeats, inner, rounds=1)["fn"]
+    """``fn``'s median time over ``repeats`` timed runs of ``inner`` calls, after one untimed
+    (without the pause between contenders: a peak is measured on a core kept busy)."""
+    return medians({"fn": fn}, repeats, inner, rounds=1, settle=0.0)["fn"]
 
 
-def medians(fns: dict[str, Callable[[], object]], repeats: int, inner: int = 1, rounds: int = 3) -> dict[str, float]:
+#: seconds each turn waits first: a peer's worker threads busy-wait after its call (OpenBLAS's
+#: for about 0.1 s), and on a 2-core machine they took a core from the next contender's threads
+#: (a 1024 matmul ran at half speed in the 0.1 s after numpy's: 1.03x numpy's speed measured
+#: so, 1.8x with this pause, numpy's own time unchanged)
+SETTLE_SECONDS = 0.2
+
+
+def medians(fns: dict[str, Callable[[], object]], repeats: int, inner: int = 1, rounds: int = 3,
+            settle: float = SETTLE_SECONDS) -> dict[str, float]:
     """Each contender's median of about ``repeats`` timed runs, taken in ``rounds`` turns: in
-    each, every contender runs once untimed (another's worker threads may still be spinning),
-    then its share of the timed runs. Turns spread this machine's slow spells over all of them
-    instead of one."""
+    each, every contender waits ``settle`` seconds for the previous one's worker threads to go
+    idle, runs once untimed, then its share of the timed runs. Turns spread this machine's
+    slow spells over all of them instead of one."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            time.sleep(settle)
             fn()
             for _ in range(-(-repeats // rounds)):
                 start = time.perf_counter()

@@ -168,8 +168,8 @@ def test_exp_with_clamps_is_vectorised(tmp_path):
     np.testing.assert_allclose((x.exp() * 2).numpy(), np.exp(x.numpy()) * 2, rtol=1e-5)
 
 
-def test_last_level_cache_is_read_from_sysfs(tmp_path):
-    from fusegrad_cpu.renderer import last_level_cache
+def test_caches_are_read_from_sysfs(tmp_path):
+    from fusegrad_cpu.renderer import core_cache, last_level_cache
 
     for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "64K"),
                                                   (2, "Unified", "512K"), (3, "Unified", "32768K")]):
@@ -179,7 +179,8 @@ def test_last_level_cache_is_read_from_sysfs(tmp_path):
         (entry / "type").write_text(f"{kind}\n")
         (entry / "size").write_text(f"{size}\n")
     assert last_level_cache(str(tmp_path)) == 32 << 20
-    assert last_level_cache(str(tmp_path / "missing")) == 0
+    assert core_cache(str(tmp_path)) == 512 << 10
+    assert last_level_cache(str(tmp_path / "missing")) == core_cache(str(tmp_path / "missing")) == 0
 
 
 def test_conv_tile_inside_several_reduce_loops_keeps_a_vector_loop():

@@ -29,11 +29,14 @@ def vector_register_file(features: set[str]) -> tuple[int, int]:
     return 16, 16
 
 
+CACHE_ROOT = "/sys/devices/system/cpu/cpu0/cache"
+
+
 @functools.cache
-def last_level_cache(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
-    """Bytes of the highest-level data cache of the first core, as Linux lists it (0 when it
-    does not: another system, or a container without /sys)."""
-    best = (0, 0)
+def data_caches(root: str = CACHE_ROOT) -> dict[int, int]:
+    """Level -> bytes of the first core's data (or unified) caches, as Linux lists them (empty
+    when it does not: another system, or a container without /sys)."""
+    found: dict[int, int] = {}
     for entry in glob.glob(os.path.join(root, "index*")):
         try:
             kind, level, size = (_read(entry, name) for name in ("type", "level", "size"))
@@ -41,8 +44,21 @@ def last_level_cache(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
             continue
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(size[-1:], 1)
         if kind != "Instruction" and level.isdigit() and size.rstrip("KMG").isdigit():
-            best = max(best, (int(level), int(size.rstrip("KMG")) * scale))
-    return best[1]
+            found[int(level)] = int(size.rstrip("KMG")) * scale
+    return found
+
+
+def last_level_cache(root: str = CACHE_ROOT) -> int:
+    """Bytes of the highest-level data cache of the first core (0: unknown)."""
+    caches = data_caches(root)
+    return caches[max(caches)] if caches else 0
+
+
+def core_cache(root: str = CACHE_ROOT) -> int:
+    """Bytes of the first core's level-2 cache, which on current processors each core has to
+    itself (0: unknown, or the processor has no level 3 above it and shares it)."""
+    caches = data_caches(root)
+    return caches.get(2, 0) if max(caches, default=0) > 2 else 0
 
 
 def _read(folder: str, name: str) -> str:
@@ -163,6 +179,7 @@ class CPURenderer(CStyleRenderer):
         super().__init__(device)
         self.vector_registers, self.vector_bytes = vector_register_file(set(cpu_info()[1].split()))
         self.cache_bytes = last_level_cache()
+        self.core_cache_bytes = core_cache()
 
     def prelude(self, program: list[UOp]) -> str:
         return "#include <math.h>\n#include <stdbool.h>\n"

@@ -157,6 +157,47 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
+
+def _wide_matmul(rows: int) -> tuple[Tensor, Tensor]:
+    """(rows, 2048) @ (2048, 256), the right operand read in place (the same AST on any host)."""
+    a, b = Tensor.rand(rows, 2048, device="CPU").realize(), Tensor.rand(2048, 256, device="CPU").realize()
+    b.requires_grad = True
+    return a, b
+
+
+def _run_with(opts: KernelOpts, ast, a: Tensor, b: Tensor) -> np.ndarray:
+    rt = Device["CPU"]
+    kernel = generate(ast, rt.renderer, opts)
+    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    out = Tensor.zeros(a.shape[0] * b.shape[1], device="CPU").contiguous().realize()
+    program(out._buffer().handle, a._buffer().handle, b._buffer().handle, global_size=None)
+    return out.numpy().reshape(a.shape[0], b.shape[1])
+
+
+def test_panel_group_is_sized_from_the_core_cache():
+    """A reduction of 2048 by two AVX-512 panels of 32 floats is 512 KB: more than the default
+    TILE_BYTES, within half of a 1 MB level-2 cache. (132 rows: 8 do not divide them.)"""
+    a, b = _wide_matmul(132)
+    ast = _reduce_ast(a @ b)
+    assert heuristic_opts(ast, AVX512).tile == ()
+    big_core = _target(32, 64)
+    big_core.core_cache_bytes = 1 << 20
+    opts = heuristic_opts(ast, big_core)
+    assert opts.tile == ((opts.upcast[-1][0], 2),) and opts.upcast == ((0, 8), (1, 32))
+    np.testing.assert_allclose(_run_with(opts, ast, a, b), a.numpy() @ b.numpy(), rtol=1e-4)
+
+
+def test_tile_whose_rows_divide_their_axis_walks_two_panels_even_past_the_cache():
+    """64 rows by 8 divide exactly, so nothing clamps them: gcc then packs the tile whole only
+    inside a loop over panels, which it gets even though the 512 KB group exceeds TILE_BYTES."""
+    a, b = _wide_matmul(64)
+    ast = _reduce_ast(a @ b)
+    opts = heuristic_opts(ast, AVX512)
+    assert opts.tile == ((opts.upcast[-1][0], 2),) and opts.upcast == ((0, 8), (1, 32))
+    np.testing.assert_allclose(_run_with(opts, ast, a, b), a.numpy() @ b.numpy(), rtol=1e-4)
+
+
+
 def _weight_gradient(batch: int, cin: int, cout: int, size: int, k: int):
     """A conv's weight gradient (C_out innermost in the incoming gradient, as conv2d's backward
     lays it out): the AST of its k x k reduction kernel and a check of the values against numpy."""

@@ -54,6 +54,9 @@ class Renderer:
     #: bytes of the largest cache the kernel's threads share (a CPU's last level); 0: unknown.
     #: The optimiser streams a matmul's whole right operand through it when it fits.
     cache_bytes: int = 0
+    #: bytes of the cache each core has to itself (a CPU's level 2); 0: unknown. The optimiser
+    #: sizes the group of matmul panels that stays in it from this.
+    core_cache_bytes: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8
