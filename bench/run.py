@@ -1,6 +1,6 @@
 """Every speed workload of the project, fusegrad against the peers installed, in one run.
 
-    python bench/run.py [--quick]
+    python bench/run.py [--quick] [--beam N]
 
 Peers: numpy, torch (2.13.0) and tinygrad (0.14.0), each when importable. For each workload it
 prints medians and the ratio of each peer's time to fusegrad's (> 1: fusegrad is faster), plus
@@ -13,6 +13,7 @@ that script also measures the cold first step and peak memory.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -65,6 +66,10 @@ def peers() -> dict[str, object]:
         found["torch"] = torch
     except ImportError:
         pass
+    # tinygrad on its CPU device: left alone it picks OpenCL where that works, and writes its
+    # choice into DEV, which fusegrad reads too
+    previous = os.environ.get("DEV")
+    os.environ["DEV"] = "CPU"
     try:
         import tinygrad
 
@@ -74,6 +79,10 @@ def peers() -> dict[str, object]:
         pass
     except Exception as e:  # installed, but no device it can use here: say so, go on without
         print(f"tinygrad left out: it cannot run here ({e})")
+    if previous is None:
+        del os.environ["DEV"]
+    else:
+        os.environ["DEV"] = previous
     return found
 
 
@@ -152,7 +161,7 @@ def eager_and_jit(found: dict, repeats: int) -> None:
     report("TinyJit replay, 3 ops", "us", 0, times)
 
 
-def machine_figures(n_big: int) -> None:
+def machine_figures(n_big: int) -> float | None:
     """Copy bandwidth (numpy) and an FMA peak measured with a fusegrad kernel on every core."""
     x = np.random.default_rng(0).standard_normal(n_big, np.float32)
     y = np.empty_like(x)  # preallocated: a fresh array would time page faults too
@@ -161,6 +170,7 @@ def machine_figures(n_big: int) -> None:
     peak = _fma_peak()
     if peak:
         print(f"machine: FMA peak {peak:.1f} GFLOP/s (float32, all cores, measured)")
+    return peak
 
 
 FMA_SOURCE = """
@@ -204,29 +214,52 @@ def _fma_peak() -> float | None:
         fn = ctypes.CDLL(f"{folder}/fma.so").fma_peak
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
     out = np.zeros(64, np.float32)
-    reps = 20000
+    reps = 4000  # about 0.2 s a run
     # a peak is the fastest run seen: the first runs on a quiet core were up to 6x slower here
-    # (frequency ramp, the virtual machine's scheduling), which a median of 3 still caught
-    seconds = min(median(lambda: fn(out.ctypes.data, reps), 1) for _ in range(5))
+    # (frequency ramp, the virtual machine's scheduling), and a whole second of runs may get
+    # half the machine (240 instead of 470 GFLOP/s); many short runs, spread out, catch it whole
+    seconds = min(median(lambda: fn(out.ctypes.data, reps), 1) for _ in range(15))
     return 64 * reps * chains * width * 2 / seconds * 1e-9
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes")
+    parser.add_argument("--beam", type=int, default=0, metavar="N",
+                        help="also time each matmul with BEAM=N (the search takes minutes)")
     args = parser.parse_args()
-    found = peers()
     n_big = 1 << 20 if args.quick else 1 << 24
     sizes = (256,) if args.quick else (1024, 2048)
     repeats = 3 if args.quick else 5
-    print(f"fusegrad on {Device.DEFAULT}; peers: numpy {np.__version__}"
+    # the machine first: a peer's runtime, once loaded, may keep threads that take a core
+    # (the FMA peak read 240 instead of 470 GFLOP/s after tinygrad's first realize)
+    peak = machine_figures(n_big)
+    found = peers()
+    print(f"\nfusegrad on {Device.DEFAULT}; peers: numpy {np.__version__}"
           + "".join(f", {k} {v.__version__}" for k, v in found.items() if hasattr(v, "__version__")))
     print("ratios in brackets: peer time / fusegrad time (> 1: fusegrad faster)\n")
-    machine_figures(n_big)
     for work in workloads(n_big, sizes, found):
         run_workload(*work, found, repeats)
+    if args.beam:
+        beam_matmuls(sizes, args.beam, peak, repeats)
     eager_and_jit(found, repeats)
     mnist_step(repeats)
+
+
+def beam_matmuls(sizes: tuple[int, ...], beam: int, peak: float | None, repeats: int) -> None:
+    """Each matmul with its kernel found by BEAM search (searched once, untimed), as a
+    fraction of the FMA peak (issue #7: at least 0.6)."""
+    from fusegrad import context
+
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        a, b = (Tensor(rng.standard_normal((n, n), np.float32)) for _ in range(2))
+        with context(BEAM=beam):
+            (a @ b).realize()  # the search, then the winner is compiled and cached
+            seconds = median(lambda: (a @ b).realize(), repeats)
+        flops = 2 * n**3 / seconds * 1e-9
+        share = f" = {flops / peak:.2f} of the FMA peak" if peak else ""
+        print(f"{f'matmul {n}x{n} f32 BEAM={beam}':<28s} fusegrad {flops:9.2f} GFLOP/s{share}")
 
 
 def mnist_step(repeats: int) -> None:
