@@ -256,7 +256,7 @@ def beam_matmuls(sizes: tuple[int, ...], beam: int, peak: float | None, repeats:
         a, b = (Tensor(rng.standard_normal((n, n), np.float32)) for _ in range(2))
         with context(BEAM=beam):
             (a @ b).realize()  # the search, then the winner is compiled and cached
-            seconds = median(lambda: (a @ b).realize(), repeats)
+            seconds = median(lambda a=a, b=b: (a @ b).realize(), repeats)
         flops = 2 * n**3 / seconds * 1e-9
         share = f" = {flops / peak:.2f} of the FMA peak" if peak else ""
         print(f"{f'matmul {n}x{n} f32 BEAM={beam}':<28s} fusegrad {flops:9.2f} GFLOP/s{share}")
