@@ -2,5 +2,6 @@
 # Sets everything up, then runs the whole test suite (extra arguments go to pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/system-packages.sh  # what the OPENCL and WEBGPU tests need (as root, with apt)
 bash scripts/setup.sh
 exec .venv/bin/python -m pytest -q -n 2 "$@"
