@@ -170,3 +170,32 @@ def test_cheap_work_read_by_three_kernels_is_recomputed():
     (x,) = inputs("CPU", (256, 512))
     e = x * 2
     assert len(e.sum(0).schedule(e.max(0), e.sum(1))) == 3
+
+
+def test_a_relu_read_by_many_kernels_beside_a_shared_gradient_gets_a_buffer_too(monkeypatch):
+    """BatchNorm, ReLU, max-pool, trained: the gradient under the pooling gets a buffer (read by
+    the norm's sums and its output); the ReLU beneath it is still read by the pooling and the
+    pooling's gradient kernels, so a second round of the choice gives it one as well. The
+    gradients match the ones computed with one round."""
+    from fusegrad.schedule import kernelize
+
+    def grads(rounds: int):
+        monkeypatch.setattr(kernelize, "SHARED_WORK_ROUNDS", rounds)
+        monkeypatch.setattr(realize, "_plans", {})  # plan this graph again
+        rng = np.random.default_rng(1)
+        x = Tensor(rng.standard_normal((8, 32, 20, 20)).astype(np.float32), requires_grad=True)
+        w = Tensor(rng.standard_normal(32).astype(np.float32), requires_grad=True)
+        mean = x.mean((0, 2, 3), keepdim=True)
+        var = ((x - mean) ** 2).mean((0, 2, 3), keepdim=True)
+        y = ((x - mean) / (var + 1e-5).sqrt() * w.reshape(1, 32, 1, 1)).relu().max_pool2d(2)
+        (y * y).sum().backward()
+        steps = Tensor.schedule(x.grad, w.grad)
+        full_size = [s for s in steps if s.ast.src[0].src[1].shape == (8, 32, 20, 20)]
+        return len(full_size), x.grad.numpy(), w.grad.numpy()
+
+    rounds = kernelize.SHARED_WORK_ROUNDS
+    buffers_once, gx1, gw1 = grads(1)
+    buffers, gx, gw = grads(rounds)
+    assert buffers == buffers_once + 1  # the ReLU's comparison, computed once
+    np.testing.assert_allclose(gx, gx1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gw, gw1, rtol=1e-4, atol=1e-4)

@@ -210,6 +210,9 @@ def _shared_reduces(realize: set[UOp]) -> set[UOp]:
     return {u for u, n in _kernels_computing(realize, frozenset({Ops.REDUCE_AXIS})).items() if n > 1}
 
 
+#: rounds of _shared_work: each sees the buffers the last chose (a ReLU under a pooling's
+#: gradient is still computed by the kernels that do not read that gradient)
+SHARED_WORK_ROUNDS = 3
 #: elementwise work read by this many kernels or more may get a buffer (see _shared_work)
 SHARED_WORK_KERNELS = 3
 #: ... when one element of it costs at least this many ALU ops (``_alu_cost``)
@@ -244,7 +247,9 @@ def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
 def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
     """The nodes that must be written to a buffer; everything else fuses into its consumer."""
     realize = _with_cuts(_forced_realizes(roots, order))
-    if shared := _shared_work(realize, order) - realize:
+    for _ in range(SHARED_WORK_ROUNDS):  # a buffer chosen leaves its sources to other kernels
+        if not (shared := _shared_work(realize, order) - realize):
+            break
         realize = _with_cuts(realize | shared)
     return realize
 
