@@ -169,6 +169,16 @@ def _amount(size: int, choices: tuple[int, ...]) -> int:
     return next((c for c in choices if size % c == 0 and size > c), 1)
 
 
+def _vector_amount(shape: tuple[int, ...], axis: int, choices: tuple[int, ...]) -> int:
+    """The vector axis's upcast. It may take the whole axis when another output axis of 8 or more
+    is left to split between the cores: the 32 channels of a 5x5 convolution as two registers,
+    each loaded input then feeding two FMAs (8-12% faster than 16 channels with more rows)."""
+    size = shape[axis]
+    if size in choices and any(s >= 8 for d, s in enumerate(shape) if d != axis):
+        return size
+    return _amount(size, choices)
+
+
 #: lane counts tried for a reduction, most first: 64 lanes are 4 AVX-512 registers (or 8 AVX2
 #: ones) that add independently, so the adds' latency hides behind each other
 LANE_AMOUNTS = (64, 32, 16, 8, 4)
@@ -223,7 +233,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     contiguous = _contiguous_axes(value, nodes, axes, amounts)  # (lowers once per axis)
     vec_axis = _vector_axis(shape, axes, contiguous, amounts)
     reduce_contiguous = _innermost_reduce_is_contiguous(nodes)
-    if vec_axis is not None and (vec := _amount(shape[vec_axis], amounts)) > 1 and (
+    if vec_axis is not None and (vec := _vector_amount(shape, vec_axis, amounts)) > 1 and (
         vec_axis in contiguous or not reduce_contiguous
     ):
         upcast.append((vec_axis, vec))
