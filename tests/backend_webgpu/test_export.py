@@ -70,6 +70,16 @@ def test_export_writes_kernels_plan_and_weights(tmp_path):
     )
 
 
+def test_a_kernel_over_a_variable_is_refused_naming_it(tmp_path):
+    from fusegrad import Variable
+    from fusegrad.errors import FusegradError
+
+    seq = Variable("seq", 1, 16)
+    with pytest.raises(FusegradError, match="Variable 'seq'.*concrete shapes"):
+        export_webgpu(lambda x: (x.reshape(seq.bind(4), 2) * 2).sum(1), [np.ones((4, 2), np.float32)], tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
 @pytest.mark.parametrize("captured", [False, True], ids=["schedule", "tinyjit"])
 def test_exported_mnist_model_runs_in_chromium(served, captured):
     executable = find_chromium()

@@ -88,6 +88,7 @@ def export_webgpu(
 def _write(folder: Path, plan: Any, buffers: list[Any], slots_of_inputs: list[int],
            input_buffers: list[Any], shape: tuple[int, ...], written: set[int] | None = None) -> Path:
     """Write the page, the kernels and the weights of ``plan`` into ``folder``."""
+    model = _model(plan, buffers, slots_of_inputs, shape, written or set())  # may refuse: first
     folder.mkdir(parents=True, exist_ok=True)
     weights = {
         f"slot{s}": _host_tensor(b)
@@ -99,7 +100,6 @@ def _write(folder: Path, plan: Any, buffers: list[Any], slots_of_inputs: list[in
         {f"input{i}": _host_tensor(b) for i, b in enumerate(input_buffers)},
         folder / "inputs.safetensors",
     )
-    model = _model(plan, buffers, slots_of_inputs, shape, written or set())
     (folder / "model.js").write_text(_module(model))
     for name in ("fusegrad-webgpu.js", "index.html"):
         shutil.copyfile(WEB_FILES / name, folder / name)
@@ -147,6 +147,11 @@ def _model(plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[i
                 "export_webgpu exports one device's kernels; the function copies between devices"
             )
         source = generate(step.ast, renderer)
+        if source.variables:
+            raise FusegradError(
+                f"export_webgpu writes fixed shapes, but kernel {source.name} depends on Variable "
+                f"{source.variables[0].arg[0]!r}; export with example inputs of concrete shapes"
+            )
         if source.source not in index_of:
             index_of[source.source] = len(kernels)
             kernels.append({"name": source.name, "code": source.source})
