@@ -668,7 +668,8 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
     if len(shape) == 1 and not isinstance(shape[0], (int, UOp)):
         shape = shape[0]
     out = tuple(shape)
-    if any(not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out):
+    if any(not isinstance(s, int) or s < 0 for s in out) and \
+            any(not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out):  # (bound Variables pass)
         raise ShapeError(f"a shape is a sequence of non-negative ints or bound Variables, got {out}")
     return out
 

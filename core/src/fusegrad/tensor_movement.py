@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import dtypes
 from fusegrad.errors import ShapeError
 from fusegrad.helpers import prod
+from fusegrad.uop import ops
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, sym_eval
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class MovementMixin:
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """The same elements in a new shape; one size may be -1 (inferred)."""
         new = _sizes(shape)
-        if is_symbolic(new) or is_symbolic(self.shape):
+        if ops.VARIABLES_USED and (is_symbolic(new) or is_symbolic(self.shape)):
             return self._reshape_symbolic(new)
         if new.count(-1) > 1:
             raise ShapeError(f"reshape to {new}: only one size may be -1")
@@ -175,7 +176,7 @@ class MovementMixin:
 
     def __getitem__(self, index: Any) -> Tensor:
         """Basic indexing: ints (negative too), slices with any step, None and Ellipsis."""
-        if is_symbolic(self.shape):
+        if ops.VARIABLES_USED and is_symbolic(self.shape):
             raise ShapeError(f"indexing a tensor of symbolic shape {self.shape} is not supported; "
                              "use shrink, or index before binding the Variable")
         items = list(index) if isinstance(index, tuple) else [index]
