@@ -131,11 +131,13 @@ class LAMB(Optimizer):
     def _update(self, grads: list[Tensor]) -> list[Tensor]:
         b1_t = self.b1_t.assign(self.b1_t * self.b1)
         b2_t = self.b2_t.assign(self.b2_t * self.b2)
+        # the bias corrections once per step, not once per parameter (fewer nodes to build)
+        c1, c2 = (1.0 - b1_t).reciprocal(), (1.0 - b2_t).reciprocal()
         for t, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
             m.assign(self.b1 * m + (1.0 - self.b1) * g)
             v.assign(self.b2 * v + (1.0 - self.b2) * (g * g))
-            m_hat = m / (1.0 - b1_t.to(t.device))
-            v_hat = v / (1.0 - b2_t.to(t.device))
+            m_hat = m * c1.to(t.device)
+            v_hat = v * c2.to(t.device)
             up = m_hat / (v_hat.sqrt() + self.eps)
             if self.weight_decay:
                 up = up + self.weight_decay * t.detach()
