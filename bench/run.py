@@ -79,10 +79,11 @@ def peers() -> dict[str, object]:
         pass
     except Exception as e:  # installed, but no device it can use here: say so, go on without
         print(f"tinygrad left out: it cannot run here ({e})")
-    if previous is None:
-        del os.environ["DEV"]
-    else:
-        os.environ["DEV"] = previous
+    finally:
+        if previous is None:
+            del os.environ["DEV"]
+        else:
+            os.environ["DEV"] = previous
     return found
 
 
@@ -264,7 +265,6 @@ def beam_matmuls(sizes: tuple[int, ...], beam: int, peak: float | None, repeats:
 
 def mnist_step(repeats: int) -> None:
     """The examples/mnist.py CNN's training step, eager and TinyJit, against torch's."""
-    import os
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -181,13 +181,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         """The values as a numpy array (a copy)."""
         if self.dtype == dtypes.bfloat16:
             return self.float().numpy()
-        shape = self.shape
-        if is_symbolic(shape):  # the values bound now; the buffer fits the largest
-            shape = tuple(sym_eval(s) for s in shape)
-            return self._buffer().numpy()[: prod(shape)].reshape(shape)
-        if self.numel() == 0:
+        shape = tuple(sym_eval(s) for s in self.shape)  # a bound variable's value now
+        if prod(shape) == 0:
             return np.zeros(shape, dtype=self.dtype.np)
-        return self._buffer().numpy().reshape(shape)
+        return self._buffer().numpy()[: prod(shape)].reshape(shape)  # (it fits the largest value)
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists."""
@@ -593,8 +590,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         count = prod(self.shape[a] for a in self._resolve_axes(axis))
         total = x.sum(axis, keepdim)
         if isinstance(count, UOp):  # a symbolic count: divide by the variable's value in the kernel
-            n = UOp(Ops.CAST, total.dtype, (count,))
-            return total / total._wrap(n, self.device).reshape((1,) * total.ndim).expand(total.shape)
+            return total / total._wrap(UOp(Ops.CAST, total.dtype, (count,)), self.device)
         return total * (1 / count if count else math.nan)
 
     # ---- linear algebra --------------------------------------------------------------------------

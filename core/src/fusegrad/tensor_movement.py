@@ -77,8 +77,10 @@ class MovementMixin:
             raise ShapeError(f"cannot reshape {self.shape} ({old_n} elements) to {new} ({new_n} elements)")
         if new == self.shape:
             return self
+        from fusegrad.tensor import _unreshaped
+
         # a reshape of a reshape is one: a buffer viewed with a symbolic shape stays a buffer
-        src = self.uop.src[0] if self.uop.op is Ops.RESHAPE else self.uop
+        src = _unreshaped(self.uop)
         return self._wrap(UOp(Ops.RESHAPE, src.dtype, (src,), new), self.device)  # type: ignore[attr-defined]
 
     def view(self, *shape: int | Sequence[int]) -> Tensor:

@@ -95,8 +95,8 @@ class TinyJit:
         signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
         values = None
         if self.signature is not None and signature != self.signature:
-            values = _new_values(signature, self.free_signature)
-            if values is None:
+            free, values = _unbound_signature(signature)
+            if free is None or free != self.free_signature:
                 self.reset()  # new shapes or dtypes: capture again
             else:
                 self.signature = signature  # the same capture, with new values of its variables
@@ -104,7 +104,7 @@ class TinyJit:
             return self._replay(buffers, values)
         self.calls += 1
         if self.calls == 1:
-            self.signature, self.free_signature = signature, _free(signature)
+            self.signature, self.free_signature = signature, _unbound_signature(signature)[0]
             return _realized(self.fn(*args, **kwargs))
         return self._capture(buffers, signature, args, kwargs)
 
@@ -126,8 +126,8 @@ class TinyJit:
                     bool(runner.kernel.variables))
             for runner, bufs in recorded
         ]
-        self.signature, self.free_signature, self.outputs = signature, _free(signature), out
-        self.values = _bound_values(signature)
+        self.signature, self.outputs = signature, out
+        self.free_signature, self.values = _unbound_signature(signature)
         for launch in self.launches:
             if missing := [v.arg[0] for v in launch.runner.kernel.variables if v not in self.values]:
                 self.reset()
@@ -141,7 +141,7 @@ class TinyJit:
         for a in self.assigned:  # the kernels read the value the tensor has now
             if (current := a.tensor._buffer()) is not a.before:
                 realize._copy(a.before, current)
-        if values is not None and values != self.values:
+        if values and values != self.values:
             self.values = values
             _rebind_outputs(self.outputs, values)
         handles = [b.handle for b in inputs]
@@ -161,29 +161,14 @@ class TinyJit:
         return self.outputs
 
 
-def _free(signature: tuple) -> tuple | None:
-    """The input signature with its variables free, or None when no shape holds one."""
+def _unbound_signature(signature: tuple) -> tuple[tuple | None, dict]:
+    """The input signature with its variables free (None when no shape holds one), and the
+    values the inputs' shapes bind them to."""
     if not any(is_symbolic(shape) for shape, _, _ in signature):
-        return None
+        return None, {}
     values: dict = {}
-    return tuple((tuple(unbind(s, values) for s in shape), dtype, dev) for shape, dtype, dev in signature)
-
-
-def _bound_values(signature: tuple) -> dict:
-    """The variables' values bound in the inputs' shapes."""
-    values: dict = {}
-    for shape, _, _ in signature:
-        for s in shape:
-            unbind(s, values)
-    return values
-
-
-def _new_values(signature: tuple, free: tuple | None) -> dict | None:
-    """The variables' new values when ``signature`` differs from the captured one only in them;
-    None when it differs otherwise (or holds no variables)."""
-    if free is None or _free(signature) != free:
-        return None
-    return _bound_values(signature)
+    free = tuple((tuple(unbind(s, values) for s in shape), dtype, dev) for shape, dtype, dev in signature)
+    return free, values
 
 
 def _rebind_outputs(out: Any, values: dict) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable, Iterable
 from enum import Enum, auto
 from typing import Any
 
@@ -203,19 +204,22 @@ class UOp:
     def _operand(self, x: UOp | int | float | bool) -> UOp:
         return x if isinstance(x, UOp) else UOp.const(self.dtype, x)
 
-    # an index times 1 or plus 0 is itself: symbolic sizes (``prod`` of a shape holding a
-    # variable) stay small expressions
+    def _keeps(self, x, unit: int) -> bool:
+        """Whether an index combined with the Python int ``x`` is itself (``+ 0``, ``* 1``,
+        ``// 1``): symbolic sizes (``prod`` of a shape holding a variable) stay small."""
+        return type(x) is int and x == unit and self.dtype is dtypes.index
+
     def __add__(self, x):
-        return self if type(x) is int and x == 0 and self.dtype is dtypes.index else self.alu(Ops.ADD, self._operand(x))
+        return self if self._keeps(x, 0) else self.alu(Ops.ADD, self._operand(x))
 
     def __radd__(self, x):
-        return self if type(x) is int and x == 0 and self.dtype is dtypes.index else self._operand(x).alu(Ops.ADD, self)
+        return self if self._keeps(x, 0) else self._operand(x).alu(Ops.ADD, self)
 
     def __mul__(self, x):
-        return self if type(x) is int and x == 1 and self.dtype is dtypes.index else self.alu(Ops.MUL, self._operand(x))
+        return self if self._keeps(x, 1) else self.alu(Ops.MUL, self._operand(x))
 
     def __rmul__(self, x):
-        return self if type(x) is int and x == 1 and self.dtype is dtypes.index else self._operand(x).alu(Ops.MUL, self)
+        return self if self._keeps(x, 1) else self._operand(x).alu(Ops.MUL, self)
 
     def __sub__(self, x):
         return self.alu(Ops.ADD, self._operand(x).alu(Ops.NEG))
@@ -227,7 +231,7 @@ class UOp:
         return self.alu(Ops.NEG)
 
     def __floordiv__(self, x):
-        return self if type(x) is int and x == 1 and self.dtype is dtypes.index else self.alu(Ops.IDIV, self._operand(x))
+        return self if self._keeps(x, 1) else self.alu(Ops.IDIV, self._operand(x))
 
     def __mod__(self, x):
         return self.alu(Ops.MOD, self._operand(x))
@@ -396,40 +400,45 @@ def sym_max(x: sint) -> int:
     return x if isinstance(x, int) else int(x.vmax)
 
 
-def unbind(x: sint, values: dict[UOp, int]) -> sint:
-    """``x`` with each bound variable replaced by the free one; the values go into ``values``."""
+def _map_binds(x: sint, bound: Callable[[UOp], UOp]) -> sint:
+    """``x`` with each BIND in it replaced by ``bound(that BIND)``."""
     if isinstance(x, int) or x.op is Ops.CONST:
         return x
     if x.op is Ops.BIND:
-        var, value = x.src[0], x.src[1].arg
-        if values.setdefault(var, value) != value:
-            raise ValueError(f"Variable {var.arg[0]!r} is bound to {values[var]} and {value} in one graph")
-        return var
-    new_src = tuple(unbind(s, values) for s in x.src)
+        return bound(x)
+    new_src = tuple(_map_binds(s, bound) for s in x.src)
     return x if new_src == x.src else x.replace(src=new_src)
 
 
-def variables_of(nodes: list[UOp]) -> tuple[UOp, ...]:
-    """The variables among ``nodes``, in the order a kernel takes their values: by name."""
-    return tuple(sorted((u for u in nodes if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
+def unbind(x: sint, values: dict[UOp, int]) -> sint:
+    """``x`` with each bound variable replaced by the free one; the values go into ``values``."""
+
+    def free(b: UOp) -> UOp:
+        var, value = b.src[0], b.src[1].arg
+        if values.setdefault(var, value) != value:
+            raise ValueError(f"Variable {var.arg[0]!r} is bound to {values[var]} and {value} in one graph")
+        return var
+
+    return _map_binds(x, free)
 
 
 def rebind(x: sint, values: dict[UOp, int]) -> sint:
     """``x`` with each bound variable bound to its value in ``values`` instead."""
-    if isinstance(x, int) or x.op is Ops.CONST:
-        return x
-    if x.op is Ops.BIND:
-        return x.src[0].bind(values[x.src[0]])
-    new_src = tuple(rebind(s, values) for s in x.src)
-    return x if new_src == x.src else x.replace(src=new_src)
+    return _map_binds(x, lambda b: b.src[0].bind(values[b.src[0]]))
+
+
+def variables_of(nodes: Iterable[UOp]) -> tuple[UOp, ...]:
+    """The variables among ``nodes``, in the order a kernel takes their values: by name."""
+    return tuple(sorted((u for u in nodes if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg[0]))
 
 
 def graph_variables(roots: list[UOp]) -> tuple[UOp, ...]:
     """The variables a tensor graph (or kernel AST) depends on: in sizes of movement ops and
     in values (a mean divides by a symbolic count)."""
-    sizes = [x for u in toposort(roots) if u.op in GroupOp.Movement and is_symbolic(u.arg)
+    nodes = toposort(roots)
+    sizes = [x for u in nodes if u.op in GroupOp.Movement and is_symbolic(u.arg)
              for a in u.arg for x in (a if type(a) is tuple else (a,)) if type(x) is UOp]
-    return variables_of(toposort(roots + sizes))
+    return variables_of({*nodes, *toposort(sizes)})
 
 
 def is_symbolic(shape: tuple) -> bool:
