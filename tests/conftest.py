@@ -6,6 +6,11 @@ import pytest
 
 from fusegrad.device import Device
 from fusegrad.dtype import DType
+from fusegrad.helpers import Context
+
+#: every kernel the tests generate is verified before it compiles (codegen/verify.py): a kernel
+#: dividing by zero or leaving its buffers fails its test with the kernel named, not the process
+Context.VERIFY = 1
 
 
 def available(name: str) -> bool:

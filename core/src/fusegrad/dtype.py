@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -188,11 +189,18 @@ def scalar_type(value: object, other: DType) -> DType:
 
 
 def cast_scalar(value: object, dtype: DType) -> bool | int | float:
-    """Convert a Python scalar to the value ``dtype`` holds, wrapping integers like C does."""
+    """Convert a Python scalar to the value ``dtype`` holds, wrapping integers like C does.
+
+    NaN and the infinities have no integer value; they become x86's "integer indefinite", the
+    sign bit alone of a 32- or 64-bit register, wrapped to ``dtype``: what compiled kernels and
+    PyTorch give on x86 (INT32_MIN for int32, 0 for int8).
+    """
     if dtype.kind == "b":
         return bool(value)
     if dtype.kind == "f":
         return float(value)  # type: ignore[arg-type]
+    if not isinstance(value, int) and not math.isfinite(value):  # type: ignore[arg-type]
+        value = 1 << (63 if dtype.itemsize == 8 else 31)
     iv = int(value)  # type: ignore[call-overload]
     bits = 8 * dtype.itemsize
     iv &= (1 << bits) - 1

@@ -51,3 +51,8 @@ class DatasetNotFound(FusegradError, FileNotFoundError):
 
 class DownloadError(FusegradError, OSError):
     """A download failed, was cut short or did not match its checksum; nothing was cached."""
+
+
+class KernelVerifyError(FusegradError, RuntimeError):
+    """A generated kernel would divide by zero, leave a buffer or use an undeclared dtype; it was
+    refused before compiling (codegen/verify.py). A bug in code generation, never the user's."""

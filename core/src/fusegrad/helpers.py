@@ -27,6 +27,8 @@ class Context:
     DEBUG: int = getenv("DEBUG")
     NOOPT: int = getenv("NOOPT")
     BEAM: int = getenv("BEAM")
+    #: check every generated kernel before compiling it (codegen/verify.py); on in the tests
+    VERIFY: int = getenv("VERIFY")
 
 
 @contextmanager

@@ -571,18 +571,42 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         return out.cast(acc)
 
     def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """The largest value over ``axis``."""
-        return self._reduce(Ops.MAX, axis, keepdim)
+        """The largest value over ``axis``; an axis of size 0 has none (``ShapeError``)."""
+        self._require_elements("max", axis)
+        return self._max(axis, keepdim)
 
     def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """The smallest value over ``axis``: min(x) = -max(-x), or ~max(~x) for integers."""
+        """The smallest value over ``axis``; an axis of size 0 has none (``ShapeError``)."""
+        self._require_elements("min", axis)
+        return self._min(axis, keepdim)
+
+    def _max(self, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        """``max`` that gives the dtype's smallest value over an empty axis, for methods whose
+        result stays defined there (the softmax of an empty row, a scatter of no elements)."""
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def _min(self, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+        """``min``, the dtype's largest value over an empty axis: -max(-x), or ~max(~x) for ints."""
         if self.dtype.is_int:
             flipped = self._alu(Ops.XOR, self.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
-            back = flipped.max(axis, keepdim)
+            back = flipped._max(axis, keepdim)
             return back._alu(Ops.XOR, back.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
         if self.dtype == dtypes.bool:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        return -((-self).max(axis, keepdim))
+            return self.logical_not()._max(axis, keepdim).logical_not()
+        return -((-self)._max(axis, keepdim))
+
+    def _require_elements(self, name: str, axis: int | Sequence[int] | None) -> None:
+        """Refuse a reduction that has no identity (max, min, argmax) over an axis of size 0,
+        as PyTorch does: the result would be a made-up value."""
+        empty = [a for a in self._resolve_axes(axis) if self.shape[a] == 0]
+        if not empty:
+            return
+        where = "all axes" if axis is None else f"axis {empty[0]}"
+        raise ShapeError(
+            f"{name}() over {where} of shape {self.shape} has no elements to reduce: {name} of "
+            "nothing is undefined (PyTorch refuses it too); reduce over a non-empty axis, or "
+            "check the size first"
+        )
 
     def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """The average over ``axis``."""

@@ -199,7 +199,7 @@ class IndexMixin:
     def _pick(self, mask: Tensor, values: Tensor, axis: int = -1) -> Tensor:
         """The one value per row of ``axis`` that ``mask`` selects (0 where none), in this dtype."""
         if self.dtype == dtypes.bool:
-            return mask.where(values, False).max(axis)
+            return mask.where(values, False)._max(axis, False)  # (False when none)
         return mask.where(values, values.zeros_like()).sum(axis, dtype=self.dtype)
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -256,7 +256,7 @@ class IndexMixin:
         if reduce is not None:
             return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
         mask, values, region = self._scatter_parts(dim, index, src)
-        hit = self._fit(mask.max(-1), region, False)
+        hit = self._fit(mask._max(-1, False), region, False)  # (an empty index: no hit)
         return hit.where(self._fit(self._pick(mask, values), region, 0), self)
 
     def scatter_reduce(
@@ -264,7 +264,7 @@ class IndexMixin:
     ) -> Tensor:
         """Combine ``src`` into this tensor at ``index`` with ``reduce`` (sum, prod, mean, amax, amin)."""
         mask, values, region = self._scatter_parts(dim, index, src)
-        hit = self._fit(mask.max(-1), region, False)
+        hit = self._fit(mask._max(-1, False), region, False)
         if reduce in ("sum", "mean"):
             total = self._fit(self._pick(mask, values), region, 0)
             if reduce == "sum":
@@ -281,9 +281,9 @@ class IndexMixin:
             fill = {"amax": self.dtype.min, "amin": self.dtype.max, "prod": 1}[reduce]
             chosen = mask.where(values, values.full_like(fill))
             part = (
-                chosen.max(-1)
+                chosen._max(-1, False)
                 if reduce == "amax"
-                else chosen.min(-1)
+                else chosen._min(-1, False)
                 if reduce == "amin"
                 else chosen.prod(-1)
             )

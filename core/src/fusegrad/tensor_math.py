@@ -396,7 +396,7 @@ class MathMixin:
     def _shifted(self, axis: int) -> tuple[Tensor, Tensor]:
         """(x - max(x), max(x)) along ``axis``; the shift keeps exp from overflowing."""
         x = self._float_operand()
-        m = x.max(axis, keepdim=True)
+        m = x._max(axis, keepdim=True)  # (an empty row has no max, and an empty softmax)
         m = m.isinf().where(0.0, m)  # all -inf rows stay -inf rather than nan
         return x - m, m
 
@@ -413,7 +413,7 @@ class MathMixin:
     def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
         """log(sum(e**x)) over ``axis``, computed stably as m + log(sum(e**(x - m)))."""
         x = self._float_operand()
-        m = x.max(axis, keepdim=True)
+        m = x._max(axis, keepdim=True)  # over an empty axis -inf, then 0: logsumexp is -inf
         m = m.isinf().where(0.0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze_axes(self._resolve_axes(axis))
@@ -435,7 +435,7 @@ class MathMixin:
         """The first index along ``axis`` where ``hit`` is true: n - max(where(hit, n - i, 0))."""
         n = self.shape[axis]
         score = hit.where(n - self._positions(axis), 0)
-        return (n - score.max(axis, keepdim)).cast(dtypes.int32)
+        return (n - score._max(axis, keepdim)).cast(dtypes.int32)
 
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index of the largest value (the first one on ties, as PyTorch).
@@ -447,6 +447,7 @@ class MathMixin:
             out = self.flatten().argmax(0)
             return out.reshape((1,) * self.ndim) if keepdim else out
         axis = self._axis(axis)
+        self._require_elements("argmax", axis)
         return self._arg_first(self == self.max(axis, keepdim=True), axis, keepdim)
 
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
@@ -455,6 +456,7 @@ class MathMixin:
             out = self.flatten().argmin(0)
             return out.reshape((1,) * self.ndim) if keepdim else out
         axis = self._axis(axis)
+        self._require_elements("argmin", axis)
         return self._arg_first(self == self.min(axis, keepdim=True), axis, keepdim)
 
     # ---- products and statistics -----------------------------------------------------------------
@@ -551,12 +553,12 @@ class MathMixin:
         """Running maxima along ``axis`` (the values only, as tinygrad)."""
         axis = self._axis(axis)
         low = self.dtype.min
-        return self._unscan(self._prefix(axis, low).max(-1), axis)
+        return self._unscan(self._prefix(axis, low)._max(-1, False), axis)
 
     def cummin(self, axis: int = 0) -> Tensor:
         """Running minima along ``axis``."""
         axis = self._axis(axis)
-        return self._unscan(self._prefix(axis, self.dtype.max).min(-1), axis)
+        return self._unscan(self._prefix(axis, self.dtype.max)._min(-1, False), axis)
 
     # ---- sorting ---------------------------------------------------------------------------------
 

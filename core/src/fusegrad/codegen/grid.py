@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusegrad.codegen.linearize import Linearizer
-from fusegrad.codegen.lower import Lowerer, idx_const, reduce_identity, unflatten
+from fusegrad.codegen.lower import Lowerer, clamp, idx_const, reduce_identity, unflatten
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
@@ -190,7 +190,9 @@ class GroupedLinearizer(Linearizer):
         count = idx_const(self.groups.shares - 1)
         loop = UOp(Ops.RANGE, dtypes.index, (count,), (COMBINE_AXIS + number, "reduce"))
         current = UOp(Ops.LOAD, red.dtype, (acc, loop))
-        position = self.thread + (loop + 1) * block  # share j of this output is at l + j*O
+        # share j of this output is at l + j*O. The guard holds l < O; clamped to it, l's bounds
+        # show the verifier (codegen/verify.py) the load stays in the shared array
+        position = clamp(self.thread, 0, block - 1) + (loop + 1) * block
         other = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, red.dtype, (shared, position)),))
         self.place([loop.src[0], loop])
         self.place_tree(UOp(Ops.STORE, src=(acc, current.alu(red.arg, other))))

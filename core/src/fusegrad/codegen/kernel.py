@@ -9,6 +9,7 @@ from fusegrad.codegen.grid import launch_size, linearize_grouped, lower_grouped,
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
+from fusegrad.codegen.verify import verify_program
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
@@ -110,6 +111,8 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
     program = linearize_grouped(graph, group) if group else linearize(graph, fuse_mulacc=mulacc)
     _debug_stage("linear program", program)
     name = kernel_name(ast)
+    if Context.VERIFY:
+        verify_program(name, program, renderer)
     source = renderer.render(name, program)
     global_size, local_size = launch_size(program, renderer)
     flops = count_flops(program)

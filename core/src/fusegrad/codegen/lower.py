@@ -64,6 +64,28 @@ def in_range(i: UOp, lo: int | UOp, hi: int | UOp) -> UOp:
     return i.lt(lo).ne(True) & i.lt(hi)
 
 
+def guard_division(op: Ops, a: UOp, b: UOp) -> UOp:
+    """Integer ``a // b`` or ``a % b`` (IDIV, MOD) that cannot trap where ``b`` may be 0 or -1.
+
+    C leaves ``x / 0`` and ``INT_MIN / -1`` undefined and x86 stops the process (SIGFPE; with a
+    constant 0, gcc may emit a trap instruction instead). A divisor that may be 0 or -1 is
+    replaced there by 1, and the quotient fixed up: ``x // 0 = x % 0 = 0`` (as constant folding
+    and the PYTHON device define them), ``x // -1 = -x`` (wrapping) and ``x % -1 = 0``, as C
+    means them. Any other divisor is kept as it is, and constant cases fold away.
+    """
+    lo, hi = b.bounds
+    zero, minus_one = lo <= 0 <= hi, not a.dtype.is_unsigned and lo <= -1 <= hi
+    if not (zero or minus_one):
+        return a.alu(op, b)
+    ok = b.ne(0) & b.ne(-1) if minus_one else b.ne(0)
+    out = a.alu(op, ok.where(b, UOp.const(b.dtype, 1)))  # a % 1 = 0: MOD needs no more
+    if op is Ops.IDIV and zero:
+        out = b.ne(0).where(out, UOp.const(a.dtype, 0))
+    if op is Ops.IDIV and minus_one:
+        out = b.ne(-1).where(out, -a)
+    return out
+
+
 def reduce_identity(op: Ops, dtype: DType) -> UOp:
     """What a reduction of nothing is: 0 for a sum, the dtype's smallest value for a max."""
     return UOp.const(dtype, 0 if op is Ops.ADD else dtype.min)
@@ -105,7 +127,10 @@ class Lowerer:
         if op in (Ops.CONTIGUOUS, Ops.DETACH):
             return self.lower(u.src[0], idx, gate)
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
-            return u.replace(src=tuple(self.lower(s, idx, gate) for s in u.src))
+            src = tuple(self.lower(s, idx, gate) for s in u.src)
+            if op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float:
+                return guard_division(op, *src)
+            return u.replace(src=src)
         raise NotImplementedError(f"cannot lower {op} inside a kernel")
 
     def _lower_movement(self, u: UOp, idx: Index, gate: UOp) -> UOp:

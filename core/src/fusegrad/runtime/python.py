@@ -67,9 +67,10 @@ class PythonCompiler(Compiler):
 
 
 def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's truncating division, with x // 0 = 0 as everywhere in fusegrad (see Ops.IDIV)."""
     safe = np.where(b == 0, 1, b)
     q = np.abs(a) // np.abs(safe)
-    return np.where((a < 0) != (safe < 0), -q, q)
+    return np.where(b == 0, np.zeros_like(q), np.where((a < 0) != (safe < 0), -q, q))
 
 
 def _alu(op: Ops, dtype: DType, args: list[np.ndarray]) -> np.ndarray:
@@ -79,7 +80,8 @@ def _alu(op: Ops, dtype: DType, args: list[np.ndarray]) -> np.ndarray:
     if op is Ops.IDIV:
         return _c_div(a, args[1])
     if op is Ops.MOD:
-        return a - args[1] * _c_div(a, args[1])
+        rest = a - args[1] * _c_div(a, args[1])
+        return np.where(args[1] == 0, np.zeros_like(rest), rest)  # x % 0 = 0
     if op is Ops.WHERE:
         return np.where(a, args[1], args[2])
     if op is Ops.MULACC:

@@ -12,6 +12,10 @@ Where the cuts go:
 - a reduce fuses with the elementwise ops before and after it, but it gets a buffer of its own
   when it has several consumers, when its consumer reads it through an EXPAND or PAD (the reduce
   would run again for every repeated element), or when it sits inside another reduce.
+
+Nothing with zero elements is computed (``fold_empty``): a value of size 0 gets an empty buffer
+and no kernel, a reduce over an empty axis is its identity and a pad of an empty source its
+padding. A kernel never sees a size-0 axis, whose index math would divide by zero.
 """
 
 from __future__ import annotations
@@ -23,7 +27,17 @@ from fusegrad.dtype import DType
 from fusegrad.errors import FusegradError
 from fusegrad.helpers import prod
 from fusegrad.uop import ops
-from fusegrad.uop.ops import GroupOp, Ops, UOp, is_symbolic, sint, sym_max, toposort, unbind
+from fusegrad.uop.ops import (
+    GroupOp,
+    Ops,
+    UOp,
+    broadcast_scalar,
+    is_symbolic,
+    sint,
+    sym_max,
+    toposort,
+    unbind,
+)
 
 
 @dataclass
@@ -101,6 +115,36 @@ def _unbound(u: UOp, done: dict[UOp, UOp], values: dict[UOp, int]) -> UOp | None
         if arg == src.shape:
             return src
     return UOp(u.op, u.dtype, (src,), arg)
+
+
+def _is_empty(u: UOp) -> bool:
+    """Whether ``u`` has no elements (a symbolic size is never known to be empty)."""
+    return 0 in u.shape
+
+
+def _empty_folded(u: UOp) -> UOp | None:
+    """What ``u`` is when its source is empty: a reduce of nothing is the identity (a sum 0, a
+    max the dtype's smallest value), a pad of nothing is all padding (0). None: not such a node."""
+    if u.op is Ops.REDUCE_AXIS and _is_empty(u.src[0]):
+        return broadcast_scalar(0 if u.arg[0] is Ops.ADD else u.dtype.min, u.dtype, u.shape)
+    if u.op is Ops.PAD and _is_empty(u.src[0]):
+        return broadcast_scalar(0, u.dtype, u.shape)
+    return None
+
+
+def fold_empty(roots: list[UOp], order: list[UOp]) -> list[UOp]:
+    """``roots`` with every reduce or pad of an empty value replaced by constants, so that
+    no value with elements depends on an empty one (``order`` is their toposort)."""
+    if not any(_is_empty(u) for u in order if u.op is not Ops.PARAM):
+        return roots
+    done: dict[UOp, UOp] = {}
+    for u in order:
+        if (folded := _empty_folded(u)) is not None:
+            done[u] = folded
+        else:
+            src = tuple(done[s] for s in u.src)
+            done[u] = u if src == u.src else u.replace(src=src)
+    return [done[r] for r in roots]
 
 
 def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
@@ -313,6 +357,8 @@ def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]
 def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str]) -> Plan:
     """Cut an abstracted graph into steps. ``devices[i]`` is where root ``i`` lives."""
     order = toposort(list(roots))
+    if (folded := fold_empty(list(roots), order)) != list(roots):
+        roots, order = tuple(folded), toposort(folded)
     realize = find_realizes(list(roots), order)
     n_inputs = len(slot_devices)
     slot_of: dict[UOp, int] = {u: u.arg[0] for u in order if u.op is Ops.PARAM}
@@ -324,6 +370,8 @@ def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str
             continue
         slot_of[u] = n_inputs + len(new_slots)
         new_slots.append((sym_max(u.size), u.dtype, device_of[u]))  # fits every variable value
+        if _is_empty(u):  # nothing to compute or copy: the empty buffer is the value
+            continue
         if u.op is Ops.COPY:
             steps.append(CopyStep(slot_of[u], slot_of[u.src[0]]))
             continue
@@ -347,7 +395,7 @@ def plan_memory(steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: 
     """Give each new slot a piece of memory, reusing one whose slot is dead (never read again).
 
     A step's output never shares memory with a slot that step reads. Outputs are never reused:
-    they are what realize returns.
+    they are what realize returns. An empty slot, which no step writes, has a piece of its own.
     """
     last_read: dict[int, int] = {}
     for i, step in enumerate(steps):
@@ -366,6 +414,9 @@ def plan_memory(steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: 
         for slot in set(read):
             if slot >= n_inputs and slot not in outputs and last_read.get(slot) == i:
                 free.setdefault(new_slots[slot - n_inputs], []).append(memory[slot - n_inputs])
+    for slot, piece in enumerate(memory):
+        if piece == -1:
+            memory[slot], pieces = pieces, pieces + 1
     return memory
 
 

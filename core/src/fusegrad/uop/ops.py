@@ -73,8 +73,8 @@ class Ops(Enum):
     SIN = auto()
     ADD = auto()
     MUL = auto()
-    IDIV = auto()  # truncates towards zero, as C does
-    MOD = auto()  # takes the sign of the dividend, as C does
+    IDIV = auto()  # truncates towards zero, as C does; x // 0 = 0 (never traps: guard_division)
+    MOD = auto()  # takes the sign of the dividend, as C does; x % 0 = 0
     MAX = auto()
     CMPLT = auto()
     CMPNE = auto()
@@ -505,6 +505,14 @@ def _bounds_of(u: UOp) -> tuple[int | float, int | float]:
     if op is Ops.MAX:
         (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
         return (max(a0, b0), max(a1, b1))
+    if op is Ops.SHR:  # a packed narrow element's word: i >> 2
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        if a0 >= 0 and b0 == b1 and b0 >= 0:
+            return (a0 >> b0, a1 >> b0)
+    if op is Ops.AND and u.dtype != dtypes.bool:  # x & m keeps only m's bits: [0, m] for m >= 0
+        (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
+        if a0 >= 0 or b0 >= 0:
+            return (0, min(a1 if a0 >= 0 else b1, b1 if b0 >= 0 else a1))
     if op is Ops.WHERE:
         (a0, a1), (b0, b1) = u.src[1].bounds, u.src[2].bounds
         return (min(a0, b0), max(a1, b1))

@@ -62,8 +62,8 @@ ALU_PYTHON: dict[Ops, Callable] = {
     Ops.SIN: _safe_sin,
     Ops.ADD: operator.add,
     Ops.MUL: operator.mul,
-    Ops.IDIV: lambda a, b: _c_div(a, b) if b != 0 else 0,
-    Ops.MOD: lambda a, b: _c_mod(a, b) if b != 0 else 0,
+    Ops.IDIV: lambda a, b: _c_div(a, b) if b != 0 else 0,  # x // 0 = x % 0 = 0, on every
+    Ops.MOD: lambda a, b: _c_mod(a, b) if b != 0 else 0,   # device (codegen/lower.py)
     Ops.MAX: max,
     Ops.CMPLT: operator.lt,
     Ops.CMPNE: operator.ne,
