@@ -1,0 +1,174 @@
+"""Indexing against torch: basic and tensor getitem, gather, scatter, scatter_reduce, one_hot,
+masked_fill.
+
+Basic indexes are one line each in ``BASIC``; torch has no negative slice steps, so its side
+takes those by flipping the axis (``torch_getitem``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import (
+    DEVICES,
+    F,
+    bool_,
+    case,
+    check,
+    f32,
+    floats,
+    i32,
+    index_values,
+    indices,
+    ints,
+    mask,
+    params,
+    torch,
+)
+
+
+class _Index:
+    """``IDX[1:3, ::-1]`` is the index tuple ``(slice(1, 3), slice(None, None, -1))``."""
+
+    def __getitem__(self, index):
+        return index
+
+
+IDX = _Index()
+
+
+def index_name(index) -> str:
+    """``IDX[1, ::-1]`` as "1,::-1"."""
+
+    def one(item) -> str:
+        if isinstance(item, slice):
+            parts = ["" if p is None else str(p) for p in (item.start, item.stop, item.step)]
+            return ":".join(parts[:2] if item.step is None else parts)
+        return {None: "None", Ellipsis: "..."}.get(item, str(item))
+
+    return ",".join(one(i) for i in (index if isinstance(index, tuple) else (index,)))
+
+
+def torch_getitem(index):
+    """torch's ``x[index]``: a slice with a negative step becomes a flip and a positive step."""
+    items = index if isinstance(index, tuple) else (index,)
+
+    def get(x):
+        used = sum(1 for i in items if i is not None and i is not Ellipsis)
+        out, flips, dim = [], [], 0
+        for item in items:
+            if item is Ellipsis:
+                out.append(item)
+                dim += x.ndim - used
+                continue
+            if isinstance(item, slice) and (item.step or 1) < 0:
+                n = x.shape[dim]
+                start, stop, step = item.indices(n)
+                count, first = len(range(start, stop, step)), n - 1 - start
+                out.append(slice(first, first + (count - 1) * -step + 1 if count else first, -step))
+                flips.append(dim)
+            else:
+                out.append(item)
+            dim += item is not None
+        return (x.flip(flips) if flips else x)[tuple(out)]
+
+    return get
+
+
+BASIC = [
+    IDX[0], IDX[-1], IDX[1, 2], IDX[1, -1, -4], IDX[:], IDX[1:], IDX[:-1], IDX[::2], IDX[1::2],
+    IDX[::-1], IDX[::-2], IDX[-2::-1], IDX[:, 1:3], IDX[:, ::-1, 1], IDX[..., 0], IDX[..., ::3],
+    IDX[0, ...], IDX[0, ..., 1], IDX[None], IDX[:, None], IDX[None, ..., None], IDX[1, None, ::-1],
+    IDX[:, :, ::3], IDX[:, 2:0:-1], IDX[:, :, -1:0:-2], IDX[5:], IDX[:, 3:1], IDX[::-1, ::-1, ::-1],
+    IDX[0, 0, 0], IDX[..., None, 2], IDX[-2:, -2:, -2:], IDX[..., 1:, ::2],
+]
+
+
+def getitem(index, *inputs):
+    return case(f"getitem-{index_name(index)}", lambda x: x[index], *inputs, ref=torch_getitem(index))
+
+
+# fmt: off
+GETITEM = [
+    *(getitem(index, floats(2, 3, 4)) for index in BASIC),
+    case("getitem-int_dtype", lambda x: x[:, ::2, 1], ints(2, 3, 4)),
+    case("getitem-T", lambda x: x[1:, ::2], floats(5, 4).T),
+    case("getitem-chained", lambda x: x[::-2][1:, ::2][:, -1], floats(6, 5),
+         ref=lambda x: x.flip(0)[::2][1:, ::2][:, -1]),
+    case("getitem-0d", lambda x: x[None], floats()),
+    case("getitem-0d_ellipsis", lambda x: x[...], floats(), ref=lambda x: x[...]),
+    case("getitem-empty", lambda x: x[1:1], floats(3, 2)),
+    case("getitem-of_empty", lambda x: x[:, 1], floats(0, 3)),
+    case("getitem-tensor", lambda x, i: x[i], floats(4, 5, 3), index_values(0, 3, 1)),
+    case("getitem-tensor_2d", lambda x, i: x[i], floats(5, 3), indices(5, 2, 4)),
+    case("getitem-two_tensors", lambda x, i, j: x[i, j], floats(4, 5, 3), index_values(0, 3, 1),
+         index_values(2, 2, 0)),
+    case("getitem-tensor_slice", lambda x, i: x[i, 1:3], floats(4, 5, 3), index_values(0, 3, 1)),
+    case("getitem-slice_tensor", lambda x, i: x[:, i], floats(4, 5, 3), index_values(2, 2, 0)),
+    case("getitem-separated", lambda x, i, j: x[i, :, j], floats(4, 5, 6), index_values(0, 3, 1),
+         index_values(2, 2, 0)),
+    case("getitem-int_tensor", lambda x, i: x[1, i], floats(4, 5, 3), index_values(2, 2, 0)),
+    case("getitem-ellipsis_tensor", lambda x, i: x[..., i], floats(4, 5, 3), index_values(2, 2, 0)),
+    case("getitem-broadcast", lambda x, i, j: x[i, j], floats(4, 5, 3), index_values(1, 0, shape=(2, 1)),
+         index_values(2, 2, 0)),
+    case("getitem-negative", lambda x, i: x[i], floats(4, 5, 3), index_values(-1, 0, -4)),
+    case("getitem-newaxis_tensor", lambda x, i: x[None, i, 2], floats(4, 5, 3), index_values(0, 3, 1)),
+    case("getitem-list", lambda x: x[[0, 2, 2]], floats(4, 3)),
+    case("getitem-list_axis1", lambda x: x[:, [3, 0, 0]], floats(5, 4).T),
+    case("getitem-tensor_T", lambda x, i: x[i], floats(5, 3).T, indices(5, 2, 4)),
+    case("getitem-bool_mask", lambda x: x[x > 0], floats(5, 4).T),
+    case("getitem-bool_tensor", lambda x, m: x[m], floats(5, 4), mask(5)),
+]
+
+GATHER = [
+    *(case(f"gather-dim{d}_{dt.name}", lambda x, i, d=d: x.gather(d, i), floats(5, 4, dtype=dt).T,
+           indices(5 if d == 0 else 4, 3, 2), ref=lambda x, i, d=d: torch.gather(x, d, i))
+      for d in (0, 1, -1) for dt in (f32, i32, bool_)),
+    case("gather-wide", lambda x, i: x.gather(1, i), floats(3, 5), indices(5, 3, 4),
+         ref=lambda x, i: torch.gather(x, 1, i)),
+    case("gather-taller_index", lambda x, i: x.gather(0, i), floats(4, 5), indices(4, 6, 3),
+         ref=lambda x, i: torch.gather(x, 0, i)),
+    case("gather-empty", lambda x, i: x.gather(1, i), floats(3, 5), indices(5, 3, 0),
+         ref=lambda x, i: torch.gather(x, 1, i)),
+    case("scatter-dim0", lambda x, i, s: x.scatter(0, i, s), floats(4, 5),
+         index_values(0, 1, 2, 3, 1, 0, shape=(3, 2)), floats(3, 2, low=5, high=9),
+         ref=lambda x, i, s: torch.scatter(x, 0, i, s)),
+    case("scatter-dim1", lambda x, i, s: x.scatter(1, i, s), floats(4, 5),
+         index_values(4, 0, 1, 2, 3, 4, shape=(3, 2)), floats(3, 2, low=5, high=9),
+         ref=lambda x, i, s: torch.scatter(x, 1, i, s)),
+    case("scatter-value", lambda x, i: x.scatter(1, i, 7.0), floats(4, 5),
+         index_values(4, 0, 1, 2, 3, 4, shape=(3, 2)), ref=lambda x, i: torch.scatter(x, 1, i, 7.0)),
+    *(case(f"scatter_reduce-{r}{'' if s else '_exclude_self'}",
+           lambda x, i, src, r=r, s=s: x.scatter_reduce(0, i, src, r, s),
+           floats(4, 3, low=0.5, high=2), indices(4, 6, 3), floats(6, 3, low=0.5, high=2),
+           ref=lambda x, i, src, r=r, s=s: torch.scatter_reduce(x, 0, i, src, r, include_self=s))
+      for r in ("sum", "amax", "amin", "mean", "prod") for s in (True, False)),
+    case("scatter_reduce-int_sum", lambda x, i, s: x.scatter_reduce(1, i, s, "sum"), ints(3, 4),
+         indices(4, 3, 6), ints(3, 6), ref=lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "sum")),
+    case("scatter_reduce-int_amax", lambda x, i, s: x.scatter_reduce(1, i, s, "amax"), ints(3, 4),
+         indices(4, 3, 6), ints(3, 6), ref=lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "amax")),
+    case("one_hot-classes", lambda i: i.one_hot(6), indices(4, 2, 3), ref=lambda i: F.one_hot(i, 6)),
+    case("one_hot-inferred", lambda i: i.one_hot(), index_values(0, 3, 1, 2, shape=(2, 2)), ref=F.one_hot),
+    case("one_hot-0d", lambda i: i.one_hot(3), index_values(2, shape=()), ref=lambda i: F.one_hot(i, 3)),
+    case("one_hot-times", lambda x, i: x * i.one_hot(4), floats(3, 4), indices(4, 3),
+         ref=lambda x, i: x * F.one_hot(i, 4)),
+    case("masked_fill-bcast", lambda x, m: x.masked_fill(m, 2.0), floats(4, 3).T, mask(4, 1).T),
+    case("masked_fill-same", lambda x, m: x.masked_fill(m, -1.5), floats(3, 4), mask(3, 4)),
+    case("masked_fill-int", lambda x, m: x.masked_fill(m, 2), ints(3, 4), mask(4)),
+    case("masked_fill-0d_mask", lambda x, m: x.masked_fill(m, 0.0), floats(3, 4), mask(1, 1)),
+    case("masked_fill-inf", lambda x, m: x.masked_fill(m, float("-inf")).softmax(-1), floats(3, 4),
+         mask(3, 4), ref=lambda x, m: x.masked_fill(m, float("-inf")).softmax(-1)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(GETITEM))
+def test_getitem(c, device, request):
+    check(c, device, request)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(GATHER))
+def test_gather_scatter(c, device, request):
+    check(c, device, request)

@@ -1,0 +1,169 @@
+"""Movement, joining and splitting against torch: reshape, permute, expand, pad, shrink, flip,
+slicing, cat, stack, split, repeat, roll, tril/triu, meshgrid.
+
+Each row is ``case("op-variant", fusegrad's function, *inputs, ref=torch's)``; ``ref`` is left
+out where the same lambda works on both libraries' tensors.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fusegrad import Tensor
+
+from .harness import DEVICES, F, case, check, f16, floats, ints, mask, params, torch
+
+X = floats(2, 3, 4)
+XI = ints(2, 3, 4)
+
+
+def T(x):
+    """torch's spelling of fusegrad's ``x.T`` (reversed axes) for any rank."""
+    return x.permute(*reversed(range(x.ndim)))
+
+
+# fmt: off
+RESHAPE = [
+    case("reshape-2d", lambda x: x.reshape(6, 4), X),
+    case("reshape-infer", lambda x: x.reshape((4, -1)), X, ref=lambda x: x.reshape(4, -1)),
+    case("reshape-flat", lambda x: x.reshape(-1), X),
+    case("reshape-ones", lambda x: x.reshape(2, 1, 12, 1), X),
+    case("reshape-int", lambda x: x.reshape(4, 6), XI),
+    case("reshape-0d", lambda x: x.reshape(1, 1), floats()),
+    case("reshape-to_0d", lambda x: x.reshape(()), floats(1, 1), ref=lambda x: x.reshape(())),
+    case("reshape-T", lambda x: x.reshape(-1), floats(3, 4).T),
+    case("reshape-step", lambda x: x.reshape(2, 3), floats(3, 2).step),
+    case("reshape-empty", lambda x: x.reshape(3, 0), floats(0, 3)),
+    case("view-2d", lambda x: x.view(3, 8), X),
+    case("permute-3d", lambda x: x.permute(2, 0, 1), X),
+    case("permute-tuple", lambda x: x.permute((1, 2, 0)), X, ref=lambda x: x.permute(1, 2, 0)),
+    case("permute-negative", lambda x: x.permute(-1, 0, 1), X),
+    case("permute-int", lambda x: x.permute(1, 2, 0), XI),
+    case("permute-bool", lambda x: x.permute(1, 0), mask(3, 4)),
+    case("permute-empty", lambda x: x.permute(1, 0).exp(), floats(0, 3)),
+    case("permute-0d", lambda x: x.permute(), floats(), ref=lambda x: x.permute(())),
+    case("transpose-3d", lambda x: x.transpose(0, 2), X),
+    case("transpose-negative", lambda x: x.transpose(-1, -2), X),
+    case("T-3d", lambda x: x.T, X, ref=T),
+    case("T-2d", lambda x: x.T, floats(3, 4)),
+    case("expand-size1", lambda x: x.expand(3, 4), floats(3, 1)),
+    case("expand-new_axes", lambda x: x.expand(2, 3, 4), floats(3, 1)),
+    case("expand-keep", lambda x: x.expand(3, -1, -1, -1), X),
+    case("expand-middle", lambda x: x.reshape(2, 3, 1, 4).expand(2, 3, 5, 4), X),
+    case("expand-0d", lambda x: x.expand(2, 3), floats()),
+    case("expand-to_empty", lambda x: x.expand(0, 4), floats(1, 4)),
+    case("expand-f16", lambda x: x.expand(3, 4) * 2, floats(1, 4, dtype=f16)),
+    case("unsqueeze-first", lambda x: x.unsqueeze(0), X),
+    case("unsqueeze-last", lambda x: x.unsqueeze(-1), X),
+    case("unsqueeze-middle", lambda x: x.unsqueeze(1), X),
+    case("unsqueeze-0d", lambda x: x.unsqueeze(0), floats()),
+    case("squeeze-all", lambda x: x.squeeze(), floats(1, 3, 1)),
+    case("squeeze-axis", lambda x: x.squeeze(1), floats(3, 1, 4)),
+    case("squeeze-not_one", lambda x: x.squeeze(0), X),
+    case("squeeze-to_0d", lambda x: x.squeeze(), floats(1, 1)),
+    case("squeeze-0d", lambda x: x.squeeze(), floats()),
+    case("flatten-all", lambda x: x.flatten(), X),
+    case("flatten-start", lambda x: x.flatten(1), X),
+    case("flatten-range", lambda x: x.flatten(0, 1), X),
+    case("flatten-0d", lambda x: x.flatten(), floats()),
+    case("flatten-T", lambda x: x.flatten(), floats(3, 4).T),
+]
+
+PAD = [
+    case("pad-2d", lambda x: x.pad(((1, 2), (0, 1))), floats(3, 4), ref=lambda x: F.pad(x, (0, 1, 1, 2))),
+    case("pad-3d", lambda x: x.pad(((1, 0), None, (2, 1))), X, ref=lambda x: F.pad(x, (2, 1, 0, 0, 1, 0))),
+    case("pad-value", lambda x: x.pad((None, (2, 1)), value=2.0), floats(3, 4),
+         ref=lambda x: F.pad(x, (2, 1), value=2.0)),
+    case("pad-negative", lambda x: x.pad(((-1, 2), (1, -2))), floats(3, 4),
+         ref=lambda x: F.pad(x, (1, -2, -1, 2))),
+    case("pad-negative_value", lambda x: x.pad((None, (-1, 1), None), value=7.0), X,
+         ref=lambda x: F.pad(x, (0, 0, -1, 1), value=7.0)),
+    case("pad-int", lambda x: x.pad(((1, 1), (2, 0))), ints(3, 4), ref=lambda x: F.pad(x, (2, 0, 1, 1))),
+    case("pad-T", lambda x: x.pad(((1, 1), (0, 2))), floats(4, 6).T, ref=lambda x: F.pad(x, (0, 2, 1, 1))),
+    case("pad-empty", lambda x: x.pad(((1, 1), None)), floats(0, 3), ref=lambda x: F.pad(x, (0, 0, 1, 1))),
+    case("pad-size1", lambda x: x.pad(((1, 1), (1, 1))), floats(1, 1), ref=lambda x: F.pad(x, (1, 1, 1, 1))),
+    case("shrink-3d", lambda x: x.shrink(((0, 1), None, (1, 3))), X, ref=lambda x: x[0:1, :, 1:3]),
+    case("shrink-2d", lambda x: x.shrink(((1, 3), None)), floats(4, 3), ref=lambda x: x[1:3]),
+    case("shrink-to_empty", lambda x: x.shrink(((1, 1), None, None)), X, ref=lambda x: x[1:1]),
+    case("flip-first", lambda x: x.flip(0), X),
+    case("flip-axes", lambda x: x.flip((0, 2)), X),
+    case("flip-last", lambda x: x.flip(-1), X),
+    case("flip-int", lambda x: x.flip(1), XI),
+    case("flip-T", lambda x: x.flip((0, 1)), floats(4, 6).T),
+    case("flip-empty", lambda x: x.flip(0), floats(0, 3)),
+    case("flip-0d", lambda x: x.flip(()), floats(), ref=lambda x: x.flip(())),
+]
+
+JOIN = [
+    case("cat-dim1", lambda a, b, c: a.cat(b, c, dim=1), floats(2, 3), floats(2, 1), floats(2, 4),
+         ref=lambda a, b, c: torch.cat([a, b, c], 1)),
+    case("cat-dim0_T", lambda a, b: a.cat(b), floats(3, 4).T, floats(2, 4),
+         ref=lambda a, b: torch.cat([a, b])),
+    case("cat-last", lambda a, b: Tensor.cat(a, b, a, dim=-1), floats(3, 4), floats(3, 2),
+         ref=lambda a, b: torch.cat([a, b, a], -1)),
+    case("cat-int", lambda a, b: a.cat(b, dim=0), ints(2, 3), ints(1, 3), ref=lambda a, b: torch.cat([a, b])),
+    case("cat-bool", lambda a, b: a.cat(b, dim=1), mask(2, 3), mask(2, 2), ref=lambda a, b: torch.cat([a, b], 1)),
+    case("cat-promotes", lambda a, b: a.cat(b), ints(2), floats(1), ref=lambda a, b: torch.cat([a, b])),
+    case("cat-empty", lambda a, b: a.cat(b), floats(0, 3), floats(2, 3), ref=lambda a, b: torch.cat([a, b])),
+    case("cat-size1", lambda a, b: a.cat(b), floats(1), floats(1), ref=lambda a, b: torch.cat([a, b])),
+    case("stack-dim0", lambda a, b: a.stack(b), floats(2, 3), floats(2, 3), ref=lambda a, b: torch.stack([a, b])),
+    case("stack-dim1", lambda a, b: a.stack(b, a, dim=1), floats(3, 4).T, floats(3, 4),
+         ref=lambda a, b: torch.stack([a, b, a], 1)),
+    case("stack-last", lambda a, b: a.stack(b, dim=-1), ints(3, 4), ints(3, 4),
+         ref=lambda a, b: torch.stack([a, b], -1)),
+    case("stack-0d", lambda a, b: a.stack(b), floats(), floats(), ref=lambda a, b: torch.stack([a, b])),
+    case("stack-empty", lambda a, b: a.stack(b), floats(0, 2), floats(0, 2), ref=lambda a, b: torch.stack([a, b])),
+    case("split-size", lambda x: x.split(2, 1), floats(3, 5)),
+    case("split-sizes", lambda x: x.split([1, 3], 0), floats(4, 2)),
+    case("split-with_zero", lambda x: x.split([3, 0, 2], 0), floats(5, 5).T),
+    case("split-T", lambda x: x.split(3, 1), floats(5, 5).T),
+    case("chunk-dim1", lambda x: x.chunk(3, 1), floats(2, 7)),
+    case("chunk-dim0", lambda x: x.chunk(2, 0), floats(7, 4)),
+    case("chunk-more_than_size", lambda x: x.chunk(5, 1), floats(7, 4)),
+]
+
+REPEAT = [
+    case("repeat-2d", lambda x: x.repeat(2, 3), floats(3, 2).T),
+    case("repeat-ones", lambda x: x.repeat(1, 1), floats(2, 3)),
+    case("repeat-new_axes", lambda x: x.repeat(2, 1, 3), floats(3, 4)),
+    case("repeat-int", lambda x: x.repeat((2, 1, 2)), ints(2, 3), ref=lambda x: x.repeat(2, 1, 2)),
+    case("repeat-0d", lambda x: x.repeat(3), floats()),
+    case("tile-2d", lambda x: x.tile((2, 1)), floats(3, 4), ref=lambda x: torch.tile(x, (2, 1))),
+    case("tile-fewer", lambda x: x.tile((3,)), floats(2, 3), ref=lambda x: torch.tile(x, (3,))),
+    case("repeat_interleave-flat", lambda x: x.repeat_interleave(3), floats(2, 3).T,
+         ref=lambda x: torch.repeat_interleave(x, 3)),
+    case("repeat_interleave-dim0", lambda x: x.repeat_interleave(2, 0), floats(2, 3),
+         ref=lambda x: torch.repeat_interleave(x, 2, 0)),
+    case("repeat_interleave-dim1", lambda x: x.repeat_interleave(3, 1), floats(2, 3),
+         ref=lambda x: torch.repeat_interleave(x, 3, 1)),
+    case("roll-dim0", lambda x: x.roll(1, 0), floats(3, 4)),
+    case("roll-negative", lambda x: x.roll(-2, 1), floats(5, 3).T),
+    case("roll-dims", lambda x: x.roll((1, -2), (0, 1)), floats(3, 4)),
+    case("roll-flat", lambda x: x.roll(5), floats(3, 4)),
+    case("roll-wraps", lambda x: x.roll(7, 1), floats(3, 5)),
+    case("roll-empty", lambda x: x.roll(2, 0), floats(0, 3)),
+    case("tril-main", lambda x: x.tril(), floats(4, 4)),
+    case("tril-batched", lambda x: x.tril(1), floats(2, 4, 5)),
+    case("tril-below", lambda x: x.tril(-2), floats(2, 4, 5)),
+    case("triu-main", lambda x: x.triu(), floats(4, 5).T),
+    case("triu-above", lambda x: x.triu(1), floats(2, 3, 4)),
+    case("triu-int", lambda x: x.triu(-1), ints(4, 4)),
+    case("triu-empty", lambda x: x.triu(), floats(3, 0)),
+    case("meshgrid-ij", lambda a, b, c: Tensor.meshgrid(a, b, c), floats(2), floats(3), floats(4),
+         ref=lambda a, b, c: torch.meshgrid(a, b, c, indexing="ij")),
+    case("meshgrid-xy", lambda a, b, c: Tensor.meshgrid(a, b, c, indexing="xy"), floats(2), floats(3), floats(4),
+         ref=lambda a, b, c: torch.meshgrid(a, b, c, indexing="xy")),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(RESHAPE + PAD))
+def test_shape(c, device, request):
+    check(c, device, request)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(JOIN + REPEAT))
+def test_join_and_repeat(c, device, request):
+    check(c, device, request)

@@ -1,0 +1,274 @@
+"""Neural-network ops against torch: softmax, convolutions, pooling, resizing, normalisation,
+attention, linear and embedding layers' functions, and the losses.
+
+A new op is one line: ``case("op-variant", fusegrad's function, *inputs, ref=torch's)``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import (
+    DEVICES,
+    F,
+    along_axis,
+    case,
+    check,
+    const,
+    floats,
+    i32,
+    indices,
+    mask,
+    params,
+    positive,
+    values,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding=.same.:UserWarning")
+
+LOOSE = {"rtol": 1e-4, "atol": 1e-4}  # sums of many products
+
+SOFTMAX_0D = "softmax(0) of a 0-d tensor: IndexError in codegen/lower.py _lower_reduce (torch: 1.0)"
+MAX_POOL_TIES = ("max_pool2d's gradient at tied maxima is split evenly among them (as max's); "
+                 "torch's goes to the first of each window")
+
+SOFTMAX = [
+    *along_axis("softmax", low=-5, high=5, xfail={"0d": SOFTMAX_0D}),
+    *along_axis("log_softmax", low=-5, high=5, xfail={"0d": SOFTMAX_0D}),
+    case("softmax-minus_inf", lambda x: x.softmax(-1), values(float("-inf"), 1.0, 2.0, shape=(2, 3)),
+         ref=lambda x: x.softmax(-1)),
+]
+
+# (id, input shape, weight shape, keyword arguments); the method by the weight's rank
+CONVS = [
+    ("2d", (2, 2, 5, 6), (3, 2, 3, 3), {}),
+    ("2d_stride_pad", (1, 2, 6, 5), (2, 2, 3, 2), {"stride": 2, "padding": 1}),
+    ("2d_dilation", (1, 3, 9, 8), (2, 3, 3, 3), {"dilation": 2, "padding": (2, 1)}),
+    ("2d_groups", (2, 4, 5, 5), (4, 2, 3, 3), {"groups": 2, "stride": (1, 2)}),
+    ("2d_groups_stride_pad", (2, 4, 7, 7), (4, 2, 3, 2), {"stride": 2, "padding": 1, "groups": 2}),
+    ("2d_depthwise", (1, 4, 5, 5), (4, 1, 3, 3), {"groups": 4, "padding": 1}),
+    ("2d_same", (1, 2, 6, 6), (2, 2, 3, 3), {"padding": "same"}),
+    ("2d_same_even_dilated", (1, 2, 6, 6), (2, 2, 4, 4), {"padding": "same", "dilation": 2}),
+    ("2d_valid", (1, 2, 5, 6), (2, 2, 2, 3), {"padding": "valid", "stride": (1, 2)}),
+    ("2d_unbatched", (3, 5, 5), (2, 3, 3, 3), {}),
+    ("2d_empty_batch", (0, 2, 5, 5), (3, 2, 3, 3), {}),
+    ("1d", (2, 3, 8), (4, 3, 3), {"stride": 3, "padding": 2}),
+    ("1d_dilation", (2, 3, 8), (4, 3, 3), {"stride": 2, "padding": 2, "dilation": 2}),
+    ("3d", (1, 2, 4, 5, 5), (2, 2, 2, 3, 3), {"padding": 1, "stride": (1, 2, 1)}),
+]
+CONV_TRANSPOSES = [
+    ("2d", (1, 2, 4, 4), (2, 3, 3, 3), {}),
+    ("2d_stride", (2, 4, 3, 4), (4, 1, 3, 2), {"stride": 2, "padding": 1, "output_padding": 1, "groups": 2}),
+    ("2d_dilation", (1, 2, 4, 4), (2, 2, 3, 3), {"stride": (2, 3), "dilation": 2, "padding": (1, 2)}),
+    ("2d_dilation_stride", (1, 2, 3, 3), (2, 2, 2, 3), {"stride": (2, 1), "dilation": 2}),
+    ("1d", (1, 3, 5), (3, 2, 4), {"stride": 3, "padding": 1}),
+]
+RANK = {3: "1d", 4: "2d", 5: "3d"}
+
+
+def conv(name, xs, ws, kw):
+    op, ref = f"conv{RANK[len(ws)]}", getattr(F, f"conv{RANK[len(ws)]}")
+    return case(f"{op}-{name}", lambda x, w, b: getattr(x, op)(w, b, **kw), floats(*xs), floats(*ws),
+                floats(ws[0]), ref=lambda x, w, b: ref(x, w, b, **kw))
+
+
+def conv_transpose(name, xs, ws, kw):
+    op = f"conv_transpose{RANK[len(ws)]}"
+    ref, bias = getattr(F, op), ws[1] * kw.get("groups", 1)
+    return case(f"{op}-{name}", lambda x, w, b: getattr(x, op)(w, b, **kw), floats(*xs), floats(*ws),
+                floats(bias), ref=lambda x, w, b: ref(x, w, b, **kw))
+
+
+# fmt: off
+CONV = [
+    *(conv(*c) for c in CONVS),
+    *(conv_transpose(*c) for c in CONV_TRANSPOSES),
+    case("conv2d-no_bias_T", lambda x, w: x.transpose(2, 3).conv2d(w, padding=1), floats(1, 2, 5, 4),
+         floats(2, 2, 3, 3), ref=lambda x, w: F.conv2d(x.transpose(2, 3), w, padding=1)),
+    case("conv2d-of_1d", lambda x, w: x.conv2d(w, stride=3, padding=2), floats(2, 3, 8), floats(4, 3, 3),
+         ref=lambda x, w: F.conv1d(x, w, stride=3, padding=2)),
+    case("conv2d-of_3d", lambda x, w: x.conv2d(w, padding=1), floats(1, 2, 3, 4, 4), floats(2, 2, 2, 3, 2),
+         ref=lambda x, w: F.conv3d(x, w, padding=1)),
+    case("conv_transpose2d-of_1d", lambda x, w: x.conv_transpose2d(w, stride=2), floats(1, 3, 5),
+         floats(3, 2, 4), ref=lambda x, w: F.conv_transpose1d(x, w, stride=2)),
+]
+
+POOLS = [  # keyword arguments, the same for fusegrad and torch
+    ("2", {"kernel_size": 2}),
+    ("3_1_1", {"kernel_size": 3, "stride": 1, "padding": 1}),
+    ("rect", {"kernel_size": (3, 2), "stride": (2, 1)}),
+    ("ceil", {"kernel_size": 3, "stride": 2, "ceil_mode": True}),
+    ("ceil_pad", {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
+    ("ceil_stride3", {"kernel_size": 2, "stride": 3, "ceil_mode": True}),
+]
+
+POOL = [
+    *(case(f"max_pool2d-{n}", lambda x, kw=kw: x.max_pool2d(**kw), floats(2, 2, 7, 6),
+           ref=lambda x, kw=kw: F.max_pool2d(x, **kw)) for n, kw in POOLS),
+    *(case(f"avg_pool2d-{n}", lambda x, kw=kw: x.avg_pool2d(**kw), floats(2, 2, 7, 6),
+           ref=lambda x, kw=kw: F.avg_pool2d(x, **kw)) for n, kw in POOLS),
+    case("avg_pool2d-exclude_pad", lambda x: x.avg_pool2d(3, 2, 1, count_include_pad=False),
+         floats(1, 2, 5, 6), ref=lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+    case("avg_pool2d-ceil_exclude_pad", lambda x: x.avg_pool2d(3, 2, 1, True, count_include_pad=False),
+         floats(2, 2, 7, 6), ref=lambda x: F.avg_pool2d(x, 3, 2, 1, True, count_include_pad=False)),
+    case("max_pool2d-ties", lambda x: x.max_pool2d(2), floats(1, 2, 4, 6, low=1, high=1),
+         ref=lambda x: F.max_pool2d(x, 2), xfail=MAX_POOL_TIES),
+    case("max_pool2d-dilation_int", lambda x: x.max_pool2d(3, 2, 1, dilation=2), floats(1, 1, 9, 9, dtype=i32),
+         ref=lambda x: F.max_pool2d(x.float(), 3, 2, 1, dilation=2).int()),
+    case("max_pool2d-T", lambda x: x.max_pool2d(2), floats(2, 2, 6, 4).T,
+         ref=lambda x: F.max_pool2d(x, 2)),
+    case("max_pool2d-empty_batch", lambda x: x.max_pool2d(2), floats(0, 2, 4, 4),
+         ref=lambda x: F.max_pool2d(x, 2)),
+    *(case(f"adaptive_avg_pool2d-{n}", lambda x, s=s: x.adaptive_avg_pool2d(s), floats(2, 3, 7, 5),
+           ref=lambda x, s=s: F.adaptive_avg_pool2d(x, s))
+      for n, s in (("1x1", (1, 1)), ("3x2", (3, 2)), ("5x4", (5, 4)), ("int", 2))),
+]
+
+INTERPOLATIONS = [
+    ("nearest_size", {"size": (5, 7), "mode": "nearest"}),
+    ("nearest_scale", {"scale_factor": 2, "mode": "nearest"}),
+    ("nearest_exact", {"size": (3, 2), "mode": "nearest-exact"}),
+    ("bilinear", {"size": (5, 7), "mode": "bilinear", "align_corners": False}),
+    ("bilinear_corners", {"size": (5, 7), "mode": "bilinear", "align_corners": True}),
+    ("bilinear_down", {"size": (2, 3), "mode": "bilinear", "align_corners": False}),
+    ("bilinear_scale", {"scale_factor": 1.5, "mode": "bilinear", "align_corners": False}),
+]
+
+RESIZE = [
+    *(case(f"interpolate-{n}", lambda x, kw=kw: x.interpolate(**kw), floats(1, 2, 4, 5),
+           ref=lambda x, kw=kw: F.interpolate(x, **kw)) for n, kw in INTERPOLATIONS),
+    case("interpolate-linear_1d", lambda x: x.interpolate(size=8, mode="linear"), floats(2, 3, 5),
+         ref=lambda x: F.interpolate(x, size=8, mode="linear")),
+]
+
+
+def batchnorm_ours(x, w, b):
+    """Training-mode batch norm: the statistics are the batch's, so gradients flow into them."""
+    mean, var = x.mean((0, 2, 3)), x.var((0, 2, 3), correction=0)
+    return x.batchnorm(w, b, mean, (var + 1e-5).rsqrt())
+
+
+def batchnorm_torch(x, w, b, mean, var):
+    """F.batch_norm gives running statistics no gradient; the formula does."""
+    w, b, mean, var = (t.reshape(1, -1, 1, 1) for t in (w, b, mean, var))
+    return (x - mean) * w / (var + 1e-5).sqrt() + b
+
+
+def sdpa(*masked):
+    return lambda q, k, v, *m: q.scaled_dot_product_attention(k, v, *m)
+
+
+NORM = [
+    case("batchnorm-inference", lambda x, w, b, m, v: x.batchnorm(w, b, m, (v + 1e-5).rsqrt()),
+         floats(2, 3, 4, 4), floats(3), floats(3), floats(3), positive(3), ref=batchnorm_torch, tol=LOOSE),
+    case("batchnorm-no_affine", lambda x, m, v: x.batchnorm(None, None, m, (v + 1e-5).rsqrt()),
+         floats(2, 3, 2, 2), const(3), const(3, low=0.5, high=2),
+         ref=lambda x, m, v: F.batch_norm(x, m, v, eps=1e-5), tol=LOOSE),
+    case("batchnorm-training", batchnorm_ours, floats(2, 3, 3, 2), floats(3), floats(3),
+         ref=lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), tol=LOOSE),
+    case("layernorm-last", lambda x: x.layernorm(), floats(3, 5), ref=lambda x: F.layer_norm(x, (5,))),
+    case("layernorm-2axes_T", lambda x: x.layernorm((-2, -1), eps=1e-3), floats(2, 3, 4).T,
+         ref=lambda x: F.layer_norm(x, (3, 4), eps=1e-3), tol=LOOSE),
+    case("layernorm-T", lambda x: x.layernorm(), floats(6, 4, 3).T, ref=lambda x: F.layer_norm(x, (3,))),
+    case("scaled_dot_product_attention-plain", sdpa(), floats(2, 2, 3, 4), floats(2, 2, 5, 4),
+         floats(2, 2, 5, 3), ref=F.scaled_dot_product_attention, tol=LOOSE),
+    case("scaled_dot_product_attention-bool_mask", sdpa(), floats(1, 2, 3, 4), floats(1, 2, 5, 4),
+         floats(1, 2, 5, 3), mask(3, 5), ref=F.scaled_dot_product_attention, tol=LOOSE),
+    case("scaled_dot_product_attention-float_mask", sdpa(), floats(1, 2, 3, 4), floats(1, 2, 5, 4),
+         floats(1, 2, 5, 3), floats(1, 3, 5), ref=F.scaled_dot_product_attention, tol=LOOSE),
+    case("scaled_dot_product_attention-causal",
+         lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
+         floats(2, 4, 4), floats(2, 4, 4), floats(2, 4, 3),
+         ref=lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), tol=LOOSE),
+    case("linear-bias", lambda x, w, b: x.linear(w, b), floats(2, 3, 4), floats(4, 5), floats(5),
+         ref=lambda x, w, b: F.linear(x, w.T, b)),
+    case("linear-no_bias", lambda x, w: x.linear(w), floats(3, 4), floats(4, 2),
+         ref=lambda x, w: F.linear(x, w.T)),
+    case("embedding-2d", lambda i, w: i.embedding(w), indices(6, 2, 3), floats(7, 4), ref=F.embedding),
+    case("embedding-0d", lambda i, w: i.embedding(w), indices(6), floats(6, 3), ref=F.embedding),
+]
+
+LOSSES = [
+    *(case(f"cross_entropy-{r}{'_smoothing' if s else ''}",
+           lambda x, y, r=r, s=s: x.cross_entropy(y, r, s), floats(5, 4),
+           values(0, -100, 3, 1, 2, dtype=i32),
+           ref=lambda x, y, r=r, s=s: F.cross_entropy(x, y.long(), reduction=r, label_smoothing=s))
+      for r in ("mean", "sum", "none") for s in (0.0, 0.2)),
+    case("cross_entropy-spatial_sum", lambda x, y: x.cross_entropy(y, reduction="sum"), floats(2, 3, 2, 2),
+         indices(3, 2, 2, 2), ref=lambda x, y: F.cross_entropy(x, y, reduction="sum")),
+    case("cross_entropy-probs", lambda x, p: x.cross_entropy(p.softmax(1)), floats(3, 4, 2), floats(3, 4, 2),
+         ref=lambda x, p: F.cross_entropy(x, p.softmax(1))),
+    case("cross_entropy-probs_smoothing", lambda x, p: x.cross_entropy(p.softmax(1), label_smoothing=0.2),
+         floats(4, 5), floats(4, 5), ref=lambda x, p: F.cross_entropy(x, p.softmax(1), label_smoothing=0.2)),
+    case("cross_entropy-weight", lambda x, y, w: x.cross_entropy(y, weight=w), floats(6, 4),
+         indices(4, 6), const(4, low=0.1, high=2), ref=lambda x, y, w: F.cross_entropy(x, y, weight=w)),
+    case("cross_entropy-weight_ignore",
+         lambda x, y, w: x.cross_entropy(y, weight=w, ignore_index=1, label_smoothing=0.1),
+         floats(6, 4), indices(4, 6), const(4, low=0.5, high=2),
+         ref=lambda x, y, w: F.cross_entropy(x, y, w, ignore_index=1, label_smoothing=0.1)),
+    case("nll_loss-weight", lambda x, y, w: x.log_softmax(1).nll_loss(y, w), floats(6, 4), indices(4, 6),
+         const(4, low=0.1, high=2), ref=lambda x, y, w: F.nll_loss(x.log_softmax(1), y, w)),
+    case("nll_loss-sum", lambda x, y: x.nll_loss(y, reduction="sum"), floats(6, 4), indices(4, 6),
+         ref=lambda x, y: F.nll_loss(x, y, reduction="sum")),
+    case("nll_loss-weight_ignore", lambda x, y, w: x.nll_loss(y, w, ignore_index=2), floats(5, 3),
+         indices(3, 5), const(3, low=0.5, high=2), ref=lambda x, y, w: F.nll_loss(x, y, w, ignore_index=2)),
+    case("sparse_categorical_crossentropy-plain", lambda x, y: x.sparse_categorical_crossentropy(y),
+         floats(2, 3, 5), indices(5, 2, 3), ref=lambda x, y: F.cross_entropy(x.permute(0, 2, 1), y)),
+    *(case(f"sparse_categorical_crossentropy-ignore{'_smoothing' if s else ''}",
+           lambda x, y, s=s: x.sparse_categorical_crossentropy(y, label_smoothing=s), floats(2, 3, 5),
+           values(0, -1, 4, 2, 3, 1, dtype=i32, shape=(2, 3)),
+           ref=lambda x, y, s=s: F.cross_entropy(x.reshape(6, 5), y.long().reshape(6), ignore_index=-1,
+                                                 label_smoothing=s))
+      for s in (0.0, 0.3)),
+    *(case(f"binary_crossentropy-{r}", lambda p, y, r=r: p.binary_crossentropy(y, r),
+           floats(4, 3, low=0.05, high=0.95), const(4, 3), ref=lambda p, y, r=r: F.binary_cross_entropy(p, y, reduction=r))
+      for r in ("mean", "sum", "none")),
+    case("binary_crossentropy-clamps_log", lambda p, y: p.binary_crossentropy(y, "none"), values(0.0, 1.0),
+         values(1.0, 0.0), ref=lambda p, y: F.binary_cross_entropy(p, y, reduction="none"), grad=False),
+    *(case(f"binary_crossentropy_logits-{r}", lambda x, y, r=r: x.binary_crossentropy_logits(y, r),
+           floats(4, 3, low=-4, high=4), floats(4, 3, low=0, high=1),
+           ref=lambda x, y, r=r: F.binary_cross_entropy_with_logits(x, y, reduction=r))
+      for r in ("mean", "sum", "none")),
+    case("binary_crossentropy_logits-pos_weight", lambda x, y, w: x.binary_crossentropy_logits(y, "sum", w),
+         floats(3, 4), const(3, 4), const(4, low=0.5, high=2),
+         ref=lambda x, y, w: F.binary_cross_entropy_with_logits(x, y, reduction="sum", pos_weight=w)),
+    case("binary_crossentropy_logits-kinks", lambda x, y: x.binary_crossentropy_logits(y),
+         values(-6, -3, -1, -0.5, 0, 0.5, 1, 2, 3, 6), const(10), ref=F.binary_cross_entropy_with_logits),
+    case("binary_cross_entropy_with_logits-pos_weight",
+         lambda x, y, w: x.binary_cross_entropy_with_logits(y, "mean", pos_weight=w),
+         floats(4, 3, low=-4, high=4), floats(4, 3, low=0, high=1), const(3, low=0.5, high=3),
+         ref=lambda x, y, w: F.binary_cross_entropy_with_logits(x, y, pos_weight=w)),
+    case("binary_cross_entropy-mean", lambda p, y: p.binary_cross_entropy(y),
+         floats(4, 3, low=0.05, high=0.95), const(4, 3), ref=F.binary_cross_entropy),
+    *(case(f"mse_loss-{r}", lambda x, y, r=r: x.mse_loss(y, r), floats(4, 3), floats(4, 3),
+           ref=lambda x, y, r=r: F.mse_loss(x, y, reduction=r)) for r in ("mean", "sum", "none")),
+    case("mse_loss-bcast", lambda x, y: x.mse_loss(y, "sum"), floats(3, 4), floats(4),
+         ref=lambda x, y: F.mse_loss(x, y.expand(3, 4), reduction="sum")),
+    *(case(f"l1_loss-{r}", lambda x, y, r=r: x.l1_loss(y, r), floats(4, 3), floats(4, 3),
+           ref=lambda x, y, r=r: F.l1_loss(x, y, reduction=r)) for r in ("mean", "sum", "none")),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(SOFTMAX))
+def test_softmax(c, device, request):
+    check(c, device, request)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(CONV + POOL + RESIZE))
+def test_conv_pool_resize(c, device, request):
+    check(c, device, request)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(NORM))
+def test_normalise_attend_embed(c, device, request):
+    check(c, device, request)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(LOSSES))
+def test_loss(c, device, request):
+    check(c, device, request)
