@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from fusegrad import dtypes
-from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop.ops import Ops, UOp, Variable
 from fusegrad.uop.pattern import graph_rewrite
 from fusegrad.uop.symbolic import SIMPLIFY, exec_alu
 
@@ -213,3 +214,23 @@ def _evaluate(u: UOp, env: dict) -> int:
     if u.op is Ops.CONST:
         return u.arg
     return exec_alu(u.op, u.dtype, [_evaluate(s, env) for s in u.src])
+
+
+def test_bounds_of_a_value_that_may_wrap_are_its_dtypes_range():
+    a = Variable("a", 0, 255).cast(dtypes.uint8)
+    assert (a * 100).bounds == (0, 255)  # 0..25500 does not fit: any uint8 may come out
+    assert (a % 10).bounds == (0, 9)
+    assert (Variable("i", 0, 10) * 100).bounds == (0, 1000)  # index math: no wrap-around
+
+
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_unsigned_and_narrow_arithmetic_is_not_regrouped(device):
+    """Regrouping (a*100)//10 into a*10 is only right without wrap-around: uint8 and int8 wrap."""
+    from fusegrad import Tensor
+    u = np.arange(0, 256, 17, dtype=np.uint8)
+    x = Tensor(u, device=device)
+    assert ((x * 100) // 10).tolist() == ((u * np.uint8(100)) // 10).tolist()
+    assert ((x * 100) % 7).tolist() == ((u * np.uint8(100)) % 7).tolist()
+    assert (-x // 3).tolist() == ((-u) // 3).tolist()
+    s = np.arange(-127, 128, 9, dtype=np.int8)
+    assert ((Tensor(s, device=device) * 3) // 5).tolist() == ((s * np.int8(3)) // 5).tolist()

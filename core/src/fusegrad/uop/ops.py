@@ -297,7 +297,7 @@ class UOp:
     def bounds(self) -> tuple[int | float, int | float]:
         """Smallest and largest value this integer expression can take."""
         if self._bounds is None:
-            _SET_BOUNDS(self, _bounds_of(self))
+            _SET_BOUNDS(self, _wrapped(self.dtype, _bounds_of(self)))
         return self._bounds
 
 
@@ -468,6 +468,20 @@ def _shape_of(u: UOp) -> tuple[int, ...]:
     if op is Ops.STORE:
         return ()
     return src  # elementwise ops, FLIP, CAST, CONTIGUOUS, COPY, DETACH
+
+
+def wraps(dtype: DType) -> bool:
+    """Whether arithmetic in ``dtype`` wraps around in every backend: unsigned and narrow integers.
+    (32- and 64-bit signed arithmetic is index math, where C, like us, assumes no overflow.)"""
+    return dtype.is_int and (dtype.is_unsigned or dtype.itemsize < 4)
+
+
+def _wrapped(dtype: DType, bounds: tuple[int | float, int | float]) -> tuple[int | float, int | float]:
+    """``bounds`` of the exact result, as the bounds of the value ``dtype`` holds: a result that may
+    wrap around can be anything."""
+    if wraps(dtype) and (bounds[0] < dtype.min or bounds[1] > dtype.max):
+        return (dtype.min, dtype.max)
+    return bounds
 
 
 def _bounds_of(u: UOp) -> tuple[int | float, int | float]:

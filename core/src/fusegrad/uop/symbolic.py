@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable
 
 from fusegrad.dtype import DType, cast_scalar, dtypes
-from fusegrad.uop.ops import GroupOp, Ops, UOp
+from fusegrad.uop.ops import GroupOp, Ops, UOp, wraps
 from fusegrad.uop.pattern import PatternMatcher, UPat
 
 
@@ -170,9 +170,16 @@ def split_below(x: UOp, c: int) -> tuple[int, UOp, UOp] | None:
     return None
 
 
+def may_wrap(x: UOp) -> bool:
+    """Whether ``x``, or one of its summands, may have wrapped around its (unsigned or narrow) dtype:
+    then it is not the sum and products it is written as, and regrouping them would change it
+    (uint8 ``(a*100)//10`` is not ``a*10``). The bounds of such a value are its dtype's whole range."""
+    return wraps(x.dtype) and any(t.bounds == (t.dtype.min, t.dtype.max) for t in (x, *terms(x)))
+
+
 def simplify_div(x: UOp, c: UOp) -> UOp | None:
     """(a*(q*c + r) + b) // c -> a*q + (a*r + b) // c, for nonnegative terms; 0 when x < c."""
-    if c.arg <= 0 or x.vmin < 0:
+    if c.arg <= 0 or x.vmin < 0 or may_wrap(x):
         return None
     if x.vmax < c.arg:
         return UOp.const(x.dtype, 0)
@@ -194,7 +201,7 @@ def simplify_div(x: UOp, c: UOp) -> UOp | None:
 
 def simplify_mod(x: UOp, c: UOp) -> UOp | None:
     """(a*(q*c + r) + b) % c -> (a*r + b) % c, for nonnegative terms; x when 0 <= x < c."""
-    if c.arg <= 0 or x.vmin < 0:
+    if c.arg <= 0 or x.vmin < 0 or may_wrap(x):
         return None
     if x.vmax < c.arg:
         return x
