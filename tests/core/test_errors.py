@@ -57,13 +57,24 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: t(2, 3).flip(-3), IndexError, r"axis -3 is out of range"),
     (lambda: t(2, 3).flatten(3), IndexError, r"axis 3 is out of range"),
     # indices
-    (lambda: t(3)[3], IndexError, r"index 3 is out of range for axis 0 of size 3"),
-    (lambda: t(3)[-4], IndexError, r"index -4 is out of range for axis 0 of size 3"),
-    (lambda: t(2, 3)[:, 3], IndexError, r"index 3 is out of range for axis 1 of size 3"),
-    (lambda: t(2, 3)[0, 0, 0], IndexError, r"too many indices \(3\) for a 2-d tensor"),
-    (lambda: t(2, 3)[1.5], IndexError, r"unsupported index 1\.5; use ints, slices, None or \.\.\."),
+    (lambda: t(3)[3], IndexError, r"index 3 is out of bounds for dimension 0 with size 3"),
+    (lambda: t(3)[-4], IndexError, r"index -4 is out of bounds for dimension 0 with size 3"),
+    (lambda: t(2, 3)[:, 3], IndexError, r"index 3 is out of bounds for dimension 1 with size 3"),
+    (lambda: t(2, 3)[:, [0, 3]], IndexError, r"index 3 is out of bounds for dimension 1 with size 3"),
+    (lambda: t(2, 3)[0, 0, 0], IndexError, r"too many indices for tensor of dimension 2 \(3 given\)"),
+    (lambda: t()[0], IndexError, r"dimension 0 \(1 given\) \(a 0-d tensor's value is \.item\(\)\)"),
+    (lambda: t(2, 3)[..., 0, ...], IndexError, r"only have a single ellipsis"),
+    (lambda: t(2, 3)[1.5], IndexError, r"unsupported index 1\.5; use ints, slices, None, \.\.\."),
     (lambda: t(2, 3)["a"], IndexError, r"unsupported index 'a'"),
-    (lambda: t(2, 3)[True], IndexError, r"unsupported index True"),
+    (lambda: t(2, 3)[[0.5]], IndexError, r"index \[0\.5\] has float64 elements"),
+    (lambda: t(2, 3)[Tensor([1.0])], IndexError, r"must be int or bool tensors, got float32"),
+    (lambda: t(2, 3)[Tensor([True])], IndexError, r"mask \(1,\) at index 0 does not match"),
+    (lambda: t(2, 3)[[0, 1], [0, 1, 2]], IndexError, r"could not be broadcast together"),
+    (lambda: t(2, 3).flip((0, -2)), RuntimeError, r"dim 0 appears multiple times"),
+    (lambda: t(2, 3).roll((1, 2), 0), RuntimeError, r"one shift per dim, got shifts=\(1, 2\)"),
+    (lambda: t(2, 3).unfold(1, 4, 1), RuntimeError, r"window size 4 is larger than dim 1"),
+    (lambda: t(2, 3).unflatten(1, (2, -1)), RuntimeError, r"sizes \(2, -1\) do not multiply up to"),
+    (lambda: t(2, 3).diagonal(0, 1, -1), RuntimeError, r"two different axes"),
     # dtypes
     (
         lambda: Tensor([1], dtype="float8"),
@@ -115,6 +126,7 @@ def test_error(do, error, message):
     "error, base",
     [
         (ShapeError, ValueError),
+        (ShapeError, RuntimeError),  # (what PyTorch raises for the same mistakes)
         (DTypeError, TypeError),
         (DeviceNotFound, LookupError),
     ],

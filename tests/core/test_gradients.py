@@ -292,8 +292,8 @@ REDUCTIONS = [
     case("cumsum", lambda a: a.cumsum(1), R(3, 5)),
     case("cumsum_axis0", lambda a: a.cumsum(0), R(4, 3)),
     case("cumprod", lambda a: a.cumprod(1), R(3, 5)),
-    case("cummax", lambda a: a.cummax(1), R(3, 5), torch_fn=lambda a: a.cummax(1).values),
-    case("cummin", lambda a: a.cummin(0), R(4, 3), torch_fn=lambda a: a.cummin(0).values),
+    case("cummax", lambda a: a.cummax(1).values, R(3, 5), torch_fn=lambda a: a.cummax(1).values),
+    case("cummin", lambda a: a.cummin(0).values, R(4, 3), torch_fn=lambda a: a.cummin(0).values),
     case("topk_values", lambda a: a.topk(2)[0], R(3, 5), torch_fn=lambda a: a.topk(2).values),
     case("sort_values", lambda a: a.sort(0)[0], R(4, 3), torch_fn=lambda a: a.sort(0).values),
 ]

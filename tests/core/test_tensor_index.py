@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fusegrad import Tensor
+from fusegrad.errors import ShapeError
 
 from .torch_helpers import bool_, both, check, f16, f32, f64, i8, i32, i64, rand, tol, torch, u8  # noqa: F401
 
@@ -130,6 +131,31 @@ def test_scatter_reduce(device, reduce, include_self):
     )
 
 
+def test_scatter_errors_as_torch():
+    x, tx = Tensor.zeros(3, 4), torch.zeros(3, 4)
+    idx, tidx = Tensor([[0, 1]]), torch.tensor([[0, 1]])
+    # an unknown reduction, and a src of another dtype: RuntimeError, as torch's
+    with pytest.raises(RuntimeError):
+        tx.scatter_reduce(0, tidx, torch.ones(1, 2), "maximum")
+    with pytest.raises(RuntimeError, match="sum, prod, mean, amax or amin, got 'maximum'"):
+        x.scatter_reduce(0, idx, Tensor.ones(1, 2), "maximum")
+    with pytest.raises(RuntimeError):
+        tx.scatter(0, tidx, 1.0, reduce="max")
+    with pytest.raises(RuntimeError, match="'add' or 'multiply', got 'max'"):
+        x.scatter(0, idx, 1.0, reduce="max")
+    with pytest.raises(RuntimeError):
+        tx.half().scatter(0, tidx, torch.ones(1, 2))
+    with pytest.raises(RuntimeError, match="src of dtype float32 into a float16 tensor"):
+        x.half().scatter(0, idx, Tensor.ones(1, 2))
+    # an index larger than the tensor (but along dim) or than src, or of other rank: ShapeError
+    with pytest.raises(ShapeError, match="larger than the tensor"):
+        x.scatter(0, Tensor([[0] * 5]), Tensor.ones(1, 5))
+    with pytest.raises(ShapeError, match="larger than the tensor"):
+        x.scatter(0, idx, Tensor.ones(1, 1))
+    with pytest.raises(ShapeError, match="need 2 axes"):
+        x.scatter(0, Tensor([0, 1]), 1.0)
+
+
 def test_scatter_reduce_int(device):
     t, tt = both(rand((3, 4), i32), device)
     idx, src = rand((3, 6), i64, 0, 3), rand((3, 6), i32)
@@ -211,6 +237,234 @@ def test_setitem_keeps_dtype(device):
     assert t.dtype == i32 and t.tolist() == [1, 7, 3]
 
 
+# ---- errors as torch's ---------------------------------------------------------------------------
+
+
+def _raises_like_torch(ours, theirs):
+    """``theirs`` (torch) raises, and ``ours`` raises an exception of the same builtin type."""
+    with pytest.raises(Exception) as want:
+        theirs()
+    kind = next(
+        k for k in (IndexError, TypeError, ValueError, RuntimeError) if want.errisinstance(k)
+    )
+    with pytest.raises(kind):
+        ours()
+
+
+#: (name, call, 0-d input?): the same call, on a (3, 4) tensor (or a 0-d one) of each library
+SAME_CALL_RAISES = [
+    ("index_int", lambda x: x[1, 4], False),
+    ("index_negative", lambda x: x[1, -5], False),
+    ("index_first", lambda x: x[3], False),
+    ("index_list", lambda x: x[:, [0, 4]], False),
+    ("index_list_negative", lambda x: x[[-4]], False),
+    ("index_too_many", lambda x: x[0, 0, 0], False),
+    ("index_0d_int", lambda x: x[0], True),
+    ("index_0d_slice", lambda x: x[:], True),
+    ("index_0d_list", lambda x: x[[0]], True),
+    ("index_float", lambda x: x[1.5], False),
+    ("index_step0", lambda x: x[::0], False),
+    ("index_broadcast", lambda x: x[[0, 1], [0, 1, 2]], False),
+    ("index_mask_shape", lambda x: x[[True, False]], False),
+    ("setitem_out_of_range", lambda x: x.__setitem__(3, 1.0), False),
+    ("setitem_list", lambda x: x.__setitem__((slice(None), [0, 4]), 1.0), False),
+    ("reshape_two_infer", lambda x: x.reshape(-1, -1, 2), False),
+    ("reshape_empty", lambda x: x.reshape([]), False),
+    ("reshape_negative", lambda x: x.reshape(-2, 6), False),
+    ("reshape_not_dividing", lambda x: x.reshape(5, -1), False),
+    ("permute_count", lambda x: x.permute((0,)), False),
+    ("permute_repeat", lambda x: x.permute((0, 0)), False),
+    ("permute_range", lambda x: x.permute((0, 2)), False),
+    ("permute_0d", lambda x: x.permute(0), True),
+    ("flip_repeat", lambda x: x.flip((0, 0)), False),
+    ("flip_repeat_negative", lambda x: x.flip((1, -1)), False),
+    ("flip_range", lambda x: x.flip(2), False),
+    ("squeeze_repeat", lambda x: x.squeeze((0, 0)), False),
+    ("flatten_order", lambda x: x.flatten(1, 0), False),
+    ("flatten_0d_range", lambda x: x.flatten(1), True),
+    ("transpose_0d_range", lambda x: x.transpose(0, 1), True),
+    ("unsqueeze_0d_range", lambda x: x.unsqueeze(-2), True),
+    ("roll_flat_shifts", lambda x: x.roll((1, 2)), False),
+    ("roll_more_dims", lambda x: x.roll(1, (0, 1)), False),
+    ("roll_more_shifts", lambda x: x.roll((1, 2), 0), False),
+    ("roll_no_shifts", lambda x: x.roll((), ()), False),
+    ("roll_range", lambda x: x.roll(1, 5), False),
+    ("roll_0d_dim", lambda x: x.roll(1, 0), True),
+    ("unflatten_sizes", lambda x: x.unflatten(1, (3, -1)), False),
+    ("unflatten_two_infer", lambda x: x.unflatten(1, (-1, -1)), False),
+    ("unflatten_none", lambda x: x.unflatten(1, ()), False),
+    ("unflatten_range", lambda x: x.unflatten(5, (2, 2)), False),
+    ("unfold_size", lambda x: x.unfold(1, 5, 1), False),
+    ("unfold_negative_size", lambda x: x.unfold(1, -1, 1), False),
+    ("unfold_step", lambda x: x.unfold(1, 1, 0), False),
+    ("unfold_negative_step", lambda x: x.unfold(1, 1, -1), False),
+    ("unfold_range", lambda x: x.unfold(2, 2, 1), False),
+    ("unfold_0d_range", lambda x: x.unfold(1, 1, 1), True),
+    ("diagonal_same", lambda x: x.diagonal(0, 0, 0), False),
+    ("diagonal_same_negative", lambda x: x.diagonal(0, 1, -1), False),
+    ("diagonal_range", lambda x: x.diagonal(0, 0, 2), False),
+    ("diagonal_1d", lambda x: x[0].diagonal(), False),
+    ("diag_0d", lambda x: x.diag(), True),
+    ("diag_3d", lambda x: x.reshape(3, 2, 2).diag(), False),
+    ("tril_0d", lambda x: x.tril(), True),
+    ("triu_1d", lambda x: x[0].triu(), False),
+    ("sum_0d_repeat", lambda x: x.sum((0, -1)), True),
+    ("sum_0d_range", lambda x: x.sum(1), True),
+    ("sum_repeat", lambda x: x.sum((1, -1)), False),
+    ("argmax_0d_range", lambda x: x.argmax(1), True),
+    ("clip_nothing", lambda x: x.clip(None, None), False),
+    ("topk_too_many", lambda x: x.topk(5), False),
+    ("masked_select_int_mask", lambda x: x.masked_select(x.int()), False),
+    ("masked_select_shape", lambda x: x.masked_select(x[0, :2] > 0), False),
+    ("gather_rank", lambda x: x.gather(0, x[0].int()), False),
+]
+
+
+@pytest.mark.parametrize(
+    "call, zero_d", [c[1:] for c in SAME_CALL_RAISES], ids=[c[0] for c in SAME_CALL_RAISES]
+)
+def test_raises_like_torch(call, zero_d):
+    x = np.arange(1, 13, dtype=np.float32).reshape(3, 4) if not zero_d else np.float32(2.0)
+    _raises_like_torch(lambda: call(Tensor(x)), lambda: call(torch.tensor(x)))
+
+
+F = torch.nn.functional
+_A, _TA = Tensor.ones(2, 3), torch.ones(2, 3)
+_I, _TI = Tensor([1, 2, 4]), torch.tensor([1, 2, 4])
+#: (name, fusegrad call, torch call) where the two spell it differently
+OTHER_CALL_RAISES = [
+    ("stack_shapes", lambda: Tensor.stack([_A, _A[:1]]), lambda: torch.stack([_TA, _TA[:1]])),
+    ("stack_none", lambda: Tensor.stack([]), lambda: torch.stack([])),
+    ("stack_range", lambda: Tensor.stack(_A, dim=3), lambda: torch.stack([_TA], dim=3)),
+    (
+        "cat_0d",
+        lambda: Tensor.cat(Tensor(1.0), Tensor(2.0)),
+        lambda: torch.cat([torch.tensor(1.0)] * 2),
+    ),
+    ("cat_shapes", lambda: _A.cat(_A[:, :2]), lambda: torch.cat([_TA, _TA[:, :2]])),
+    ("cat_ranks", lambda: _A.cat(_A[0]), lambda: torch.cat([_TA, _TA[0]])),
+    ("cat_none", lambda: Tensor.cat([]), lambda: torch.cat([])),
+    ("cat_range", lambda: _A.cat(_A, dim=2), lambda: torch.cat([_TA, _TA], 2)),
+    (
+        "meshgrid_indexing",
+        lambda: _A[0].meshgrid(indexing="yx"),
+        lambda: torch.meshgrid(_TA[0], indexing="yx"),
+    ),
+    ("meshgrid_2d", lambda: _A.meshgrid(_A[0]), lambda: torch.meshgrid(_TA, _TA[0], indexing="ij")),
+    (
+        "gather_larger",
+        lambda: _A.gather(0, Tensor.zeros(2, 4, dtype="int32")),
+        lambda: _TA.gather(0, torch.zeros(2, 4, dtype=torch.long)),
+    ),
+    ("one_hot_classes", lambda: _I.one_hot(-2), lambda: F.one_hot(_TI, -2)),
+    ("one_hot_float", lambda: _A.one_hot(3), lambda: F.one_hot(_TA, 3)),
+    ("one_hot_negative", lambda: (-_I).one_hot(), lambda: F.one_hot(-_TI)),
+    ("one_hot_empty", lambda: _I[:0].one_hot(), lambda: F.one_hot(_TI[:0])),
+    ("index_float_tensor", lambda: _A[Tensor([0.0])], lambda: _TA[torch.tensor([0.0])]),
+    ("eye_rows", lambda: Tensor.eye(-3), lambda: torch.eye(-3)),
+    ("eye_columns", lambda: Tensor.eye(3, -3), lambda: torch.eye(3, -3)),
+    ("zeros_negative", lambda: Tensor.zeros(-3, 2), lambda: torch.zeros(-3, 2)),
+    ("ones_negative", lambda: Tensor.ones((2, -3)), lambda: torch.ones((2, -3))),
+    ("full_negative", lambda: Tensor.full((2, -3), 1.0), lambda: torch.full((2, -3), 1.0)),
+    ("full_negative_int", lambda: Tensor.full(-3, 1.0), lambda: torch.full((-3,), 1.0)),
+    ("empty_negative", lambda: Tensor.empty(2, -3), lambda: torch.empty(2, -3)),
+    ("rand_negative", lambda: Tensor.rand(2, -3), lambda: torch.rand(2, -3)),
+    ("randn_negative", lambda: Tensor.randn((-1,)), lambda: torch.randn((-1,))),
+    ("randint_negative", lambda: Tensor.randint(2, -3), lambda: torch.randint(0, 10, (2, -3))),
+    ("arange_direction", lambda: Tensor.arange(5, 0), lambda: torch.arange(5, 0)),
+    ("arange_step0", lambda: Tensor.arange(0, 5, 0), lambda: torch.arange(0, 5, 0)),
+]
+
+
+@pytest.mark.parametrize(
+    "ours, theirs", [c[1:] for c in OTHER_CALL_RAISES], ids=[c[0] for c in OTHER_CALL_RAISES]
+)
+def test_raises_like_torch_spelled_differently(ours, theirs):
+    _raises_like_torch(ours, theirs)
+
+
+def test_negative_sizes_of_initialisers():
+    for make in (
+        Tensor.normal,
+        Tensor.uniform,
+        Tensor.scaled_uniform,
+        Tensor.glorot_uniform,
+        Tensor.kaiming_uniform,
+        Tensor.kaiming_normal,
+    ):
+        for shape in ((-3, 2), ((2, -3),), ((-3, 3), 3)):
+            with pytest.raises(ValueError, match="non-negative"):
+                make(*shape)
+
+
+def test_index_error_messages_as_torch():
+    x = Tensor.zeros(4, 3)
+    with pytest.raises(IndexError, match="index 3 is out of bounds for dimension 1 with size 3"):
+        x[1, 3]
+    with pytest.raises(IndexError, match="index -5 is out of bounds for dimension 0 with size 4"):
+        x[[0, -5]]
+    with pytest.raises(IndexError, match="too many indices for tensor of dimension 2"):
+        x[1, 77, 77, 77]  # (counted before the out-of-range ints)
+    with pytest.raises(IndexError, match="single ellipsis"):
+        x[..., ...]
+    with pytest.raises(RuntimeError, match="dim 0 appears multiple times"):
+        x.flip((0, -2))
+
+
+def test_join_spellings(device):
+    a, b = Tensor([[1, 2]], device=device), Tensor([[3, 4]], device=device)
+    for joined in (
+        Tensor.stack([a, b], dim=1),
+        Tensor.stack(a, b, dim=1),
+        a.stack(b, dim=1),
+        Tensor.stack((a, b), 1),
+    ):
+        assert joined.tolist() == [[[1, 2], [3, 4]]]
+    for joined in (
+        Tensor.cat([a, b], dim=1),
+        Tensor.cat(a, b, dim=1),
+        a.cat(b, dim=1),
+        Tensor.cat((a, b), 1),
+    ):
+        assert joined.tolist() == [[1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="a sequence of tensors or the tensors themselves"):
+        Tensor.stack((a, b), a)
+
+
+def test_masked_select_and_nonzero_with_size(device):
+    """``size=`` gives a data-independent shape: the first ``size`` results, then ``fill_value``."""
+    t = Tensor([0, 1, 2, 3, 4, 5, 6, 7, 8], device=device)
+    keep = Tensor([True, False, True, False, True, False, False, False, True], device=device)
+    assert t.masked_select(keep, size=6, fill_value=-1).tolist() == [0, 2, 4, 8, -1, -1]
+    assert t.masked_select(keep, size=2).tolist() == [0, 2]
+    assert (
+        Tensor([1.0, 2.0], device=device)
+        .masked_select(Tensor([True, False], device=device), size=3, fill_value=-1)
+        .dtype
+        == f32
+    )
+    assert Tensor([1, 0, 2, 0, 3], device=device).nonzero(size=5, fill_value=-1).tolist() == [
+        [0],
+        [2],
+        [4],
+        [-1],
+        [-1],
+    ]
+    assert Tensor([[1, 0], [0, 2]], device=device).nonzero(size=1).tolist() == [[0, 0]]
+    assert Tensor(5, device=device).nonzero(size=4).shape == (4, 0)
+    rows, cols = Tensor([[0, 3], [4, 0]], device=device).nonzero(
+        as_tuple=True, size=3, fill_value=9
+    )
+    assert (rows.tolist(), cols.tolist()) == ([0, 1, 9], [1, 0, 9])
+
+
+def test_clone_is_a_copy(device):
+    t = Tensor([1.0, 2.0], device=device)
+    c = t.clone()
+    c[0] = 5.0
+    assert (t.tolist(), c.tolist()) == ([1.0, 2.0], [5.0, 2.0])
+
+
 # ---- einsum --------------------------------------------------------------------------------------
 
 EINSUMS = [
@@ -230,3 +484,26 @@ def test_einsum(device, formula, shapes):
     pairs = [both(rand(s), device) for s in shapes]
     want = torch.einsum(formula, *(p[1] for p in pairs))
     check(Tensor.einsum(formula, *(p[0] for p in pairs)), want, rtol=1e-5, atol=1e-5)
+
+
+EINSUM_ERRORS = [  # (formula, operand shapes, what our message says); torch raises too
+    ("ij,jk->ij", [(2, 3), (3, 4), (4, 2)], "names 2 operands, got 3"),  # one operand too many
+    ("ij,jk->ij", [(2, 3)], "names 2 operands, got 1"),
+    ("pqrs,tuqvr->pstuv", [(3, 8, 10, 5), (11, 5, 13, 16, 8)], "do not broadcast"),
+    ("...ik...,...jk->", [(2, 3, 4), (2, 3, 4)], "at most one"),
+    ("i...j,ji...->...", [(2, 3, 4), (2, 3, 4)], "do not broadcast"),
+    ("ii->i", [(3, 4)], "equal sizes"),
+    ("ij->k", [(3, 4)], "unknown or repeated"),
+    ("ijk", [(3, 4)], "does not fit"),
+]
+
+
+@pytest.mark.parametrize("formula, shapes, message", EINSUM_ERRORS,
+                         ids=[f"{e[0]}-{len(e[1])}" for e in EINSUM_ERRORS])
+def test_einsum_errors(formula, shapes, message):
+    """Each bad formula raises what torch raises (a RuntimeError), saying what was wrong."""
+    arrays = [rand(s) for s in shapes]
+    with pytest.raises(RuntimeError):
+        torch.einsum(formula, [torch.from_numpy(a) for a in arrays])
+    with pytest.raises(RuntimeError, match=message):
+        Tensor.einsum(formula, [Tensor(a) for a in arrays])

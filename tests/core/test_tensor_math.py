@@ -159,6 +159,35 @@ def test_pow_special_values(device):
     )
 
 
+def test_int_to_negative_power_raises_as_torch():
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
+        torch.tensor([2]) ** -2
+    with pytest.raises(RuntimeError, match="integer tensors to negative integer powers"):
+        Tensor([2, 3]) ** -2
+    assert (Tensor([2.0]) ** -2).tolist() == [0.25]
+    # a tensor exponent is no error in torch: only 1 and -1 have integer inverses, the rest is 0
+    assert (Tensor([2, 1, -1, 0]) ** Tensor([-1, -3, -3, -1])).tolist() == [0, 1, -1, 0]
+
+
+@pytest.mark.parametrize("op", ["lshift", "rshift", "bitwise_and", "bitwise_xor"])
+def test_bitwise_of_floats_raises_as_torch(op):
+    torch_name = {"lshift": "bitwise_left_shift", "rshift": "bitwise_right_shift"}.get(op, op)
+    with pytest.raises(RuntimeError):
+        getattr(torch.tensor([4.0]), torch_name)(1)
+    with pytest.raises(RuntimeError, match="need integer or bool tensors, got float32"):
+        getattr(Tensor([4.0]), op)(1)
+
+
+def test_div_rounding_modes():
+    a, b = Tensor([-7, 7, -1]), Tensor([2, -2, 4])
+    assert a.div(b, rounding_mode="trunc").tolist() == [-3, -3, 0]
+    assert a.div(b, rounding_mode="floor").tolist() == [-4, -4, -1]
+    with pytest.raises(RuntimeError):
+        torch.div(torch.tensor([1.0]), 2, rounding_mode="round")
+    with pytest.raises(RuntimeError, match="rounding_mode must be None, 'trunc' or 'floor'"):
+        Tensor([1.0]).div(2, rounding_mode="round")
+
+
 # ---- reductions --------------------------------------------------------------------------------
 
 
@@ -243,8 +272,8 @@ def test_scans(device, dtype, axis):
     )
     check(t.cumsum(axis), torch.cumsum(tt, axis))
     check(t.cumprod(axis), torch.cumprod(tt, axis), rtol=1e-5)
-    check(t.cummax(axis), torch.cummax(tt, axis).values)
-    check(t.cummin(axis), torch.cummin(tt, axis).values)
+    check(t.cummax(axis).values, torch.cummax(tt, axis).values)
+    check(t.cummin(axis).values, torch.cummin(tt, axis).values)
 
 
 def test_cumsum_0d_and_size_1(device):
@@ -270,3 +299,74 @@ def test_sort_is_stable(device, descending):
     want = torch.sort(tt, stable=True, dim=-1, descending=descending)
     check(t.sort(-1, descending), (want.values, want.indices))
     check(t.argsort(-1, descending), want.indices)
+
+
+@pytest.mark.parametrize(
+    "start, end, steps, dtype",
+    [(5, 10, 3, None), (5, 10, 1, None), (5, 10, 0, None), (-5.5, 5.5, 10, None),
+     (5.5, -5.5, 10, None), (0, 1, 7, f64), (5, 10, 20, i32), (5, -5, 20, i32), (-3, 7, 11, i8)],
+)
+def test_linspace(device, start, end, steps, dtype):
+    t = Tensor.linspace(start, end, steps, dtype=dtype, device=device)
+    want = torch.linspace(start, end, steps, dtype=getattr(torch, dtype.name) if dtype else None)
+    assert t.dtype == (dtype or f32) and t.device == device
+    check(t, want, rtol=1e-6, atol=1e-6)
+
+
+def test_linspace_refuses_as_torch():
+    for steps, dtype in [(-1, None), (3, bool_)]:
+        with pytest.raises(RuntimeError):
+            torch.linspace(1, 2, steps, dtype=torch.bool if dtype else None)
+        with pytest.raises(RuntimeError, match="linspace needs steps >= 0"):
+            Tensor.linspace(1, 2, steps, dtype=dtype)
+
+
+@pytest.mark.parametrize("op", ["cumprod", "cummax", "cummin", "logcumsumexp", "cumsum"])
+@pytest.mark.parametrize("shape, axis", [((), 1), ((20,), 1), ((20,), -2)])
+def test_scan_axis_out_of_range(op, shape, axis):
+    with pytest.raises(IndexError):
+        getattr(torch, op)(torch.zeros(shape), axis)
+    with pytest.raises(IndexError, match=f"axis {axis} is out of range"):
+        getattr(Tensor.zeros(*shape), op)(axis)
+
+
+def test_cummax_returns_values_and_indices():
+    out = Tensor([1.0, 3.0, 3.0, 2.0]).cummax(0)
+    values, indices = out  # a pair, as torch.return_types.cummax
+    assert out.values is values and out.indices is indices
+    assert indices.dtype == i32 and indices.tolist() == [0, 1, 2, 2]
+
+
+def test_remainder_of_bools_raises_as_torch():
+    a = torch.tensor([True])
+    for op in ("remainder", "fmod"):
+        with pytest.raises(RuntimeError):
+            getattr(torch, op)(a, a)
+        with pytest.raises(RuntimeError, match="remainder of bool tensors is not defined"):
+            getattr(Tensor([True]), op)(Tensor([True]))
+
+
+def test_int_remainder_by_zero_is_zero():  # (torch raises ZeroDivisionError; a kernel cannot)
+    a, zero = Tensor([7, -7, 0]), Tensor([0, 0, 0])
+    assert (a % zero).tolist() == [0, 0, 0] and a.fmod(zero).tolist() == [0, 0, 0]
+
+
+def test_isclose_refuses_negative_tolerances_as_torch():
+    with pytest.raises(RuntimeError):
+        torch.isclose(torch.ones(1), torch.ones(1), rtol=-1.0)
+    with pytest.raises(RuntimeError, match="rtol and atol >= 0"):
+        Tensor.ones(1).isclose(Tensor.ones(1), rtol=-1.0)
+
+
+def test_cumprod_512_is_fast_and_exact():
+    """A scan by doubling: 9 steps in 3 kernels, not an n*n product (minutes to compile)."""
+    x = np.random.default_rng(0).uniform(0.5, 1.5, 512).astype(np.float32)
+    x[[100, 300]] = [0.0, -2.0]
+    t = Tensor(x, requires_grad=True)
+    out = t.cumprod(0)
+    assert len(out.schedule()) <= 3
+    check(out, torch.cumprod(torch.from_numpy(x), 0), rtol=1e-5, atol=1e-30)
+    g = (out * Tensor(np.ones(512, np.float32))).sum().gradient(t)[0]
+    tx = torch.from_numpy(x).requires_grad_()
+    torch.cumprod(tx, 0).sum().backward()
+    check(g, tx.grad, rtol=1e-4, atol=1e-6)

@@ -143,6 +143,10 @@ def test_from_python_with_dtype(device, data, dtype, expected):
     (lambda d: Tensor.eye(3, device=d), f32, np.eye(3)),
     (lambda d: Tensor.eye(2, 4, device=d), f32, np.eye(2, 4)),
     (lambda d: Tensor.eye(3, dtype=i32, device=d), i32, np.eye(3)),
+    (lambda d: Tensor.eye(0, 2, device=d), f32, np.eye(0, 2)),
+    (lambda d: Tensor.full(2, 7, device=d), i32, np.full(2, 7)),
+    (lambda d: Tensor.arange(2**31, 2**31 + 3, device=d), i64, np.arange(2**31, 2**31 + 3)),
+    (lambda d: Tensor.arange(127, -129, -1, dtype=i8, device=d), i8, np.arange(127, -129, -1)),
 ])
 def test_creation(device, make, dtype, expected):
     t = make(device)
@@ -210,6 +214,32 @@ def test_randint(device):
         Tensor.randint(3, low=2, high=2)
     with pytest.raises(FusegradError, match="integers"):
         Tensor.randint(3, dtype="float32")
+
+
+def test_arange_overflow():
+    """A value the dtype cannot hold is refused (PyTorch wraps it around), before any memory."""
+    with pytest.raises(OverflowError, match="out of the range of int8"):
+        Tensor.arange(129, dtype=i8)
+    with pytest.raises(OverflowError, match="out of the range of int32"):
+        Tensor.arange(2**40, dtype=i32)
+
+
+@pytest.mark.parametrize("make, bound", [  # torch.nn.init's bounds for a (64, 32, 3, 3) weight
+    (lambda s: Tensor.kaiming_uniform(*s, a=0.0), np.sqrt(6 / (32 * 9))),
+    (lambda s: Tensor.glorot_uniform(*s), np.sqrt(6 / (32 * 9 + 64 * 9))),
+    (lambda s: Tensor.scaled_uniform(*s), (64 * 32 * 9) ** -0.5),
+])
+def test_initialisers(make, bound):
+    Tensor.manual_seed(0)
+    w = make((64, 32, 3, 3)).numpy()
+    assert w.shape == (64, 32, 3, 3) and np.abs(w).max() <= bound
+    assert np.abs(w).max() > 0.99 * bound  # the whole range is used
+
+
+def test_kaiming_normal():
+    Tensor.manual_seed(0)
+    std = Tensor.kaiming_normal(64, 32, 3, 3, a=0.0).numpy().std()
+    assert abs(std - np.sqrt(2 / (32 * 9))) < 0.01  # torch.nn.init.kaiming_normal_'s
 
 
 @pytest.mark.parametrize("like", [Tensor.rand_like, Tensor.randn_like])

@@ -114,6 +114,14 @@ def dispatch_size(threads: int, local: int, max_per_dim: int) -> tuple[int, int,
     return x, y, z
 
 
+
+def _is_nan(x: str, dtype: DType) -> str:
+    """WGSL's test for NaN: ``x != x`` may be folded to false (WGSL lets the compiler assume there
+    is no NaN), so a float32's bits are tested instead."""
+    if dtype == dtypes.float32:
+        return f"((bitcast<u32>({x}) & 0x7fffffffu) > 0x7f800000u)"
+    return f"({x} != {x})"
+
 class WGSLRenderer(Renderer):
     """Renders a linear program as a WGSL compute shader for one adapter's features and limits."""
 
@@ -195,9 +203,8 @@ class WGSLRenderer(Renderer):
             )
         if op is Ops.RECIP:
             return f"({self.render_const(1.0, u.dtype)} / {src[0]})"
-        if op is Ops.CMPNE and u.src[0] is u.src[1] and operand == dtypes.float32:
-            # x != x is NaN's test, but WGSL lets the compiler assume there is no NaN: test the bits
-            return f"((bitcast<u32>({src[0]}) & 0x7fffffffu) > 0x7f800000u)"
+        if op is Ops.CMPNE and u.src[0] is u.src[1] and operand.is_float:
+            return _is_nan(src[0], operand)
         if op is Ops.WHERE:
             return f"select({src[2]}, {src[1]}, {src[0]})"
         if operand == dtypes.bool and op in _BOOL_BINARY:
@@ -206,6 +213,9 @@ class WGSLRenderer(Renderer):
             return f"((!{src[0]}) & {src[1]})"
         if op in (Ops.SHL, Ops.SHR):
             return f"({src[0]} {'<<' if op is Ops.SHL else '>>'} u32({src[1]}))"
+        if op is Ops.MAX and operand.is_float:  # WGSL's max() may drop a NaN: keep either side's
+            either = f"select(max({src[0]}, {src[1]}), {src[1]}, {_is_nan(src[1], operand)})"
+            return f"select({either}, {src[0]}, {_is_nan(src[0], operand)})"
         if op is Ops.MAX:
             return f"max({src[0]}, {src[1]})"
         return f"({src[0]} {_BINARY[op]} {src[1]})"

@@ -5,8 +5,9 @@ class FusegradError(Exception):
     """Base class of every error fusegrad raises on purpose."""
 
 
-class ShapeError(FusegradError, ValueError):
-    """Shapes that do not fit the operation (broadcasting, reshape, axes)."""
+class ShapeError(FusegradError, ValueError, RuntimeError):
+    """Shapes that do not fit the operation (broadcasting, reshape, axes): a ValueError, and a
+    RuntimeError too, as PyTorch raises for the same mistakes (``except RuntimeError`` ports)."""
 
 
 class DTypeError(FusegradError, TypeError):
@@ -19,6 +20,16 @@ class DeviceNotFound(FusegradError, LookupError):
 
 class DeviceUnavailable(FusegradError, RuntimeError):
     """The device exists but cannot be used on this machine (its probe says why)."""
+
+
+class InvalidArgument(FusegradError, RuntimeError):
+    """An argument an op does not define a result for (an unknown reduction name, an integer
+    tensor to a negative power): a RuntimeError, as PyTorch raises for the same call."""
+
+
+class UnknownOption(FusegradError, ValueError, NotImplementedError):
+    """A name an op does not know (a reduction, a padding or rounding mode): a ValueError, and a
+    NotImplementedError (so a RuntimeError) too, as PyTorch raises one of these for each."""
 
 
 class UnsupportedOp(FusegradError, NotImplementedError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from fusegrad.dtype import dtypes
 from fusegrad.uop.ops import GroupOp, Ops, UOp, broadcast_scalar, toposort
 from fusegrad.uop.pattern import PatternMatcher, UPat
 
@@ -26,9 +27,13 @@ def expand_to(g: UOp, shape: tuple[int, ...]) -> UOp:
 
 
 def sum_to(g: UOp, shape: tuple[int, ...]) -> UOp:
-    """Sum ``g`` over the axes where ``shape`` has size 1 and ``g`` does not."""
+    """Sum ``g`` over the axes where ``shape`` has size 1 and ``g`` does not; half floats
+    accumulate in float32, as ``Tensor.sum`` does (a matmul's gradient is such a sum)."""
     axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if a != b)
-    return UOp(Ops.REDUCE_AXIS, g.dtype, (g,), (Ops.ADD, axes)) if axes else g
+    if not axes:
+        return g
+    acc = dtypes.float32 if g.dtype in (dtypes.float16, dtypes.bfloat16) else g.dtype
+    return UOp(Ops.REDUCE_AXIS, acc, (g.cast(acc),), (Ops.ADD, axes)).cast(g.dtype)
 
 
 def max_grad(ret: UOp, g: UOp) -> tuple[UOp, UOp]:

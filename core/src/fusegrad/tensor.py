@@ -16,13 +16,14 @@ import numpy as np
 
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
-from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
 from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
 from fusegrad.tensor_index import IndexMixin
 from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
 from fusegrad.tensor_nn import NNMixin
+from fusegrad.tensor_special import SpecialMixin
 from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, is_symbolic, sym_eval
 
 Scalar = int | float | bool
@@ -47,7 +48,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
+class Tensor(AutogradMixin, MovementMixin, MathMixin, SpecialMixin, IndexMixin, NNMixin):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()
@@ -83,7 +84,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
             )
 
     def _from_numpy(self, data: Any, dtype: DType | None) -> UOp:
-        if isinstance(data, np.ndarray):
+        if isinstance(data, (np.ndarray, np.generic)):  # (np.True_, np.float32(2): their dtype)
             dtype = dtype or dtypes.from_numpy(data.dtype)
         else:
             dtype = dtype or dtypes.from_py(list(data) if isinstance(data, tuple) else data)
@@ -165,6 +166,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
     def contiguous(self) -> Tensor:
         """A tensor whose elements are laid out in order in a buffer of its own."""
         return self._wrap(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), self.device)
+
+    def clone(self) -> Tensor:
+        """A copy, as ``torch.clone``: its own buffer once realized; gradients flow through it."""
+        return self.contiguous()
 
     def _buffer(self) -> Buffer:
         """The buffer holding this tensor's elements in order (computing it if needed)."""
@@ -274,20 +279,64 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
     @staticmethod
     def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
                dtype: DType | str | None = None, device: str | None = None) -> Tensor:
-        """``start, start+step, ...`` up to but excluding ``stop``, as ``torch.arange``."""
+        """``start, start+step, ...`` up to but excluding ``stop``, as ``torch.arange``; whole
+        numbers are int32, or int64 where int32 cannot hold them. Values that ``dtype`` cannot
+        hold raise OverflowError (PyTorch wraps them around).
+
+        >>> Tensor.arange(10, 4, -3).tolist()
+        [10, 7]
+        """
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise FusegradError("arange step must not be zero")
+            raise InvalidArgument("arange step must not be zero")
+        if (stop - start) * step < 0:
+            raise InvalidArgument(f"arange({start}, {stop}, {step}): the step goes away from stop; "
+                                  "flip its sign, or swap start and stop")
+        count = max(0, math.ceil((stop - start) / step))
+        ends = (start, start + (count - 1) * step) if count else ()
         default = dtypes.from_py([start, stop, step])
+        if default.is_int and any(not dtypes.int32.min <= v <= dtypes.int32.max for v in ends):
+            default = dtypes.int64
         dtype = to_dtype(dtype) if dtype is not None else default
+        if dtype.is_int and any(not dtype.min <= v <= dtype.max for v in ends):
+            raise OverflowError(f"arange({start}, {stop}, {step}) runs from {ends[0]} to "
+                                f"{ends[1]}, out of the range of {dtype.name}; use a wider dtype")
         return Tensor(np.arange(start, stop, step).astype(dtype.np), device=device, dtype=dtype)
+
+    @staticmethod
+    def linspace(start: int | float, end: int | float, steps: int,
+                 dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+        """``steps`` evenly spaced values from ``start`` to ``end``, both included, as
+        ``torch.linspace``: the first half counted up from ``start``, the second down from
+        ``end`` (so both ends are exact), in the dtype's precision (float64 for ints, which
+        then truncate).
+
+        >>> Tensor.linspace(0, 1, 5).tolist()
+        [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
+        dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if steps < 0 or dtype == dtypes.bool:
+            raise InvalidArgument(
+                f"linspace needs steps >= 0 (got {steps}) and a number dtype (got {dtype.name}), "
+                "as in PyTorch"
+            )
+        compute = np.float32 if dtype.is_float and dtype.itemsize <= 4 else np.float64
+        start_, end_ = compute(start), compute(end)
+        step = (end_ - start_) / compute(max(steps - 1, 1))
+        i = np.arange(steps)
+        up = start_ + step * i.astype(compute)
+        down = end_ - step * (steps - 1 - i).astype(compute)
+        values = np.where((i < steps // 2) | (steps == 1), up, down)
+        return Tensor(values.astype(dtype.np), device=device, dtype=dtype)
 
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None,
             device: str | None = None) -> Tensor:
-        """The identity matrix (ones on the diagonal)."""
+        """The identity matrix (ones on the diagonal), ``n`` by ``m`` (default ``n``)."""
         m = n if m is None else m
+        if n < 0 or m < 0:
+            raise ShapeError(f"eye needs sizes >= 0, got n={n}, m={m}")
         rows = Tensor.arange(n, device=device).reshape(n, 1)
         return (rows == Tensor.arange(m, device=device)).cast(to_dtype(dtype or dtypes.default_float))
 
@@ -318,8 +367,46 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         return Tensor(values, device=device).cast(dtype).requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
-        return Tensor.rand(*shape, **kwargs) * (high - low) + low
+    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, requires_grad: bool | None = None,
+                **kwargs: Any) -> Tensor:
+        """Uniform random numbers in [low, high) (the result, not a rand inside, is the leaf)."""
+        out = Tensor.rand(*shape, **kwargs) * (high - low) + low
+        return out.requires_grad_(bool(requires_grad))
+
+    @staticmethod
+    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
+               **kwargs: Any) -> Tensor:
+        """Normally distributed random numbers of mean ``mean`` and deviation ``std``."""
+        return (Tensor.randn(*shape, **kwargs) * std + mean).requires_grad_(bool(requires_grad))
+
+    @staticmethod
+    def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+        """Uniform in [-1, 1) scaled by 1 / sqrt(number of elements) (tinygrad's)."""
+        shape = _shape_arg(shape)
+        return Tensor.uniform(shape, low=-1.0, high=1.0, **kwargs) * prod(shape) ** -0.5
+
+    @staticmethod
+    def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+        """Xavier/Glorot uniform: bound sqrt(6 / (fan_in + fan_out)), fans of a (out, in, ...)
+        weight as PyTorch's ``xavier_uniform_``."""
+        fan_in, fan_out = _fans(shape := _shape_arg(shape))
+        bound = math.sqrt(6 / max(fan_in + fan_out, 1))
+        return Tensor.uniform(shape, low=-bound, high=bound, **kwargs)
+
+    @staticmethod
+    def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+        """He/Kaiming uniform for leaky relu slope ``a``: bound sqrt(6 / ((1 + a^2) fan_in)), the
+        fan-in of a (out, in, ...) weight, as PyTorch's ``kaiming_uniform_``."""
+        fan_in, _ = _fans(shape := _shape_arg(shape))
+        bound = math.sqrt(6 / ((1 + a * a) * max(fan_in, 1)))
+        return Tensor.uniform(shape, low=-bound, high=bound, **kwargs)
+
+    @staticmethod
+    def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+        """He/Kaiming normal: deviation sqrt(2 / ((1 + a^2) fan_in)), as ``kaiming_normal_``."""
+        fan_in, _ = _fans(shape := _shape_arg(shape))
+        std = math.sqrt(2 / ((1 + a * a) * max(fan_in, 1)))
+        return Tensor.normal(shape, std=std, **kwargs)
 
     @staticmethod
     def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
@@ -400,8 +487,24 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         a, b = self._operands(other, reverse)
         return a._alu(Ops.ADD, b.neg())
 
-    def div(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
-        """True division; integer inputs give a float result, as in PyTorch."""
+    def div(
+        self, other: Tensor | Scalar, reverse: bool = False, rounding_mode: str | None = None
+    ) -> Tensor:
+        """True division; integer inputs give a float result, as in PyTorch. ``rounding_mode``
+        "trunc" rounds the quotient towards zero and "floor" down (integers then stay integers).
+
+        >>> Tensor([-7, 7]).div(2, rounding_mode="trunc").tolist()
+        [-3, 3]
+        """
+        if rounding_mode == "floor":
+            return self.floor_divide(other, reverse)
+        if rounding_mode == "trunc":
+            a, b = self._operands(other, reverse)
+            return a._alu(Ops.IDIV, b) if a.dtype.is_int else (a / b).trunc()
+        if rounding_mode is not None:
+            raise UnknownOption(
+                f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}"
+            )
         a, b = self._operands(other, reverse)
         a, b = a._float_operand(), b._float_operand()
         return a._alu(Ops.MUL, b._alu(Ops.RECIP))
@@ -453,10 +556,14 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         return (self != other).logical_not()
 
     def __ge__(self, other):
-        return (self < other).logical_not()
+        """a >= b: not a < b, except that a nan is neither (so floats ask a > b or a == b)."""
+        a, b = self._operands(other)
+        return (b < a) | (a == b) if a.dtype.is_float else (a < b).logical_not()
 
     def __le__(self, other):
-        return (self > other).logical_not()
+        """a <= b: not a > b, except that a nan is neither."""
+        a, b = self._operands(other)
+        return (a < b) | (a == b) if a.dtype.is_float else (b < a).logical_not()
 
     def logical_not(self) -> Tensor:
         return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor.full(self.shape, True, dtypes.bool, self.device))
@@ -523,12 +630,20 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         return self._float_operand()._alu(Ops.RECIP)
 
     def relu(self) -> Tensor:
-        """x where x > 0, else 0 (so the gradient at 0 is 0, as torch's)."""
-        return (self > 0).where(self, self.zeros_like())
+        """x where x > 0 or x is NaN, else 0 (so the gradient at 0 is 0, and NaN stays NaN, as in
+        torch)."""
+        keep = self > 0
+        return (keep | (self != self) if self.dtype.is_float else keep).where(self, self.zeros_like())
 
     def sigmoid(self) -> Tensor:
-        """1 / (1 + e**-x)"""
-        return (1 + (-self._float_operand()).exp()).reciprocal()
+        """1 / (1 + e**-x), whose gradient is s * (1 - s) (``_sigmoid_gradient``).
+
+        >>> Tensor([-1000.0, 0.0, 1000.0]).sigmoid().tolist()
+        [0.0, 0.5, 1.0]
+        """
+        x = self._float_operand()
+        s = (1 + (-x).exp()).reciprocal()
+        return s._with_gradient(_sigmoid_gradient, (x,), (self.device,))
 
     def tanh(self) -> Tensor:
         """tanh(x) = 2 * sigmoid(2x) - 1"""
@@ -561,7 +676,8 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
         if axis is None:
             return tuple(range(self.ndim))
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        return tuple(sorted({self._axis(a) for a in axes}))
+        resolved = tuple(sorted(self._distinct_axes(axes)))
+        return resolved if self.ndim else ()  # a 0-d tensor's axis 0 (or -1) has nothing to reduce
 
     def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
             dtype: DType | str | None = None) -> Tensor:
@@ -608,9 +724,18 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
             "check the size first"
         )
 
-    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
-        """The average over ``axis``."""
-        x = self._float_operand()
+    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+             dtype: DType | str | None = None) -> Tensor:
+        """The average over ``axis``, in ``dtype`` (a float type) if given: the input is cast to
+        it first, as PyTorch's. Integers average to the default float (PyTorch refuses them).
+
+        >>> Tensor([1, 2]).mean(dtype="float64").dtype.name
+        'float64'
+        """
+        if dtype is not None and not (dtype := to_dtype(dtype)).is_float:
+            raise InvalidArgument(f"mean(dtype={dtype.name}): the mean is a float; pass a float "
+                                  "dtype, or cast the result (PyTorch refuses it too)")
+        x = self._float_operand() if dtype is None else self.cast(dtype)
         count = prod(self.shape[a] for a in self._resolve_axes(axis))
         total = x.sum(axis, keepdim)
         if isinstance(count, UOp):  # a symbolic count: divide by the variable's value in the kernel
@@ -626,6 +751,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, IndexMixin, NNMixin):
             raise ShapeError(f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}")
         if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
             raise ShapeError(f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ")
+        dtype = promote_types(x.dtype, w.dtype)
+        if _accumulate_dtype(dtype) != dtype:  # half floats: exact products summed in float32 (the
+            # gradient's too), rounded once at the end, as PyTorch's CPU matmul
+            return x.cast(dtypes.float32).matmul(w.cast(dtypes.float32)).cast(dtype)
         if x.ndim == 1:
             out = x.unsqueeze(0).matmul(w)
             return out.squeeze(-2) if w.ndim > 1 else out.squeeze(-1)
@@ -665,6 +794,15 @@ def _panelled(w: Tensor) -> Tensor:
     return w.reshape(k, m // p, p).permute(1, 0, 2).contiguous().permute(1, 0, 2).reshape(k, m)
 
 
+def _sigmoid_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
+    """d sigmoid(x) = s * (1 - s), finite for every x. Through its building blocks it would be
+    0 * e**-x = 0 * inf = nan for x below about -88, where e**-x overflows and s is 0."""
+    (device,) = params
+    grad, x = Tensor._wrap(g, device), Tensor._wrap(inputs[0], device)
+    s = (1 + (-x).exp()).reciprocal()  # the same nodes as the value's
+    return ((grad * s * (1 - s)).uop,)
+
+
 def _split_for_cores(n: int) -> int | None:
     """How many parts to cut a full reduction of ``n`` elements into (None: leave it whole)."""
     if isinstance(n, UOp) or n < 1 << 18:  # (a symbolic count is not split)
@@ -683,8 +821,9 @@ def _accumulate_dtype(dtype: DType) -> DType:
 
 
 def _shape_arg(shape: Any) -> tuple[int, ...]:
+    """A creation op's shape: an int, ints, or one sequence of them; negative sizes refused."""
     if isinstance(shape, int):
-        return (shape,)
+        shape = (shape,)
     if len(shape) == 1 and not isinstance(shape[0], (int, UOp)):
         shape = shape[0]
     out = tuple(shape)
@@ -692,6 +831,15 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
             any(not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out):  # (bound Variables pass)
         raise ShapeError(f"a shape is a sequence of non-negative ints or bound Variables, got {out}")
     return out
+
+
+def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
+    """(fan_in, fan_out) of a weight shaped (out, in, *kernel), as ``torch.nn.init`` counts them
+    (a shape of fewer than 2 axes: its number of elements, for both)."""
+    if len(shape) < 2:
+        return prod(shape), prod(shape)
+    receptive = prod(shape[2:])
+    return shape[1] * receptive, shape[0] * receptive
 
 
 def _unreshaped(u: UOp) -> UOp:

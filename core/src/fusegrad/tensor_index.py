@@ -1,5 +1,6 @@
 """Joining, splitting, gathering and indexing methods of ``Tensor``: cat, stack, split, roll,
-tril, gather, scatter, indexing with int tensors and bool masks, ``__setitem__``, einsum.
+tril, gather, scatter, masked_select, nonzero, indexing with int lists, tensors and bool masks
+(numpy's advanced indexing), ``__setitem__``, einsum.
 
 All of them are graphs of the primitives in ``tensor.py``; gathers and tensor indexing compare
 indices with ``arange`` and sum (a one-hot reduce), which fuses into one kernel.
@@ -14,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusegrad.dtype import dtypes, promote_types
-from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
+from fusegrad.helpers import prod
+from fusegrad.tensor_movement import ADVANCED_INDEX
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -33,6 +36,48 @@ def _is_tensor(x: Any) -> bool:
     return hasattr(x, "uop")
 
 
+def _join_args(name: str, first: Any, rest: tuple, dim: int) -> tuple[list[Tensor], int]:
+    """The tensors a join was given (``first`` and ``rest``, or the sequence ``first``) and the
+    axis (``rest`` may be the axis after a sequence, as in ``torch.stack([a, b], 1)``)."""
+    if not isinstance(first, (list, tuple)):
+        return [first, *rest], dim
+    if len(rest) == 1 and isinstance(rest[0], int):
+        rest, dim = (), rest[0]
+    if rest:
+        raise ValueError(
+            f"{name}: give a sequence of tensors or the tensors themselves, not "
+            f"both (got a {type(first).__name__} and {len(rest)} more)"
+        )
+    if not first:
+        raise ShapeError(f"{name} needs at least one tensor, got an empty {type(first).__name__}")
+    return list(first), dim
+
+
+def _index_array(item: Any) -> Any:
+    """An index item with lists, tuples, python bools and bool tensors made numpy arrays (masks
+    are bool arrays); int tensors and basic items (ints, slices, None, ...) as they are."""
+    if _is_tensor(item):
+        return item.numpy() if item.dtype == dtypes.bool else item
+    if not isinstance(item, ADVANCED_INDEX):
+        return item
+    try:
+        array = np.asarray(item)
+    except ValueError:
+        raise IndexError(f"index {item!r} is ragged: nested lists must be rectangular") from None
+    if array.size == 0 and array.dtype != np.bool_:
+        array = array.astype(np.int32)  # ([] is a float array to numpy)
+    if array.dtype != np.bool_ and not np.issubdtype(array.dtype, np.integer):
+        raise IndexError(
+            f"index {item!r} has {array.dtype} elements; indices must be ints or bools"
+        )
+    return array
+
+
+def _indexed_axes(item: Any) -> int:
+    """How many axes of the indexed tensor an index item uses up (a mask: as many as it has)."""
+    return item.ndim if isinstance(item, np.ndarray) and item.dtype == np.bool_ else 1
+
+
 class IndexMixin:
     """Joining, splitting, gathering, scattering and advanced indexing."""
 
@@ -41,12 +86,20 @@ class IndexMixin:
     # ---- joining and splitting -------------------------------------------------------------------
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along ``dim``: each is padded into place and the pads are added.
+        """Join tensors along ``dim``: each is padded into place and the pads are added. Called
+        as ``a.cat(b, c)``, ``Tensor.cat(a, b, c)`` or ``Tensor.cat([a, b, c])``.
 
         >>> Tensor([1, 2]).cat(Tensor([3]), dim=0).tolist()
         [1, 2, 3]
         """
-        tensors = [self, *others]
+        tensors, dim = _join_args("cat", self, others, dim)
+        self, others = tensors[0], tensors[1:]
+        for i, t in enumerate(tensors):
+            if t.ndim == 0:
+                raise ShapeError(
+                    f"cat: the tensor at position {i} is 0-d and has no axis to join "
+                    "along; use stack, or reshape it to 1-d"
+                )
         dim = self._axis(dim)
         for t in others:
             if t.ndim != self.ndim or any(
@@ -71,9 +124,21 @@ class IndexMixin:
         return out.cast(dtype)
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-        """Join tensors along a new axis ``dim``."""
-        dim = self._axis(dim, self.ndim + 1)
-        return self.unsqueeze(dim).cat(*(t.unsqueeze(dim) for t in others), dim=dim)
+        """Join tensors of one shape along a new axis ``dim``. Called as ``a.stack(b, c)``,
+        ``Tensor.stack(a, b, c)`` or ``Tensor.stack([a, b, c])``.
+
+        >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).tolist()
+        [[1, 3], [2, 4]]
+        """
+        tensors, dim = _join_args("stack", self, others, dim)
+        for i, t in enumerate(tensors):
+            if t.shape != tensors[0].shape:
+                raise ShapeError(
+                    f"stack needs tensors of one shape, got {tensors[0].shape} at "
+                    f"position 0 and {t.shape} at position {i}"
+                )
+        dim = tensors[0]._axis(dim, tensors[0].ndim + 1)
+        return type(tensors[0]).cat(*(t.unsqueeze(dim) for t in tensors), dim=dim)
 
     def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces of ``sizes`` along ``dim`` (an int: equal pieces, the last may be smaller)."""
@@ -130,13 +195,27 @@ class IndexMixin:
         return out.reshape(x.shape[:dim] + (x.shape[dim] * repeats,) + x.shape[dim + 1 :])
 
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
-        """Rotate elements along ``dims`` by ``shifts`` (the flattened tensor if no dims)."""
+        """Rotate elements along ``dims`` by ``shifts``, one shift per axis (the flattened tensor
+        by one shift if no dims), as ``torch.roll``.
+
+        >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
+        [4, 1, 2, 3]
+        """
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims) if dims else None
+        if not shifts or len(shifts) != (1 if dims is None else len(dims)):
+            raise InvalidArgument(
+                f"roll needs one shift per dim, got shifts={shifts} and "
+                f"dims={dims} (no dims: a single shift of the flattened tensor)"
+            )
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
-        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
-        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        if self.ndim == 0:
+            raise IndexError(
+                f"roll of a 0-d tensor along dims {dims}: it has none (leave out dims)"
+            )
         x = self
-        for shift, dim in zip(shifts, dims, strict=False):
+        for shift, dim in zip(shifts, dims, strict=True):
             dim = x._axis(dim)
             n = x.shape[dim]
             if n == 0 or shift % n == 0:
@@ -146,11 +225,23 @@ class IndexMixin:
             x = twice.shrink([(n - s, 2 * n - s) if i == dim else None for i in range(x.ndim)])
         return x
 
-    @staticmethod
-    def meshgrid(*tensors: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
-        """Coordinate grids from 1-d tensors (``indexing="xy"`` swaps the first two axes)."""
+    def meshgrid(self, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids from 1-d (or 0-d) tensors, as ``torch.meshgrid``; ``indexing="xy"``
+        swaps the first two axes. Called as ``a.meshgrid(b)``, ``Tensor.meshgrid(a, b)`` or
+        ``Tensor.meshgrid([a, b])``.
+
+        >>> [t.tolist() for t in Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))]
+        [[[1, 1, 1], [2, 2, 2]], [[3, 4, 5], [3, 4, 5]]]
+        """
+        tensors, _ = _join_args("meshgrid", self, others, 0)
         if indexing not in ("ij", "xy"):
-            raise FusegradError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+            raise InvalidArgument(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        for i, t in enumerate(tensors):
+            if t.ndim > 1:
+                raise ShapeError(
+                    f"meshgrid takes 0-d or 1-d tensors, got shape {t.shape} at "
+                    f"position {i}; flatten it first"
+                )
         sizes = [t.numel() for t in tensors]
         if indexing == "xy" and len(sizes) >= 2:
             sizes[0], sizes[1] = sizes[1], sizes[0]
@@ -163,6 +254,11 @@ class IndexMixin:
         return tuple(out)
 
     def _triangle(self, diagonal: int, upper: bool) -> Tensor:
+        if self.ndim < 2:
+            name = "triu" if upper else "tril"
+            raise ShapeError(
+                f"{name} needs a tensor of at least 2 dimensions, got shape {self.shape}"
+            )
         rows, cols = self.shape[-2], self.shape[-1]
         r = type(self).arange(rows, device=self.device).reshape(rows, 1)
         c = type(self).arange(cols, device=self.device).reshape(1, cols)
@@ -182,11 +278,29 @@ class IndexMixin:
     def one_hot(self, num_classes: int = -1) -> Tensor:
         """A new last axis with a 1 at each index (int32; ``-1`` means ``max + 1`` classes).
 
+        Indices outside ``[0, num_classes)`` give a row of zeros: checking them, as PyTorch does,
+        would mean running the graph to read them; only ``-1``, which reads them anyway, does.
+
         >>> Tensor([0, 2]).one_hot(3).tolist()
         [[1, 0, 0], [0, 0, 1]]
         """
+        if not self.dtype.is_int:
+            raise InvalidArgument(
+                f"one_hot takes a tensor of integer indices, got {self.dtype.name}"
+            )
+        if num_classes < -1:
+            raise InvalidArgument(
+                f"one_hot num_classes must be -1 (infer) or >= 0, got {num_classes}"
+            )
         if num_classes == -1:
-            num_classes = int(self.max().item()) + 1
+            if self.numel() == 0:
+                raise InvalidArgument(
+                    "one_hot cannot infer num_classes from an empty tensor; pass num_classes"
+                )
+            low, high = (int(v) for v in self.min().stack(self.max()).numpy())
+            if low < 0:
+                raise InvalidArgument(f"one_hot class values must be non-negative, got {low}")
+            num_classes = high + 1
         return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(
             dtypes.int32
         )
@@ -213,6 +327,11 @@ class IndexMixin:
             raise ShapeError(
                 f"gather index must have {self.ndim} dims like the input, got {index.shape}"
             )
+        if any(i != dim and k > n for i, (k, n) in enumerate(zip(index.shape, self.shape))):
+            raise ShapeError(
+                f"gather index of shape {index.shape} is larger than the input "
+                f"{self.shape} on an axis other than dim {dim}"
+            )
         x = self.shrink([None if i == dim else (0, s) for i, s in enumerate(index.shape)])
         n = self.shape[dim]
         mask = index.unsqueeze(-1) == type(self).arange(n, device=self.device)
@@ -223,10 +342,11 @@ class IndexMixin:
     ) -> tuple[Tensor, Tensor, Tensor]:
         """(mask, values, region): mask[q, k] is true when ``index`` sends src[q with dim k] to q."""
         dim = self._axis(dim)
+        self._check_scatter(dim, index, src)
         region = tuple(self.shape[i] if i == dim else s for i, s in enumerate(index.shape))
         if not _is_tensor(src):
             src = index.full_like(src, self.dtype)
-        src = src.cast(self.dtype).shrink([(0, s) for s in index.shape])
+        src = src.shrink([(0, s) for s in index.shape])
         n, k = self.shape[dim], index.shape[dim]
         rows = self._positions_at(dim, n)
         sent = (
@@ -237,6 +357,30 @@ class IndexMixin:
         mask = sent == rows
         values = src.unsqueeze(-1).transpose(dim, -1).expand(mask.shape)
         return mask, values, region
+
+    def _check_scatter(self, dim: int, index: Tensor, src: Tensor | float) -> None:
+        """PyTorch's rules for a scatter: an integer index with this tensor's number of axes and
+        no larger than it (but along ``dim``) or than ``src``; ``src`` of this tensor's dtype."""
+        if not index.dtype.is_int:
+            raise InvalidArgument(
+                f"a scatter index must be an integer tensor, got {index.dtype.name}"
+            )
+        if index.ndim != self.ndim or (_is_tensor(src) and src.ndim != self.ndim):
+            raise ShapeError(
+                f"scatter into shape {self.shape}: index {index.shape} and src "
+                f"{src.shape if _is_tensor(src) else '(a number)'} need {self.ndim} axes like it"
+            )
+        too_big = any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim)
+        if too_big or (_is_tensor(src) and any(i > s for i, s in zip(index.shape, src.shape))):
+            raise ShapeError(
+                f"scatter index of shape {index.shape} is larger than the tensor {self.shape} "
+                f"(apart from dim {dim}) or than src {src.shape if _is_tensor(src) else '()'}"
+            )
+        if _is_tensor(src) and src.dtype != self.dtype:
+            raise InvalidArgument(
+                f"scatter src of dtype {src.dtype.name} into a {self.dtype.name} tensor; "
+                f"cast it first (src.cast(dtypes.{self.dtype.name})), as PyTorch requires"
+            )
 
     def _positions_at(self, dim: int, n: int) -> Tensor:
         """0..n-1 along ``dim`` of an (ndim + 1)-d tensor whose last axis is extra."""
@@ -252,17 +396,36 @@ class IndexMixin:
     def scatter(
         self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None
     ) -> Tensor:
-        """Write ``src`` into a copy of this tensor at ``index`` along ``dim``, as ``torch.scatter``."""
+        """Write ``src`` into a copy of this tensor at ``index`` along ``dim``, as ``torch.scatter``.
+
+        Where several writes go to one place, the last along ``dim`` wins (PyTorch's CPU order).
+        ``reduce`` "add" or "multiply" combines them instead (``scatter_reduce``'s sum and prod).
+
+        >>> Tensor([0, 0, 0]).scatter(0, Tensor([1, 1]), Tensor([5, 7])).tolist()
+        [0, 7, 0]
+        """
         if reduce is not None:
+            if reduce not in ("add", "multiply"):
+                raise UnknownOption(f"scatter reduce must be 'add' or 'multiply', got {reduce!r}")
             return self.scatter_reduce(dim, index, src, {"add": "sum", "multiply": "prod"}[reduce])
         mask, values, region = self._scatter_parts(dim, index, src)
-        hit = self._fit(mask._max(-1, False), region, False)  # (an empty index: no hit)
-        return hit.where(self._fit(self._pick(mask, values), region, 0), self)
+        k = mask.shape[-1]
+        order = mask.where(type(self).arange(1, k + 1, device=self.device), 0)
+        latest = order._max(-1, True)  # 1 + the last k that writes here, 0 if none does
+        hit = self._fit((latest > 0).squeeze(-1), region, False)
+        written = self._pick(mask & (order == latest), values)
+        return hit.where(self._fit(written, region, 0), self)
 
     def scatter_reduce(
-        self, dim: int, index: Tensor, src: Tensor, reduce: str, include_self: bool = True
+        self, dim: int, index: Tensor, src: Tensor | float, reduce: str, include_self: bool = True
     ) -> Tensor:
-        """Combine ``src`` into this tensor at ``index`` with ``reduce`` (sum, prod, mean, amax, amin)."""
+        """Combine ``src`` into this tensor at ``index`` with ``reduce`` (sum, prod, mean, amax,
+        amin), as ``torch.scatter_reduce``; ``include_self`` False leaves this tensor's values
+        out where something is written. Ties of amax and amin share the gradient evenly."""
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise UnknownOption(
+                f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}"
+            )
         mask, values, region = self._scatter_parts(dim, index, src)
         hit = self._fit(mask._max(-1, False), region, False)
         if reduce in ("sum", "mean"):
@@ -277,23 +440,75 @@ class IndexMixin:
                 else total.floor_divide(count.maximum(1))
             )
             return hit.where(mean.cast(self.dtype), self)
-        if reduce in ("amax", "amin", "prod"):
-            fill = {"amax": self.dtype.min, "amin": self.dtype.max, "prod": 1}[reduce]
-            chosen = mask.where(values, values.full_like(fill))
-            part = (
-                chosen._max(-1, False)
-                if reduce == "amax"
-                else chosen._min(-1, False)
-                if reduce == "amin"
-                else chosen.prod(-1)
-            )
-            part = self._fit(part.cast(self.dtype), region, fill)
-            if include_self:
-                part = {"amax": self.maximum, "amin": self.minimum, "prod": self.mul}[reduce](part)
-            return hit.where(part.cast(self.dtype), self)
-        raise FusegradError(
-            f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}"
-        )
+        fill = {"amax": self.dtype.min, "amin": self.dtype.max, "prod": 1}[reduce]
+        chosen = mask.where(values, values.full_like(fill))
+        if include_self:  # this tensor's value is one more candidate
+            own = self.shrink([(0, r) for r in region]).unsqueeze(-1)
+            chosen = own.cat(chosen, dim=-1)
+        if reduce == "prod":
+            part = chosen.prod(-1)
+        else:
+            part = chosen._max(-1, False) if reduce == "amax" else chosen._min(-1, False)
+        return hit.where(self._fit(part.cast(self.dtype), region, fill), self)
+
+    def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The elements where the bool ``mask`` (broadcast with this tensor) is true, in order,
+        as a 1-d tensor (``torch.masked_select``). Their number depends on the data, so the
+        mask is counted (its graph runs) unless ``size`` is given: then the first ``size``
+        elements, padded with ``fill_value``, and nothing runs.
+
+        >>> Tensor([1, 2, 3, 4]).masked_select(Tensor([True, False, True, False])).tolist()
+        [1, 3]
+        """
+        if mask.dtype != dtypes.bool:
+            raise InvalidArgument(f"masked_select needs a bool mask, got {mask.dtype.name}")
+        from fusegrad.tensor import broadcast_shapes
+
+        shape = broadcast_shapes(self.shape, mask.shape)
+        x, m = self._broadcast_to(shape).flatten(), mask._broadcast_to(shape).flatten()
+        hit = m._nth_true(size)  # (n, size)
+        out = x._pick(hit, x.unsqueeze(1).expand(hit.shape), axis=0)
+        return out if size is None else hit._max(0, False).where(out, fill_value).cast(self.dtype)
+
+    def nonzero(
+        self, as_tuple: bool = False, size: int | None = None, fill_value: int = 0
+    ) -> Tensor | tuple[Tensor, ...]:
+        """The coordinates of the non-zero elements in order, one row each: (count, ndim) int32
+        (``torch.nonzero``, whose are int64), or with ``as_tuple`` one 1-d tensor per axis.
+        The count depends on the data, so it is read (the graph runs) unless ``size`` is
+        given: then the first ``size`` rows, padded with ``fill_value``, and nothing runs.
+
+        >>> Tensor([[0, 3], [5, 0]]).nonzero().tolist()
+        [[0, 1], [1, 0]]
+        """
+        if as_tuple and self.ndim == 0:  # (PyTorch's answer: the coordinates of a 1-d tensor)
+            return self.reshape(1).nonzero(True, size, fill_value)
+        hit = self.cast(dtypes.bool).flatten()._nth_true(size)  # (n, size)
+        flat = type(self).arange(hit.shape[0], device=self.device).unsqueeze(1).expand(hit.shape)
+        flat = flat._pick(hit, flat, axis=0)  # (size,): the flat position of each
+        if size is not None:
+            flat = hit._max(0, False).where(flat, -1)
+        coordinates = []
+        for axis, n in enumerate(self.shape):
+            c = flat // prod(self.shape[axis + 1 :]) % n
+            coordinates.append(c if size is None else (flat < 0).where(fill_value, c))
+        columns = tuple(c.cast(dtypes.int32) for c in coordinates)
+        if as_tuple:
+            return columns
+        if not columns:
+            return type(self).zeros(hit.shape[1], 0, dtype=dtypes.int32, device=self.device)
+        return type(self).stack(columns, dim=1)
+
+    def _nth_true(self, size: int | None) -> Tensor:
+        """For this 1-d bool tensor: (n, size) ``hit``, ``hit[k, j]`` true when element k is the
+        j-th true element (from 0); ``size`` is their count (read from the data if None)."""
+        if size is None:
+            size = int(self.sum().item())
+        if size < 0:
+            raise ValueError(f"size must be >= 0, got {size}")
+        rank = self.cumsum(0) - 1  # how many true elements come before each
+        slot = type(self).arange(size, device=self.device).reshape(1, size)
+        return self.unsqueeze(1) & (rank.unsqueeze(1) == slot)
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """``value`` where ``mask`` is true, else this tensor (keeping its dtype)."""
@@ -308,46 +523,82 @@ class IndexMixin:
 
     # ---- tensor indexing -------------------------------------------------------------------------
 
-    def _getitem_tensor(self, index: Any) -> Tensor:
-        """Indexing where some items are int tensors, int lists or bool masks (numpy rules)."""
-        items = list(index) if isinstance(index, tuple) else [index]
-        expanded: list[Any] = []
+    def _getitem_tensor(self, items: list) -> Tensor:
+        """Indexing where some items are int lists, arrays or tensors, or bool masks: numpy's
+        advanced indexing as PyTorch applies it. Ints, slices and None apply first; the int
+        indices then broadcast together, and their shape replaces their axes if those are
+        adjacent, else goes in front. A mask stands for the coordinates of its true elements
+        (so it is realized); a 0-d mask is an index of shape (1,) (True) or (0,) (False) on a
+        new axis."""
+        items = [_index_array(i) for i in items]
+        used = sum(_indexed_axes(i) for i in items if i is not None and i is not Ellipsis)
+        items = self._fill_ellipsis(items, used)
+        basic: list[Any] = []
+        picks: list[tuple[int, Tensor]] = []  # (axis of the basic result, int index)
+        axis = out_axis = 0
         for item in items:
-            if isinstance(item, (list, tuple)) or (_is_tensor(item) and item.dtype == dtypes.bool):
-                arr = np.asarray(item.numpy() if _is_tensor(item) else item)
-                if (
-                    arr.dtype == np.bool_
-                ):  # a mask: its coordinates, one int index per axis it spans
-                    expanded += [
-                        type(self)(c.astype(np.int32), device=self.device) for c in arr.nonzero()
-                    ]
-                    continue
-                item = type(self)(arr.astype(np.int32), device=self.device)
-            expanded.append(item)
-        dots = [k for k, i in enumerate(expanded) if i is Ellipsis]
-        if dots:
-            at = dots[0]
-            real = sum(1 for i in expanded if i is not None and i is not Ellipsis)
-            expanded[at : at + 1] = [slice(None)] * (self.ndim - real)
-        # basic indexing first, tracking which axes of the result the tensor indices land on
-        basic, where, axis = [], [], 0
-        for item in expanded:
-            if _is_tensor(item):
-                where.append((axis, item))
-                basic.append(slice(None))
-                axis += 1
-            else:
-                basic.append(item)
-                axis += 0 if isinstance(item, int) else 1
+            for basic_item, pick in self._index_parts(item, axis):
+                basic.append(basic_item)
+                if pick is not None:
+                    picks.append((out_axis, pick))
+                out_axis += basic_item is None or isinstance(basic_item, slice)
+                axis += basic_item is not None
         x = self[tuple(basic)]
-        return x._take(where)
+        return x._take(picks) if picks else x
+
+    def _index_parts(self, item: Any, axis: int) -> list[tuple[Any, Tensor | None]]:
+        """An index item, at ``axis`` of this tensor, as (basic item, int index or None) pairs:
+        an int index takes a whole axis (``slice(None)``) to pick from; a k-d mask is k int
+        indices, the coordinates of its true elements; a 0-d mask is a new axis (None)."""
+        if isinstance(item, np.ndarray) and item.dtype == np.bool_:
+            self._check_mask(item, axis)
+            if item.ndim == 0:  # its axis has size 1: True picks [0], False picks []
+                return [(None, self._index_tensor(np.zeros(int(item), np.int32)))]
+            return [(slice(None), self._index_tensor(c)) for c in item.nonzero()]
+        if isinstance(item, np.ndarray) or _is_tensor(item):
+            return [(slice(None), self._index_tensor(item, axis))]
+        return [(item, None)]
+
+    def _check_mask(self, mask: np.ndarray, axis: int) -> None:
+        """A bool mask must have the shape of the axes it covers, from ``axis`` on."""
+        covered = self.shape[axis : axis + mask.ndim]
+        if mask.shape != covered:
+            raise IndexError(
+                f"the shape of the mask {mask.shape} at index {axis} does not match "
+                f"the shape of the indexed tensor {self.shape} there {covered}"
+            )
+
+    def _index_tensor(self, index: Any, axis: int | None = None) -> Tensor:
+        """An int index as a tensor on this device; constant ones are checked against the size
+        of ``axis`` (a tensor's values are only known when it runs: out of range picks zeros)."""
+        if _is_tensor(index):
+            if index.dtype.is_float or index.dtype == dtypes.bool:
+                raise IndexError(
+                    f"tensors used as indices must be int or bool tensors, got {index.dtype.name}"
+                )
+            return index
+        if axis is not None and index.size:
+            n = self.shape[axis]
+            bad = index[(index < -n) | (index >= n)]
+            if bad.size:
+                raise IndexError(
+                    f"index {bad.flat[0]} is out of bounds for dimension {axis} with size {n}"
+                )
+        return type(self)(index.astype(np.int32), device=self.device)
 
     def _take(self, picks: list[tuple[int, Tensor]]) -> Tensor:
         """Index axes with int tensors; their broadcast shape goes where numpy puts it."""
         axes = [a for a, _ in picks]
         from fusegrad.tensor import broadcast_shapes
 
-        bshape = broadcast_shapes(*(t.shape for _, t in picks))
+        try:
+            bshape = broadcast_shapes(*(t.shape for _, t in picks))
+        except ShapeError:
+            shapes = ", ".join(str(t.shape) for _, t in picks)
+            raise IndexError(
+                f"shape mismatch: indexing tensors could not be broadcast together "
+                f"with shapes {shapes}"
+            ) from None
         rest = [i for i in range(self.ndim) if i not in axes]
         x = self.permute(rest + axes)  # (*R, *N)
         nb, nr, nk = len(bshape), len(rest), len(axes)
@@ -398,40 +649,90 @@ class IndexMixin:
     # ---- einsum and linear -----------------------------------------------------------------------
 
     @staticmethod
-    def einsum(formula: str, *operands: Tensor) -> Tensor:
-        """Sum of products over named axes: ``Tensor.einsum("ij,jk->ik", a, b)`` is ``a @ b``."""
-        formula = formula.replace(" ", "")
-        inputs, _, output = formula.partition("->")
-        names = inputs.split(",")
-        if len(names) != len(operands):
-            raise FusegradError(
-                f"einsum {formula!r} names {len(names)} operands, got {len(operands)}"
-            )
-        if "->" not in formula:
-            letters = "".join(names)
-            output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-        order = sorted(set("".join(names)), key=lambda c: (c not in output, output.find(c), c))
+    def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+        """Sum of products over named axes, as ``torch.einsum``: ``Tensor.einsum("ij,jk->ik", a, b)``
+        is ``a @ b`` (the operands may also come as one list).
+
+        A letter twice in one term takes the diagonal (``"ii->"`` is the trace); ``...`` stands for
+        the axes no letter names, broadcast together across operands. Without ``->`` the output
+        is ``...`` and then the letters used once, in alphabetical order.
+
+        >>> Tensor.einsum("ii", Tensor([[1, 2], [3, 4]])).item()
+        5
+        """
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        tensors: list[Tensor] = list(operands)  # type: ignore[arg-type]
+        lhs, arrow, rhs = formula.replace(" ", "").partition("->")
+        terms = lhs.split(",")
+        if len(terms) != len(tensors):
+            raise ShapeError(f"einsum {formula!r} names {len(terms)} operands, got {len(tensors)}")
+        spans = [t.ndim - len(term.replace("...", "")) for term, t in zip(terms, tensors, strict=True)]
+        rest = max((n for term, n in zip(terms, spans, strict=True) if "..." in term), default=0)
+        labels = [_einsum_labels(term, t.shape, rest) for term, t in zip(terms, tensors, strict=True)]
+        if arrow:
+            output = _einsum_labels(rhs, None, rest)
+            unknown = [c for c in output if not any(c in ls for ls in labels)]
+            if unknown or len(set(output)) != len(output):
+                raise ShapeError(f"einsum output {rhs!r} must name each input letter at most once "
+                                 f"(unknown or repeated: {unknown or output})")
+        else:
+            letters = lhs.replace("...", "")
+            once = sorted(c for c in set(letters) - {","} if letters.count(c) == 1)
+            output = [f"...{j}" for j in range(rest)] + once
+        for i, (ls, t) in enumerate(zip(labels, tensors, strict=True)):
+            tensors[i], labels[i] = _einsum_diagonals(t, ls)
         sizes: dict[str, int] = {}
-        product = None
-        for name, t in zip(names, operands, strict=False):
-            if len(name) != t.ndim or len(set(name)) != len(name):
-                raise FusegradError(
-                    f"einsum term {name!r} does not fit shape {t.shape} (repeats unsupported)"
-                )
-            for c, s in zip(name, t.shape, strict=False):
-                if sizes.setdefault(c, s) != s and s != 1 and sizes[c] != 1:
-                    raise ShapeError(f"einsum axis {c!r} has sizes {sizes[c]} and {s}")
+        for ls, t in zip(labels, tensors, strict=True):
+            for c, s in zip(ls, t.shape, strict=True):
+                if sizes.setdefault(c, s) != s and 1 not in (s, sizes[c]):
+                    raise ShapeError(f"einsum {formula!r}: axis {c!r} has sizes {sizes[c]} and {s}, "
+                                     f"which do not broadcast (operand shapes "
+                                     f"{[tuple(x.shape) for x in tensors]})")
                 sizes[c] = max(sizes[c], s)
-            present = [c for c in order if c in name]
-            moved = t.permute([name.index(c) for c in present])
+        order = output + sorted({c for ls in labels for c in ls} - set(output))
+        product = None
+        for ls, t in zip(labels, tensors, strict=True):
+            present = [c for c in order if c in ls]
+            moved = t.permute([ls.index(c) for c in present])
             moved = moved.reshape(
-                tuple(moved.shape[present.index(c)] if c in name else 1 for c in order)
+                tuple(moved.shape[present.index(c)] if c in present else 1 for c in order)
             )
             product = moved if product is None else product * moved
         summed = tuple(range(len(output), len(order)))
-        return product.sum(summed) if summed else product.expand(tuple(sizes[c] for c in order))
+        out = product.sum(summed) if summed else product
+        return out.expand(tuple(sizes[c] for c in output))
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """``x @ weight + bias`` with ``weight`` shaped (in, out), as tinygrad (PyTorch's is transposed)."""
         out = self * weight if weight.ndim == 1 else self.matmul(weight)
         return out + bias if bias is not None else out
+
+
+def _einsum_labels(term: str, shape: tuple[int, ...] | None, rest: int) -> list[str]:
+    """The axis labels of one einsum term (``shape`` None: the output): its letters, and for
+    ``...`` labels "...j" of the last of the ``rest`` broadcast axes (right-aligned, as in
+    broadcasting)."""
+    named = term.replace("...", "", 1)
+    if not all(c.isalpha() for c in named):
+        raise ShapeError(f"einsum term {term!r}: subscripts are letters and at most one '...'")
+    count = rest if shape is None else len(shape) - len(named)
+    if shape is not None and (count < 0 or (count and "..." not in term)):
+        raise ShapeError(f"einsum term {term!r} does not fit an operand of shape {shape}")
+    before, dots, after = term.partition("...")
+    broadcast = [f"...{j}" for j in range(rest - count, rest)] if dots else []
+    return list(before) + broadcast + list(after)
+
+
+def _einsum_diagonals(t: Tensor, labels: list[str]) -> tuple[Tensor, list[str]]:
+    """``t`` with the axes of each letter repeated in ``labels`` replaced by their diagonal."""
+    while len(set(labels)) != len(labels):
+        c = next(c for c in labels if labels.count(c) > 1)
+        a = labels.index(c)
+        b = labels.index(c, a + 1)
+        if t.shape[a] != t.shape[b]:
+            raise ShapeError(f"einsum letter {c!r} repeats in one term over axes of sizes "
+                             f"{t.shape[a]} and {t.shape[b]}; a diagonal needs equal sizes")
+        t = t.diagonal(0, a, b)  # (the diagonal becomes the last axis)
+        labels = [x for i, x in enumerate(labels) if i not in (a, b)] + [c]
+    return t, labels

@@ -8,19 +8,21 @@ movement ops), so it fuses into kernels and gets gradients like any other graph.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.errors import FusegradError
+from fusegrad.errors import FusegradError, InvalidArgument
 from fusegrad.helpers import prod
-from fusegrad.uop.ops import Ops
+from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
-    from fusegrad.uop.ops import UOp
 
 Axis = int | Sequence[int] | None
+
+#: SELU's constants (Klambauer et al., 2017), as PyTorch's
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 # float types hold only integers at and above 2**mantissa_bits: nothing left to round
 _MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
@@ -38,6 +40,74 @@ def _pow_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, 
     dy = ((x == 0) & (y >= 0)).where(0.0, x._float_pow(y) * x.log())
     return (grad * dx).cast(x.dtype).uop, (grad * dy).cast(y.dtype).uop
 
+class ValuesIndices(NamedTuple):
+    """What ``cummax`` and ``cummin`` return, as PyTorch's: the values, and where each came from."""
+
+    values: Tensor
+    indices: Tensor
+
+
+#: (bits of a partial quotient, the integer type of the same size) for ``_fmod_magnitude``: the
+#: divisor splits into a high part of p - k significand bits and a low part of k, so that a
+#: quotient of k bits times either part is exact (p = 24 bits in float32, 53 in float64)
+_FMOD_CHUNK = {dtypes.float32: (12, dtypes.int32), dtypes.float64: (26, dtypes.int64)}
+
+
+def _fmod_step(r: Tensor, d: Tensor, d_hi: Tensor, d_lo: Tensor) -> Tensor:
+    """r - q*d for q = trunc(r / d) where r >= d, exact when q has at most ``_FMOD_CHUNK`` bits:
+    q*d_hi and q*d_lo are exact, r - q*d_hi cancels exactly, and the result is representable.
+    A q one too large (r / d rounded up to a whole number) leaves r - q*d in [-d, 0): add d."""
+    q = (r / d).trunc()
+    out = (r - q * d_hi) - q * d_lo
+    out = (out < 0).where(out + d, out)
+    return (r >= d).where(out, r)
+
+
+def _fmod_magnitude(a: Tensor, b: Tensor) -> Tensor:
+    """fmod(a, b) of a, b >= 0 (float32 or float64), in two exact steps of at most k quotient
+    bits each: first by b * 2**k, then by b. Beyond a / b = 2**2k, a - trunc(a/b) * b, rounded."""
+    k, bits = _FMOD_CHUNK[a.dtype]
+    b_hi = (b.bitcast(bits) & -(1 << k)).bitcast(b.dtype)  # the low k significand bits cleared
+    b_lo = b - b_hi
+    scale = float(1 << k)
+    r = _fmod_step(a, b * scale, b_hi * scale, b_lo * scale)
+    r = _fmod_step(r, b, b_hi, b_lo)
+    rounded = a - (a / b).trunc() * b
+    r = (a >= b * scale * scale).where(rounded, r)
+    return b.isnan().where(b, r)
+
+
+def _fmod_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+    """d fmod(a, b) = (1, -trunc(a / b)), as PyTorch's."""
+    from fusegrad.tensor import Tensor
+
+    (device,) = params
+    grad, a, b = (Tensor._wrap(u, device) for u in (g, *inputs))
+    return grad.uop, (-grad * (a / b).trunc()).uop
+
+
+def _remainder_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+    """d (a % b) = (1, -floor(a / b)), the quotient taken as PyTorch takes it: (a - fmod(a, b)) / b
+    rounded, which is exact, where floor(a / b) may round up (1000.7 / 0.1 to 10007)."""
+    from fusegrad.tensor import Tensor
+
+    (device,) = params
+    grad, a, b = (Tensor._wrap(u, device) for u in (g, *inputs))
+    r = a.fmod(b)
+    quotient = ((a - r) / b).round() - ((r != 0) & ((r < 0) != (b < 0))).cast(a.dtype)
+    return grad.uop, (-grad * quotient).uop
+
+
+def _checkpoint(x: Tensor) -> Tensor:
+    """``x.contiguous()``, whose gradient is made contiguous too: a kernel boundary in both passes
+    (the gradient of ``contiguous`` alone passes through, and would fuse the backward steps)."""
+    return x.contiguous()._with_gradient(_contiguous_gradient, (x,), ())
+
+
+def _contiguous_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
+    return (UOp(Ops.CONTIGUOUS, g.dtype, (g,)),)
+
+
 class MathMixin:
     """Elementwise math, activations, softmax, statistics, scans and sorting."""
 
@@ -46,25 +116,39 @@ class MathMixin:
     # ---- powers ----------------------------------------------------------------------------------
 
     def pow(self, exponent: Tensor | int | float, reverse: bool = False) -> Tensor:
-        """``self ** exponent``; integer tensors to integer powers stay integers.
+        """``self ** exponent`` with PyTorch's results at the edges: integer tensors to integer
+        powers stay (exact) integers, x ** 0 and 1 ** y are 1 even for nan, (-inf) ** 2.5 is inf.
 
         >>> Tensor([1, 2, 3]).pow(2).tolist()
         [1, 4, 9]
         """
         if not reverse and isinstance(exponent, (int, float)) and not isinstance(exponent, bool):
+            if isinstance(exponent, int) and exponent < 0 and not self.dtype.is_float:
+                raise InvalidArgument(
+                    f"integer tensors to negative integer powers are not allowed (** {exponent} "
+                    f"of a {self.dtype.name} tensor), as in PyTorch: cast to float first"
+                )
             if float(exponent).is_integer() and abs(exponent) <= 64:
                 return self._int_power(exponent)
-            if exponent == 0.5:
+            if exponent == 0.5:  # as PyTorch: sqrt, so (-inf) ** 0.5 is nan
                 return self.sqrt()
+            if exponent == -0.5:  # rsqrt's value ((-0.0) ** -0.5 is -inf), pow's gradient
+                base, exp = self._operands(exponent)
+                return base.rsqrt()._with_gradient(_pow_gradient, (base, exp), (self.device,))
         base, exp = self._operands(exponent, reverse)
-        if base.dtype.is_int or base.dtype == dtypes.bool:
-            result = base.cast(dtypes.float64)._float_pow(exp.cast(dtypes.float64))
-            return result.round().cast(base.dtype)
+        if base.dtype.is_int:
+            return base._int_pow_exact(exp)
+        if base.dtype == dtypes.bool:
+            return base.cast(dtypes.int32)._int_pow_exact(exp.cast(dtypes.int32)).cast(dtypes.bool)
         return base._float_pow(exp)
 
     def _int_power(self, n: int | float) -> Tensor:
-        """x**n for a whole number n, by repeated squaring (exact for integers)."""
+        """x**n for a whole number n, by repeated squaring (exact for integers); for n < 0,
+        (1/x)**-n, whose gradient at x = 0 is an infinity like PyTorch's, where that of
+        1/(x**-n) would be inf * 0 = nan."""
         x = self if isinstance(n, int) or self.dtype.is_float else self._float_operand()
+        if n < 0:
+            x = x.reciprocal()
         k, result, square = abs(int(n)), None, x
         while k:
             if k & 1:
@@ -72,22 +156,41 @@ class MathMixin:
             k >>= 1
             if k:
                 square = square * square
-        if result is None:
-            result = x.ones_like()
-        return result.reciprocal() if n < 0 else result
+        return x.ones_like() if result is None else result
+
+    def _int_pow_exact(self, exp: Tensor) -> Tensor:
+        """Integer x**y (same dtype and shape) by binary exponentiation over the bits of y: exact,
+        and wrapping on overflow as the multiply does (as PyTorch). A negative y leaves a
+        whole number only for x = 1 and x = -1; every other x gives 0, as in PyTorch."""
+        bits = 8 * exp.dtype.itemsize - (0 if exp.dtype.is_unsigned else 1)
+        result, square = self.ones_like(), self
+        for i in range(bits):
+            result = ((exp >> i) & 1).cast(dtypes.bool).where(result * square, result)
+            square = square * square
+        if exp.dtype.is_unsigned:
+            return result
+        odd = (exp & 1).cast(dtypes.bool)
+        inverse = (self == 1).where(1, (self == -1).where(odd.where(-1, 1), 0)).cast(self.dtype)
+        return (exp < 0).where(inverse, result)
 
     def _float_pow(self, exp: Tensor) -> Tensor:
-        """x**y = 2**(y * log2|x|), negative only for a negative x and an odd whole y.
+        """x**y = 2**(y * log2|x|), signed and special-cased as C's ``pow`` (and PyTorch):
+
+        - negative for a negative x (-0.0 and -inf too) and an odd whole y;
+        - nan for a finite negative x and a y that is not whole (no real value);
+        - 1 for y = 0, for x = 1 and for x = -1 with y = +-inf, even where x or y is nan.
 
         Its gradient is its own (``_pow_gradient``): through exp2 and log2 it would be
         0 * inf = nan at x = 0."""
         magnitude = (exp * self.abs().log2()).exp2()
         whole = exp.trunc() == exp
         odd = whole & ((exp * 0.5).trunc() != exp * 0.5)
-        signed = (self < 0).where(
-            odd.where(-magnitude, whole.where(magnitude, math.nan)), magnitude
-        )
-        result = (exp == 0).where(1.0, signed)
+        negative = (self < 0) | (self.reciprocal() < 0)  # 1 / -0.0 is -inf
+        result = (negative & odd).where(-magnitude, magnitude)
+        no_real = (self < 0) & (self > -math.inf) & whole.logical_not()
+        result = no_real.where(math.nan, result)
+        one = (exp == 0) | (self == 1) | ((self == -1) & exp.isinf())
+        result = one.where(1.0, result)
         return result._with_gradient(_pow_gradient, (self, exp), (self.device,))
 
     def __pow__(self, x):
@@ -118,24 +221,40 @@ class MathMixin:
         return q - ((r != 0) & ((r < 0) != (b < 0))).cast(q.dtype)
 
     def remainder(self, other: Tensor | int | float, reverse: bool = False) -> Tensor:
-        """The remainder with the sign of the divisor, as Python's ``%`` (and ``torch.remainder``).
+        """The remainder with the sign of the divisor, as Python's ``%`` (and ``torch.remainder``):
+        fmod(a, b), plus b where that has the other sign. An integer ``x % 0`` is 0.
 
         >>> (Tensor([-7, 7]) % 3).tolist()
         [2, 1]
+        >>> (Tensor([-7.5, 7.5]) % -2).tolist()
+        [-1.5, -0.5]
         """
         a, b = self._operands(other, reverse)
-        if a.dtype.is_float:
-            r = a - (a / b).trunc() * b  # fmod(a, b)
-            return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-        r = a._alu(Ops.MOD, b)
+        r = a.fmod(b)
         if a.dtype.is_unsigned:
             return r
-        return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+        out = ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+        return out._with_gradient(_remainder_gradient, (a, b), (self.device,)) if a.dtype.is_float else out
+
+    mod = remainder
 
     def fmod(self, other: Tensor | int | float) -> Tensor:
-        """The remainder with the sign of the dividend, as C's ``fmod`` (``torch.fmod``)."""
+        """The remainder with the sign of the dividend, as C's ``fmod`` (``torch.fmod``): exact
+        for floats while |a / b| < 2**24 (2**52 in float64). An integer ``fmod(x, 0)`` is 0.
+
+        >>> Tensor([-7.5, 7.5]).fmod(-2).tolist()
+        [-1.5, 1.5]
+        """
         a, b = self._operands(other)
-        return a._alu(Ops.MOD, b) if a.dtype.is_int else a - (a / b).trunc() * b
+        if a.dtype == dtypes.bool:
+            raise InvalidArgument(
+                "the remainder of bool tensors is not defined (as in PyTorch); cast them to int first"
+            )
+        if not a.dtype.is_float:
+            return a._alu(Ops.MOD, b)  # C's %, which truncates
+        wide = dtypes.float32 if a.dtype.itemsize < 4 else a.dtype  # (halves: exact in float32)
+        out = _fmod_magnitude(a.abs().cast(wide), b.abs().cast(wide)).cast(a.dtype).copysign(a)
+        return out._with_gradient(_fmod_gradient, (a, b), (self.device,))
 
     def __floordiv__(self, x):
         return self.floor_divide(x)
@@ -154,7 +273,10 @@ class MathMixin:
     def _bitwise(self, op: Ops, other: Tensor | int | bool, reverse: bool = False) -> Tensor:
         a, b = self._operands(other, reverse)
         if a.dtype.is_float:
-            raise FusegradError(f"bitwise ops need integer or bool tensors, got {a.dtype}")
+            raise InvalidArgument(
+                f"bitwise ops and shifts need integer or bool tensors, got {a.dtype.name}; "
+                "cast with .cast(dtypes.int32) first"
+            )
         return a._alu(op, b)
 
     def bitwise_and(self, other: Tensor | int | bool, reverse: bool = False) -> Tensor:
@@ -244,7 +366,7 @@ class MathMixin:
             self.dtype
         )
         whole = (whole == 0).where(self * 0, whole)  # -0.7 truncates to -0.0, as in C
-        return small.where(whole, self)
+        return small.where(whole, self.detach())  # (a step function: no gradient there either)
 
     def floor(self) -> Tensor:
         """Round down: trunc(x) - 1 where that moved x up."""
@@ -295,12 +417,30 @@ class MathMixin:
         """True where x is neither inf nor nan."""
         return (self - self) == 0 if self.dtype.is_float else self.full_like(True, dtypes.bool)
 
+    def isclose(self, other: Tensor | float, rtol: float = 1e-5, atol: float = 1e-8,
+                equal_nan: bool = False) -> Tensor:
+        """True where x equals ``other`` (equal infinities too) or, both finite apart,
+        |x - other| <= atol + rtol * |other|, as ``torch.isclose``; nan is close to nan only
+        with ``equal_nan``.
+
+        >>> Tensor([1.0, 1.0 + 1e-6, 1.1, float("inf")]).isclose(1.0).tolist()
+        [True, True, False, False]
+        """
+        if rtol < 0 or atol < 0:
+            raise InvalidArgument(f"isclose needs rtol and atol >= 0, got rtol={rtol}, atol={atol}")
+        a, b = self._operands(other)
+        if a.dtype == dtypes.bool:  # (as PyTorch: a bool difference has no magnitude)
+            a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
+        error = (a - b).abs()
+        close = (a == b) | (error.isfinite() & (error <= atol + (b * rtol).abs()))
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
     def clip(
         self, min_: Tensor | float | None = None, max_: Tensor | float | None = None
     ) -> Tensor:
         """Limit values to ``[min_, max_]`` (either may be None)."""
         if min_ is None and max_ is None:
-            raise FusegradError("clip needs min_ or max_ (or both)")
+            raise InvalidArgument("clip needs min_ or max_ (or both)")
         x = self
         if min_ is not None:  # where, not maximum: at a bound the gradient goes to x, as torch's
             x = (x < min_).where(min_, x)
@@ -356,12 +496,15 @@ class MathMixin:
         return (self > 0).where(self, self * neg_slope)
 
     def elu(self, alpha: float = 1.0) -> Tensor:
-        """x where x > 0, else alpha * (e**x - 1)."""
-        return (self > 0).where(self, alpha * (self.exp() - 1))
+        """x where x > 0, else alpha * (e**x - 1); e**x of the negative part only, so that a
+        large x (e**x = inf) leaves no 0 * inf = nan in the gradient."""
+        positive = self > 0
+        return positive.where(self, alpha * (positive.where(0.0, self).exp() - 1))
 
     def celu(self, alpha: float = 1.0) -> Tensor:
         """max(0, x) + min(0, alpha * (e**(x/alpha) - 1))"""
-        return (self > 0).where(self, alpha * ((self / alpha).exp() - 1))
+        positive = self > 0
+        return positive.where(self, alpha * ((positive.where(0.0, self) / alpha).exp() - 1))
 
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + e**(beta x)) / beta, and x itself where beta x > threshold."""
@@ -391,13 +534,22 @@ class MathMixin:
         """x / (1 + |x|)"""
         return self / (1 + self.abs())
 
+    def selu(self) -> Tensor:
+        """scale * elu(x, alpha), with the constants of Klambauer et al. that keep activations
+        at mean 0 and variance 1."""
+        return SELU_SCALE * self._float_operand().elu(SELU_ALPHA)
+
     # ---- softmax family --------------------------------------------------------------------------
 
     def _shifted(self, axis: int) -> tuple[Tensor, Tensor]:
-        """(x - max(x), max(x)) along ``axis``; the shift keeps exp from overflowing."""
+        """(x - max(x), max(x)) along ``axis``; the shift keeps exp from overflowing.
+
+        The max is a constant to the gradient (its share cancels out exactly, as in PyTorch's
+        rule). An all -inf row is shifted by 0, so it stays -inf rather than nan; a row holding
+        +inf is nan throughout, as in PyTorch."""
         x = self._float_operand()
-        m = x._max(axis, keepdim=True)  # (an empty row has no max, and an empty softmax)
-        m = m.isinf().where(0.0, m)  # all -inf rows stay -inf rather than nan
+        m = x._max(axis, keepdim=True).detach()  # (an empty row has no max, and an empty softmax)
+        m = (m == -math.inf).where(0.0, m)
         return x - m, m
 
     def softmax(self, axis: int = -1) -> Tensor:
@@ -405,15 +557,23 @@ class MathMixin:
         e = self._shifted(axis)[0].exp()
         return e / e.sum(axis, keepdim=True)
 
+    def softmin(self, axis: int = -1) -> Tensor:
+        """softmax(-x) along ``axis``: the smallest values weigh most."""
+        return (-self._float_operand()).softmax(axis)
+
     def log_softmax(self, axis: int = -1) -> Tensor:
         """x - logsumexp(x) along ``axis``."""
         s = self._shifted(axis)[0]
         return s - s.exp().sum(axis, keepdim=True).log()
 
     def logsumexp(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """log(sum(e**x)) over ``axis``, computed stably as m + log(sum(e**(x - m)))."""
+        """log(sum(e**x)) over ``axis``, computed stably as m + log(sum(e**(x - m))).
+
+        The max m is a constant to the gradient, which is then softmax(x). (PyTorch's is
+        e**(x - logsumexp(x)): where the log of the count rounds away, as for 4 equal values
+        of 1e30, its gradient sums to 4 instead of 1.)"""
         x = self._float_operand()
-        m = x._max(axis, keepdim=True)  # over an empty axis -inf, then 0: logsumexp is -inf
+        m = x._max(axis, keepdim=True).detach()  # an empty axis: -inf, then 0; logsumexp -inf
         m = m.isinf().where(0.0, m)
         out = (x - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze_axes(self._resolve_axes(axis))
@@ -422,6 +582,29 @@ class MathMixin:
         """Drop the given size-1 axes."""
         keep = {self._axis(a) for a in axes}
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in keep))
+
+    # ---- logical reductions ----------------------------------------------------------------------
+
+    def any(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """True where some element over ``axis`` is nonzero (nan is), False over no elements, as
+        ``torch.any`` (which answers uint8 for uint8 input).
+
+        >>> Tensor([[0.0, 2.0], [0.0, 0.0]]).any(1).tolist()
+        [True, False]
+        """
+        nonzero = self if self.dtype == dtypes.bool else self != 0
+        out = nonzero._max(axis, keepdim)
+        return out.cast(dtypes.uint8) if self.dtype == dtypes.uint8 else out
+
+    def all(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
+        """True where every element over ``axis`` is nonzero, True over no elements: not any(x == 0).
+
+        >>> Tensor([[1, 2], [0, 3]]).all(1).tolist()
+        [True, False]
+        """
+        zero = self.logical_not() if self.dtype == dtypes.bool else self == 0
+        out = zero._max(axis, keepdim).logical_not()
+        return out.cast(dtypes.uint8) if self.dtype == dtypes.uint8 else out
 
     # ---- arg reductions --------------------------------------------------------------------------
 
@@ -447,6 +630,8 @@ class MathMixin:
             out = self.flatten().argmax(0)
             return out.reshape((1,) * self.ndim) if keepdim else out
         axis = self._axis(axis)
+        if self.ndim == 0:  # the one element is the largest
+            return self.zeros_like(dtypes.int32)
         self._require_elements("argmax", axis)
         return self._arg_first(self == self.max(axis, keepdim=True), axis, keepdim)
 
@@ -456,6 +641,8 @@ class MathMixin:
             out = self.flatten().argmin(0)
             return out.reshape((1,) * self.ndim) if keepdim else out
         axis = self._axis(axis)
+        if self.ndim == 0:
+            return self.zeros_like(dtypes.int32)
         self._require_elements("argmin", axis)
         return self._arg_first(self == self.min(axis, keepdim=True), axis, keepdim)
 
@@ -522,6 +709,30 @@ class MathMixin:
     ) -> tuple[Tensor, Tensor]:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
+    def _vector_norm(self, p: float, axis: int) -> Tensor:
+        """The p-norm along ``axis`` (kept), as ``torch.linalg.vector_norm``: p = 0 counts the
+        nonzero elements, +-inf takes the largest or smallest |x|. The 2-norm of zeros has
+        gradient 0 (PyTorch's), not the nan of sqrt'(0) * 0."""
+        x = self._float_operand()
+        if p == 2:
+            squares = (x * x).sum(axis, keepdim=True)
+            zero = squares == 0
+            return zero.where(0.0, zero.where(1.0, squares).sqrt())
+        if p == 0:
+            return (x != 0).sum(axis, keepdim=True).cast(x.dtype)
+        if p in (math.inf, -math.inf):
+            return x.abs()._max(axis, True) if p > 0 else x.abs()._min(axis, True)
+        return (x.abs() ** p).sum(axis, keepdim=True) ** (1 / p)
+
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """x / max(||x||_p, eps) along ``dim``, as ``F.normalize``.
+
+        >>> Tensor([[3.0, 4.0]]).normalize().tolist()
+        [[0.6000000238418579, 0.800000011920929]]
+        """
+        norm = self._vector_norm(p, self._axis(dim))
+        return self._float_operand() / norm.clip(eps)
+
     # ---- scans -----------------------------------------------------------------------------------
 
     def _prefix(self, axis: int, fill: Any) -> Tensor:
@@ -544,21 +755,88 @@ class MathMixin:
         axis = self._axis(axis)
         return self._unscan(self._prefix(axis, 0).sum(-1), axis)
 
+    def _scan(self, axis: int, parts: Sequence[Tensor], fills: Sequence[Any],
+              combine: Callable[[tuple[Tensor, ...], tuple[Tensor, ...]], tuple[Tensor, ...]],
+              steps_per_kernel: int) -> tuple[Tensor, ...]:
+        """Running ``combine`` of ``parts`` (tensors shaped like this one) along ``axis``.
+
+        By doubling (Hillis and Steele): the step of shift s combines each element with the one s
+        before it (``fills`` before the start), so after log2(n) steps element i covers 0..i.
+        ``combine(earlier, later)`` must be associative. n log n work where an n*n masked
+        reduction takes n*n. Each step uses its input twice, so k fused steps compute ``combine``
+        2**k times an element: a kernel every ``steps_per_kernel`` steps, in the backward pass
+        too (``_checkpoint``)."""
+        n = self.shape[axis] if self.ndim else 1
+        shift, steps = 1, 0
+        while shift < n:
+            before = tuple((shift, 0) if i == axis else None for i in range(self.ndim))
+            keep = tuple((0, n) if i == axis else None for i in range(self.ndim))
+            earlier = tuple(p.pad(before, value=f).shrink(keep) for p, f in zip(parts, fills))
+            parts = combine(earlier, tuple(parts))
+            shift, steps = shift * 2, steps + 1
+            if steps % steps_per_kernel == 0 and shift < n:
+                parts = tuple(_checkpoint(p) for p in parts)
+        return tuple(parts)
+
     def cumprod(self, axis: int = 0) -> Tensor:
-        """Running products along ``axis``."""
-        axis = self._axis(axis)
-        return self._unscan(self._prefix(axis, 1).prod(-1), axis)
+        """Running products along ``axis``, exact for integers (small ints and bool give int64,
+        halves are multiplied in float32, as ``prod``); the gradient is right at zeros too.
 
-    def cummax(self, axis: int = 0) -> Tensor:
-        """Running maxima along ``axis`` (the values only, as tinygrad)."""
+        >>> Tensor([1, 2, 3, 0, 5]).cumprod().tolist()
+        [1, 2, 6, 0, 0]
+        """
         axis = self._axis(axis)
-        low = self.dtype.min
-        return self._unscan(self._prefix(axis, low)._max(-1, False), axis)
+        x = self
+        if x.dtype == dtypes.bool or (x.dtype.is_int and x.dtype.itemsize < 8):
+            x = x.cast(dtypes.int64)
+        wide = x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
+        (out,) = wide._scan(axis, (wide,), (1,), lambda e, later: (e[0] * later[0],), 4)
+        return out.cast(x.dtype)
 
-    def cummin(self, axis: int = 0) -> Tensor:
-        """Running minima along ``axis``."""
+    def _running_best(self, axis: int, later_wins: Callable[[Tensor, Tensor], Tensor],
+                      worst: Any) -> ValuesIndices:
+        """The running best along ``axis`` and its index: a later element replaces the best so
+        far where ``later_wins(later, best)`` (ties too: the latest index, as PyTorch), and a nan
+        always does. The values are selected, so the gradient goes to the element chosen."""
         axis = self._axis(axis)
-        return self._unscan(self._prefix(axis, self.dtype.max)._min(-1, False), axis)
+        positions = self._positions(axis) if self.ndim else type(self).arange(1).reshape(())
+
+        def combine(earlier: tuple[Tensor, ...], later: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+            wins = later_wins(later[0], earlier[0])
+            if self.dtype.is_float:
+                wins = wins | later[0].isnan()
+            return wins.where(later[0], earlier[0]), wins.where(later[1], earlier[1])
+
+        values, indices = self._scan(axis, (self, positions), (worst, 0), combine, 2)
+        return ValuesIndices(values, indices._broadcast_to(self.shape).cast(dtypes.int32))
+
+    def cummax(self, axis: int = 0) -> ValuesIndices:
+        """Running maxima along ``axis`` and their indices (``values``, ``indices``), as
+        ``torch.cummax``: the latest index among equal maxima; nan wins once it appears.
+
+        >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
+        [[1, 3, 3, 3], [0, 1, 1, 3]]
+        """
+        worst = -math.inf if self.dtype.is_float else self.dtype.min
+        return self._running_best(axis, lambda later, best: later >= best, worst)
+
+    def cummin(self, axis: int = 0) -> ValuesIndices:
+        """Running minima along ``axis`` and their indices, as ``torch.cummin``."""
+        worst = math.inf if self.dtype.is_float else self.dtype.max
+        return self._running_best(axis, lambda later, best: later <= best, worst)
+
+    def logcumsumexp(self, axis: int = 0) -> Tensor:
+        """ln of the running sums of e**x along ``axis``, each step a stable ``logaddexp``
+        (so [0, 1000] gives [0, 1000], not inf).
+
+        >>> Tensor([0.0, 1000.0]).logcumsumexp().tolist()
+        [0.0, 1000.0]
+        """
+        axis = self._axis(axis)
+        x = self._float_operand()
+        wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
+        (out,) = wide._scan(axis, (wide,), (-math.inf,), lambda e, later: (e[0].logaddexp(later[0]),), 1)
+        return out.cast(x.dtype)
 
     # ---- sorting ---------------------------------------------------------------------------------
 
@@ -583,7 +861,7 @@ class MathMixin:
         dim = self._axis(dim)
         n = self.shape[dim]
         if not 0 <= k <= n:
-            raise FusegradError(f"topk k={k} is out of range for a dimension of size {n}")
+            raise InvalidArgument(f"topk k={k} is out of range for a dimension of size {n}")
         ranks = self._ranks(dim, descending=largest)  # (..., n) with dim moved last
         x = self.transpose(dim, -1)
         slot = type(self).arange(k, device=self.device)

@@ -1,16 +1,19 @@
 """Movement methods of ``Tensor``: views that never copy.
 
 Six primitives (reshape, permute, expand, pad, shrink, flip) become graph nodes; everything
-else here (transpose, squeeze, slicing with steps...) is built from them.
+else here (transpose, squeeze, slicing with steps, diagonal, unfold...) is built from them.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fusegrad.dtype import dtypes
-from fusegrad.errors import ShapeError
+from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
 from fusegrad.uop import ops
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, sym_eval
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
 def _size(x: Any) -> int | UOp:
     """An int, or a bound Variable (an end of a shrink may be one: the first ``seq`` rows)."""
     return x if isinstance(x, UOp) else int(x)
+
+
+#: index items besides tensors that make an index "advanced" (numpy's word): they pick elements
+ADVANCED_INDEX = (list, tuple, np.ndarray, bool, np.bool_)
 
 
 def _sizes(args: tuple) -> tuple:
@@ -44,20 +51,35 @@ class MovementMixin:
     def _axis(self, axis: int, ndim: int | None = None) -> int:
         """A non-negative axis; an IndexError names the valid range."""
         n = self.ndim if ndim is None else ndim
-        if not -max(n, 1) <= axis < max(n, 1):
-            raise IndexError(f"axis {axis} is out of range for a {n}-d tensor (valid: {-n}..{n - 1})")
-        return axis % max(n, 1)
+        m = max(n, 1)  # a 0-d tensor has axis 0 (and -1), as in PyTorch
+        if not -m <= axis < m:
+            raise IndexError(f"axis {axis} is out of range for a {n}-d tensor "
+                             f"(valid: {-m}..{m - 1})")
+        return axis % m
 
-    def reshape(self, *shape: int | Sequence[int]) -> Tensor:
-        """The same elements in a new shape; one size may be -1 (inferred)."""
+    def reshape(self, *shape: int | None | Sequence[int | None]) -> Tensor:
+        """The same elements in a new shape; one size may be -1 (inferred), and None keeps the
+        size of the axis at that position (as tinygrad).
+
+        >>> Tensor.zeros(2, 3, 4).reshape(None, -1).shape
+        (2, 12)
+        """
         new = _sizes(shape)
+        if any(s is None for s in new):
+            if any(s is None for s in new[self.ndim :]):
+                raise ShapeError(f"reshape to {new}: None keeps the size of the axis at its "
+                                 f"position, but {self.shape} has only {self.ndim}")
+            new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
         if ops.VARIABLES_USED and (is_symbolic(new) or is_symbolic(self.shape)):
             return self._reshape_symbolic(new)
         if new.count(-1) > 1:
             raise ShapeError(f"reshape to {new}: only one size may be -1")
         if -1 in new:
             known = prod(s for s in new if s != -1)
-            if known == 0 or self.numel() % known:  # type: ignore[attr-defined]
+            if known == 0:  # (then any size fits no elements: PyTorch refuses to guess too)
+                raise ShapeError(f"cannot reshape {self.shape} to {new}: with another size 0, "
+                                 "the -1 could be any size; give it explicitly")
+            if self.numel() % known:  # type: ignore[attr-defined]
                 raise ShapeError(f"cannot reshape {self.shape} to {new}: sizes do not divide")
             new = tuple(self.numel() // known if s == -1 else s for s in new)  # type: ignore[attr-defined]
         if any(s < 0 for s in new) or prod(new) != prod(self.shape):
@@ -96,8 +118,11 @@ class MovementMixin:
         return self._move(Ops.PERMUTE, axes)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Swap two axes (of a 0-d tensor, axis 0 with itself)."""
         order = list(range(self.ndim))
         a, b = self._axis(dim0), self._axis(dim1)
+        if self.ndim == 0:
+            return self  # type: ignore[return-value]
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
@@ -127,30 +152,138 @@ class MovementMixin:
         dim = self._axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
-    def squeeze(self, dim: int | None = None) -> Tensor:
-        """Remove size-1 axes (only ``dim`` if given)."""
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        """Remove size-1 axes (only those of ``dim``, an axis or several, if given)."""
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
-        dim = self._axis(dim)
-        if self.shape and self.shape[dim] != 1:
-            return self  # type: ignore[return-value]
-        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+        dims = self._distinct_axes((dim,) if isinstance(dim, int) else dim)
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims or s != 1))
+
+    def _distinct_axes(self, axes: Sequence[int]) -> tuple[int, ...]:
+        """``axes`` made non-negative; an axis named twice is refused, as PyTorch does."""
+        out = tuple(self._axis(a) for a in axes)
+        for i, a in enumerate(out):
+            if a in out[:i]:
+                raise InvalidArgument(
+                    f"dim {a} appears multiple times in the list of dims {tuple(axes)}; "
+                    "name each axis once"
+                )
+        return out
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-        """Merge axes ``start_dim..end_dim`` into one."""
+        """Merge axes ``start_dim..end_dim`` into one (a 0-d tensor becomes 1-d)."""
+        a, b = self._axis(start_dim), self._axis(end_dim)
+        if a > b:
+            raise ShapeError(f"flatten({start_dim}, {end_dim}) of a {self.ndim}-d tensor: "
+                             "start_dim comes after end_dim")
         if self.ndim == 0:
             return self.reshape(1)
-        a, b = self._axis(start_dim), self._axis(end_dim)
         return self.reshape(self.shape[:a] + (prod(self.shape[a : b + 1]),) + self.shape[b + 1 :])
 
-    def pad(self, padding: Sequence[tuple[int, int] | None], value: float = 0.0) -> Tensor:
-        """Pad with ``value``: one ``(before, after)`` per axis (None for none), as tinygrad."""
-        if len(padding) != self.ndim:
-            raise ShapeError(f"pad needs one (before, after) per axis of {self.shape}, got {padding}")
-        arg = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split axis ``dim`` into ``sizes`` (one of them may be -1), undoing ``flatten``.
+
+        >>> Tensor.zeros(2, 12).unflatten(1, (3, -1)).shape
+        (2, 3, 4)
+        """
+        if self.ndim == 0:
+            raise IndexError("unflatten of a 0-d tensor: it has no axis to split")
+        dim, sizes = self._axis(dim), tuple(sizes)
+        n, inferred = self.shape[dim], sizes.count(-1)
+        known = prod(s for s in sizes if s != -1)
+        fits = known == n if inferred == 0 else inferred == 1 and known > 0 and n % known == 0
+        if not sizes or any(s < -1 for s in sizes) or not fits:
+            raise ShapeError(f"unflatten: sizes {sizes} do not multiply up to the size {n} of "
+                             f"dim {dim} of {self.shape} (at most one size may be -1)")
+        sizes = tuple(n // known if s == -1 else s for s in sizes)
+        return self.reshape(self.shape[:dim] + sizes + self.shape[dim + 1 :])
+
+    def unfold(self, dimension: int, size: int, step: int) -> Tensor:
+        """Every window of ``size`` elements along ``dimension``, ``step`` apart, as a new last axis
+        (``torch.Tensor.unfold``); ``dimension`` keeps one entry per window. A view, no copy.
+
+        >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+        [[1, 2], [3, 4]]
+        """
+        dim = self._axis(dimension)
+        n = self.shape[dim] if self.ndim else 1
+        if step <= 0 or size < 0:
+            raise InvalidArgument(f"unfold needs size >= 0 and step > 0, got size={size}, "
+                                  f"step={step}")
+        if size > n:
+            raise ShapeError(f"unfold: the window size {size} is larger than dim {dim} of "
+                             f"{self.shape} ({n})")
+        if self.ndim == 0:
+            return self.reshape(1).unfold(0, size, step).reshape(size)
+        count = (n - size) // step + 1
+        x = self.permute([i for i in range(self.ndim) if i != dim] + [dim])  # (..., n)
+        batch = x.shape[:-1]
+        # row k of a (size, n + 1) view of ``size`` copies of x, padded by ``size``, is x moved k
+        # left: rows[k, c] = x[k + c] while k + c < n, all that the windows read
+        rows = x.unsqueeze(-2).expand(batch + (size, n)).reshape(batch + (size * n,))
+        rows = rows.pad([None] * len(batch) + [(0, size)]).reshape(batch + (size, n + 1))
+        windows, _ = rows._strided(len(batch) + 1, 0, (count - 1) * step + 1, step)
+        out = windows.transpose(-1, -2)  # (..., count, size): out[w, k] = x[w * step + k]
+        order = list(range(dim)) + [self.ndim - 1] + list(range(dim, self.ndim - 1)) + [self.ndim]
+        return out.permute(order)
+
+    def pad(
+        self,
+        padding: int | Sequence[int] | Sequence[tuple[int, int] | None],
+        value: float = 0.0,
+        mode: str = "constant",
+    ) -> Tensor:
+        """Pad with ``value``, or with the tensor's own elements; negative amounts crop.
+
+        ``padding`` is an int (that much before and after every axis), PyTorch's flat
+        ``(left, right, top, bottom, ...)`` (pairs for the last axes, the last axis first, as
+        ``F.pad``), or tinygrad's one ``(before, after)`` or None per axis. ``mode`` is
+        ``F.pad``'s: "constant", "reflect" (mirrored, the edge not repeated), "replicate" (the
+        edge repeated) or "circular" (wrapped around).
+
+        >>> Tensor([1, 2, 3]).pad((2, 1), mode="reflect").tolist()
+        [3, 2, 1, 2, 3, 2]
+        """
+        arg = self._pad_pairs(padding)
+        if mode == "constant":
+            return self._pad_constant(arg, value)
+        if mode not in ("reflect", "replicate", "circular"):
+            raise UnknownOption(f"unknown padding mode {mode!r}; use 'constant', 'reflect', "
+                                "'replicate' or 'circular'")
+        if value != 0:
+            raise InvalidArgument(f"padding mode {mode!r} takes no value (got {value}), "
+                                  "as in PyTorch")
+        x: Tensor = self  # type: ignore[assignment]
+        for axis, (before, after) in enumerate(arg):
+            if (before, after) != (0, 0):
+                x = x._pad_edge(axis, before, after, mode)
+        return x
+
+    def _pad_pairs(self, padding: Any) -> tuple[tuple[int, int], ...]:
+        """One (before, after) per axis from any of ``pad``'s three forms."""
+        if isinstance(padding, int):
+            return ((padding, padding),) * self.ndim
+        items = tuple(padding)
+        if all(p is not None and not isinstance(p, (tuple, list)) for p in items):  # F.pad's form
+            if len(items) % 2 or len(items) > 2 * self.ndim:
+                raise ShapeError(
+                    f"pad {items} of a {self.ndim}-d tensor: PyTorch's flat form (left, right, "
+                    f"top, bottom, ...) needs an even number of values, at most {2 * self.ndim}"
+                )
+            pairs = tuple((int(items[i]), int(items[i + 1])) for i in range(0, len(items), 2))
+            return ((0, 0),) * (self.ndim - len(pairs)) + pairs[::-1]
+        if len(items) != self.ndim:
+            raise ShapeError(
+                f"pad needs one (before, after) per axis of {self.shape}, got {padding}"
+            )
+        return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in items)
+
+    def _pad_constant(self, arg: tuple[tuple[int, int], ...], value: float) -> Tensor:
+        """Pad by (before, after) per axis with ``value``; negative amounts crop first."""
         if any(b < 0 or a < 0 for b, a in arg):
             cut = tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(arg, self.shape))
-            return self.shrink(cut).pad([(max(b, 0), max(a, 0)) for b, a in arg], value)
+            grow = tuple((max(b, 0), max(a, 0)) for b, a in arg)
+            return self.shrink(cut)._pad_constant(grow, value)
         if all(p == (0, 0) for p in arg):
             return self  # type: ignore[return-value]
         padded = self._move(Ops.PAD, arg)
@@ -158,6 +291,46 @@ class MovementMixin:
             return padded
         inside = self.full_like(True, dtypes.bool)._move(Ops.PAD, arg)  # type: ignore[attr-defined]
         return inside.where(padded, padded.full_like(value))  # keeps the tensor's dtype, as torch
+
+    def _pad_edge(self, axis: int, before: int, after: int, mode: str) -> Tensor:
+        """Pad one axis with its own elements (``pad``'s modes but "constant").
+
+        As PyTorch: reflect and replicate pad from the whole axis, then crop the negative
+        amounts; circular crops first, then wraps what is left around at most once."""
+        size = self.shape[axis]
+
+        def part(start: int, end: int) -> Tensor:
+            return self.shrink([(start, end) if i == axis else None for i in range(self.ndim)])
+
+        if mode == "circular":
+            x = part(max(-before, 0), size - max(-after, 0))
+            n = x.shape[axis]
+            if max(before, after) > n:
+                raise ShapeError(
+                    f"circular padding ({before}, {after}) of axis {axis} (size {size}, {n} after "
+                    f"cropping) wraps around more than once; pad each side by at most {n}"
+                )
+            before, after = max(before, 0), max(after, 0)
+            tiled = x.repeat([3 if i == axis else 1 for i in range(x.ndim)])
+            return tiled.shrink([(n - before, 2 * n + after) if i == axis else None
+                                 for i in range(x.ndim)])
+        if mode == "reflect" and max(before, after) >= size:
+            raise ShapeError(
+                f"reflect padding ({before}, {after}) of axis {axis} (size {size}) must be less "
+                "than the axis size on each side"
+            )
+        if mode == "replicate" and size == 0:
+            raise ShapeError(f"replicate padding of axis {axis}: the axis is empty, "
+                             "there is nothing to repeat")
+        b, a = max(before, 0), max(after, 0)
+        if mode == "reflect":
+            left, right = part(1, b + 1).flip(axis), part(size - 1 - a, size - 1).flip(axis)
+        else:
+            sized = lambda n: tuple(n if i == axis else s for i, s in enumerate(self.shape))
+            left, right = part(0, 1).expand(sized(b)), part(size - 1, size).expand(sized(a))
+        x = left.cat(self, right, dim=axis)
+        return x.shrink([(max(-before, 0), x.shape[axis] - max(-after, 0)) if i == axis else None
+                         for i in range(x.ndim)])
 
     def shrink(self, ranges: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep ``[start, end)`` of each axis (None keeps the whole axis)."""
@@ -170,28 +343,65 @@ class MovementMixin:
         return self._move(Ops.SHRINK, arg)
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
-        """Reverse the order of elements along ``axis``."""
-        axes = {self._axis(a) for a in ((axis,) if isinstance(axis, int) else axis)}
+        """Reverse the order of elements along ``axis`` (one axis or several, each once)."""
+        axes = self._distinct_axes((axis,) if isinstance(axis, int) else axis)
         return self._move(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal ``offset`` above the main one (below it if negative) of the matrices on
+        axes ``dim1`` and ``dim2``, as a new last axis (``torch.diagonal``). A view, no copy.
+
+        >>> Tensor([[1, 2, 3], [4, 5, 6]]).diagonal(1).tolist()
+        [2, 6]
+        """
+        a, b = self._axis(dim1), self._axis(dim2)
+        if a == b:
+            raise InvalidArgument(f"diagonal needs two different axes, got dim1={dim1}, "
+                                  f"dim2={dim2}")
+        x = self.permute([i for i in range(self.ndim) if i not in (a, b)] + [a, b])
+        batch, (rows, cols) = x.shape[:-2], x.shape[-2:]
+        n = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
+        r, c = (max(-offset, 0), max(offset, 0)) if n else (0, 0)
+        keep = [None] * len(batch)
+        square = x.shrink(keep + [(r, r + n), (c, c + n)])  # the diagonal is the main one
+        # seen as n rows of n + 1, the flat square has its diagonal (i * (n + 1)) as first column
+        rows_of = square.reshape(batch + (n * n,)).pad(keep + [(0, n)]).reshape(batch + (n, n + 1))
+        return rows_of.shrink(keep + [None, (0, 1)]).reshape(batch + (n,))
+
+    def diag(self, diagonal: int = 0) -> Tensor:
+        """Of a 1-d tensor, the square matrix with it as diagonal ``diagonal`` (above the main
+        one, below if negative) and zeros elsewhere; of a matrix, that diagonal (``torch.diag``).
+
+        >>> Tensor([1, 2]).diag().tolist()
+        [[1, 0], [0, 2]]
+        """
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ShapeError(f"diag takes a 1-d or 2-d tensor, got shape {self.shape}")
+        n, k = self.shape[0], abs(diagonal)
+        # n rows of n + 1 with the vector as first column, read as n rows of n: the diagonal
+        flat = self.reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1))
+        square = flat.shrink(((0, n * n),)).reshape(n, n)
+        return square.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
 
     # ---- indexing --------------------------------------------------------------------------------
 
     def __getitem__(self, index: Any) -> Tensor:
-        """Basic indexing: ints (negative too), slices with any step, None and Ellipsis."""
+        """Basic indexing: ints (negative too), slices with any step, None and Ellipsis. Int
+        lists, arrays and tensors and bool masks go to ``_getitem_tensor`` (advanced indexing).
+
+        >>> Tensor.arange(12).reshape(3, 4)[1:, ::-2].tolist()
+        [[7, 5], [11, 9]]
+        """
         if ops.VARIABLES_USED and is_symbolic(self.shape):
             raise ShapeError(f"indexing a tensor of symbolic shape {self.shape} is not supported; "
                              "use shrink, or index before binding the Variable")
         items = list(index) if isinstance(index, tuple) else [index]
-        if any(isinstance(i, (MovementMixin, list)) for i in items):
-            return self._getitem_tensor(index)  # type: ignore[attr-defined]
-        n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
-        if n_real > self.ndim:
-            raise IndexError(f"too many indices ({n_real}) for a {self.ndim}-d tensor")
-        if Ellipsis in items:
-            at = items.index(Ellipsis)
-            items[at : at + 1] = [slice(None)] * (self.ndim - n_real)
-        n_given = sum(1 for i in items if i is not None)
-        items += [slice(None)] * (self.ndim - n_given)
+        if any(isinstance(i, (MovementMixin, *ADVANCED_INDEX)) for i in items):
+            return self._getitem_tensor(items)  # type: ignore[attr-defined]
+        used = sum(1 for i in items if i is not None and i is not Ellipsis)
+        items = self._fill_ellipsis(items, used)
         x: Tensor = self  # type: ignore[assignment]
         out_shape: list[int] = []
         axis = 0
@@ -199,20 +409,37 @@ class MovementMixin:
             if item is None:
                 out_shape.append(1)
                 continue
-            if isinstance(item, bool) or not isinstance(item, (int, slice)):
-                raise IndexError(f"unsupported index {item!r}; use ints, slices, None or ...")
+            if not isinstance(item, slice):
+                if not hasattr(item, "__index__"):
+                    raise IndexError(f"unsupported index {item!r}; use ints, slices, None, ..., "
+                                     "int lists or tensors, or bool masks")
+                item = operator.index(item)  # (a numpy int too)
             x, size = x._index_axis(axis, item)
             if size is not None:
                 out_shape.append(size)
             axis += 1
         return x.reshape(tuple(out_shape))
 
+    def _fill_ellipsis(self, items: list, used: int) -> list:
+        """``items`` with the Ellipsis (at most one) replaced by full slices, and full slices
+        appended, so that they cover every axis; ``used`` is how many axes the items index."""
+        dots = [k for k, i in enumerate(items) if i is Ellipsis]
+        if len(dots) > 1:
+            raise IndexError(f"an index can only have a single ellipsis ('...'), got {len(dots)}")
+        if used > self.ndim:
+            hint = " (a 0-d tensor's value is .item())" if self.ndim == 0 else ""
+            raise IndexError(f"too many indices for tensor of dimension {self.ndim} ({used} "
+                             f"given){hint}")
+        fill = [slice(None)] * (self.ndim - used)
+        return items[: dots[0]] + fill + items[dots[0] + 1 :] if dots else items + fill
+
     def _index_axis(self, axis: int, item: int | slice) -> tuple[Tensor, int | None]:
         """Apply one index to one axis; returns the tensor and the kept size (None if dropped)."""
         size = self.shape[axis]
         if isinstance(item, int):
             if not -size <= item < size:
-                raise IndexError(f"index {item} is out of range for axis {axis} of size {size}")
+                raise IndexError(f"index {item} is out of bounds for dimension {axis} with "
+                                 f"size {size}")
             i = item % size
             return self.shrink([(i, i + 1) if a == axis else None for a in range(self.ndim)]), None
         start, stop, step = item.indices(size)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusegrad.dtype import dtypes
-from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -89,14 +89,28 @@ def _pool_moves(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...],
     return tuple(reversed(moves))
 
 
+def _unpool_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, None]:
+    """d max_unpool / d values: the output's gradient at each value's position (all of it to
+    every value sent to one position, as PyTorch; the scatter keeps only the last one's)."""
+    from fusegrad.tensor import Tensor
+
+    (device,) = params
+    grad, index = Tensor._wrap(g, device), Tensor._wrap(inputs[1], device)
+    return grad.gather(-1, index).uop, None
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in ("none", "mean", "sum"):
+        raise UnknownOption(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
 def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
+    _check_reduction(reduction)
     if reduction == "none":
         return loss
     if reduction == "sum":
         return loss.sum()
-    if reduction == "mean":
-        return loss.mean()
-    raise FusegradError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    return loss.mean()
 
 
 class NNMixin:
@@ -171,8 +185,10 @@ class NNMixin:
         groups: int = 1,
     ) -> Tensor:
         """N-d convolution (cross-correlation) as PyTorch's: input (N, C_in, *spatial), weight
-        (C_out, C_in / groups, *kernel); ``padding`` may be an int, one per axis, 'same' or 'valid'.
-        The number of spatial axes is taken from ``weight``, so this is conv1d and conv3d too."""
+        (C_out, C_in / groups, *kernel); ``padding`` may be an int, one per axis, 2n ints (before
+        and after each axis, the last axis first, as ``F.pad``), 'same' or 'valid'; negative
+        padding crops. The number of spatial axes is taken from ``weight``, so this is conv1d and
+        conv3d too."""
         n = weight.ndim - 2
         x = self.unsqueeze(0) if self.ndim == n + 1 else self
         cout, cin_g, *ks = weight.shape
@@ -196,7 +212,8 @@ class NNMixin:
         out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups, x.device))
         if bias is not None:
             # over the spatial axes merged: the bias gradient then sums long contiguous rows
-            out = (out.reshape(batch, cout, -1) + bias.reshape(1, cout, 1)).reshape(out.shape)
+            merged = (batch, cout, math.prod(outs))  # (not -1: it cannot be inferred for batch 0)
+            out = (out.reshape(merged) + bias.reshape(1, cout, 1)).reshape(out.shape)
         return out if self.ndim == n + 2 else out.squeeze(0)
 
     def conv1d(
@@ -239,15 +256,14 @@ class NNMixin:
         """N-d transposed convolution as PyTorch's; weight (C_in, C_out / groups, *kernel).
 
         It is the convolution of the input spread out by ``stride`` (zeros between elements),
-        padded by ``dilation * (kernel - 1) - padding``, with the kernel flipped and transposed."""
+        padded by ``dilation * (kernel - 1) - padding``, with the kernel flipped and transposed.
+        ``padding`` takes conv2d's forms but the strings."""
         n = weight.ndim - 2
         x = self.unsqueeze(0) if self.ndim == n + 1 else self
         cin, cout_g, *ks = weight.shape
         stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
-        padding, output_padding = (
-            _tuple(padding, n, "padding"),
-            _tuple(output_padding, n, "output_padding"),
-        )
+        pads = _padding_pairs(padding, n)
+        output_padding = _tuple(output_padding, n, "output_padding")
         for j, s in enumerate(stride):
             if s > 1:
                 a, size = 2 + j, x.shape[2 + j]
@@ -256,8 +272,10 @@ class NNMixin:
                 )
                 x = spread.reshape(x.shape[:a] + (size * s,) + x.shape[a + 1 :])
                 x = x.shrink([(0, (size - 1) * s + 1) if i == a else None for i in range(x.ndim)])
-        edge = [d * (k - 1) - p for d, k, p in zip(dilation, ks, padding, strict=False)]
-        x = x.pad([None, None] + [(e, e + op) for e, op in zip(edge, output_padding, strict=False)])
+        # padding crops the output: the input is padded that much less than a full convolution's
+        span = [d * (k - 1) for d, k in zip(dilation, ks, strict=True)]
+        edges = zip(span, pads, output_padding, strict=True)
+        x = x.pad([None, None] + [(e - b, e - a + op) for e, (b, a), op in edges])
         # Written out once (a small copy), so that the convolution's inner loop reads plain
         # memory instead of testing every tap for the zeros around and between the elements.
         x = x.contiguous()
@@ -277,18 +295,20 @@ class NNMixin:
     def _pool_setup(
         self, kernel_size: Size, stride: Size | None, padding: Size, dilation: Size, ceil_mode: bool
     ) -> tuple:
+        """(n, kernel, stride, dilation, pads): ``pads`` the (before, after) of each spatial axis,
+        ``after`` grown by the cells ``ceil_mode`` adds for a last, partial window."""
         n = 2 if isinstance(kernel_size, int) else len(kernel_size)
         ks = _tuple(kernel_size, n, "kernel_size")
         st = ks if stride is None or stride == () else _tuple(stride, n, "stride")
-        pd, dl = _tuple(padding, n, "padding"), _tuple(dilation, n, "dilation")
-        extra = []
-        for i, k, s, p, d in zip(self.shape[-n:], ks, st, pd, dl, strict=False):
-            span = d * (k - 1) + 1
-            o = (-(-(i + 2 * p - span) // s) if ceil_mode else (i + 2 * p - span) // s) + 1
-            if ceil_mode and (o - 1) * s >= i + p:  # the last window must start inside the input
+        dl, given = _tuple(dilation, n, "dilation"), _padding_pairs(padding, n)
+        pads = []
+        for i, k, s, (b, a), d in zip(self.shape[-n:], ks, st, given, dl, strict=True):
+            span, total = d * (k - 1) + 1, i + b + a
+            o = (-(-(total - span) // s) if ceil_mode else (total - span) // s) + 1
+            if ceil_mode and (o - 1) * s >= i + b:  # the last window must start inside the input
                 o -= 1
-            extra.append(max(0, (o - 1) * s + span - (i + 2 * p)))
-        return n, ks, st, pd, dl, extra
+            pads.append((b, a + max(0, (o - 1) * s + span - total)))
+        return n, ks, st, dl, pads
 
     def max_pool2d(
         self,
@@ -297,16 +317,69 @@ class NNMixin:
         padding: Size = 0,
         dilation: Size = 1,
         ceil_mode: bool = False,
+        return_indices: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The largest value of each window over the last len(kernel_size) axes (padding never
+        wins); ``padding`` as conv2d's. With ``return_indices``, also where each maximum is in its
+        plane (``h * W + w``; the first on ties, as PyTorch; int32, as ``argmax``).
+
+        >>> Tensor([[1, 5, 2, 0]]).max_pool1d(2, return_indices=True)[1].tolist()
+        [[1, 2]]
+        """
+        n, ks, st, dl, pads = self._pool_setup(kernel_size, stride, padding, dilation, ceil_mode)
+        x = self.pad([None] * (self.ndim - n) + pads, value=self.dtype.min)
+        axes = tuple(range(x.ndim, x.ndim + n))
+        values = x._pool(ks, st, dl).max(axes)
+        if not return_indices:
+            return values
+        spatial = self.shape[-n:]
+        plane = math.prod(spatial)
+        # each cell's position in its plane; the padding's lies past them all, so it never wins
+        where = type(self).arange(plane, device=self.device).reshape(spatial).pad(pads, value=plane)
+        win = x._pool(ks, st, dl)
+        hit = (win == values.reshape(values.shape + (1,) * n)) | (win != win)  # (a nan is the max)
+        return values, hit.where(where._pool(ks, st, dl), plane)._min(axes, False)
+
+    def max_unpool2d(
+        self,
+        indices: Tensor,
+        kernel_size: Size = (2, 2),
+        stride: Size | None = None,
+        padding: Size = 0,
+        output_size: Sequence[int] | None = None,
     ) -> Tensor:
-        """The largest value of each window over the last len(kernel_size) axes (padding never wins)."""
-        n, ks, st, pd, dl, extra = self._pool_setup(
-            kernel_size, stride, padding, dilation, ceil_mode
+        """Each value put at its position ``indices`` (``max_pool2d(..., return_indices=True)``'s)
+        in planes of zeros, as ``F.max_unpool2d``. A plane is ``(in - 1) * stride - padding +
+        kernel`` along each axis (padding before and after summed), or ``output_size``'s last axes.
+
+        >>> Tensor([[5, 2]]).max_unpool1d(Tensor([[1, 2]]), 2).tolist()
+        [[0, 5, 2, 0]]
+        """
+        n = 2 if isinstance(kernel_size, int) else len(kernel_size)
+        ks = _tuple(kernel_size, n, "kernel_size")
+        st = ks if stride is None or stride == () else _tuple(stride, n, "stride")
+        if indices.shape != self.shape:
+            raise ShapeError(f"max_unpool needs indices of the values' shape {self.shape}, "
+                             f"got {indices.shape}")
+        zipped = zip(self.shape[-n:], st, _padding_pairs(padding, n), ks, strict=True)
+        outs = tuple((i - 1) * s - b - a + k for i, s, (b, a), k in zipped)
+        if output_size is not None:  # any size that pools back to this one, as PyTorch checks
+            given = tuple(output_size)[-n:]
+            if len(output_size) not in (n, n + 2) or any(
+                not o - s < g < o + s for g, o, s in zip(given, outs, st, strict=True)
+            ):
+                raise ShapeError(
+                    f"max_unpool output_size {tuple(output_size)}: needs {n} (or {n + 2}) sizes, "
+                    f"each within stride of {outs}, exclusive (sizes that pool to {self.shape})"
+                )
+            outs = given
+        lead, count = self.shape[:-n], math.prod(self.shape[-n:])
+        values, index = self.reshape(lead + (count,)), indices.reshape(lead + (count,))
+        planes = type(self).zeros(lead + (math.prod(outs),), dtype=self.dtype, device=self.device)
+        out = planes.scatter(-1, index, values)._with_gradient(
+            _unpool_gradient, (values, index), (self.device,)
         )
-        lead = [None] * (self.ndim - n)
-        x = self.pad(
-            lead + [(p, p + e) for p, e in zip(pd, extra, strict=False)], value=self.dtype.min
-        )
-        return x._pool(ks, st, dl).max(tuple(range(x.ndim, x.ndim + n)))
+        return out.reshape(lead + outs)
 
     def avg_pool2d(
         self,
@@ -316,20 +389,38 @@ class NNMixin:
         ceil_mode: bool = False,
         count_include_pad: bool = True,
     ) -> Tensor:
-        """The mean of each window; ``count_include_pad`` counts the explicit padding, never the
-        extra cells ``ceil_mode`` adds (as PyTorch)."""
-        n, ks, st, pd, dl, extra = self._pool_setup(kernel_size, stride, padding, 1, ceil_mode)
-        lead = [None] * (self.ndim - n)
-        x = self._float_operand().pad(lead + [(p, p + e) for p, e in zip(pd, extra, strict=False)])
+        """The mean of each window; ``padding`` as conv2d's. ``count_include_pad`` counts the
+        explicit padding, never the extra cells ``ceil_mode`` adds (as PyTorch)."""
+        n, ks, st, dl, pads = self._pool_setup(kernel_size, stride, padding, 1, ceil_mode)
+        x = self._float_operand().pad([None] * (self.ndim - n) + pads)
         total = x._pool(ks, st, dl).sum(tuple(range(x.ndim, x.ndim + n)))
         ones = type(self).ones(self.shape[-n:], device=self.device)
         if count_include_pad:
-            ones = ones.pad([(p, p) for p in pd], value=1.0)
-            ones = ones.pad([(0, e) for e in extra])
+            given = _padding_pairs(padding, n)
+            ones = ones.pad(given, value=1.0)
+            ones = ones.pad([(0, a - g) for (_, a), (_, g) in zip(pads, given, strict=True)])
         else:
-            ones = ones.pad([(p, p + e) for p, e in zip(pd, extra, strict=False)])
+            ones = ones.pad(pads)
         count = ones._pool(ks, st, dl).sum(tuple(range(n, 2 * n)))
         return total / count
+
+    def max_pool1d(self, kernel_size: Size, *args: Any, **kwargs: Any) -> Any:
+        return self.max_pool2d(_tuple(kernel_size, 1, "kernel_size"), *args, **kwargs)
+
+    def max_pool3d(self, kernel_size: Size, *args: Any, **kwargs: Any) -> Any:
+        return self.max_pool2d(_tuple(kernel_size, 3, "kernel_size"), *args, **kwargs)
+
+    def avg_pool1d(self, kernel_size: Size, *args: Any, **kwargs: Any) -> Tensor:
+        return self.avg_pool2d(_tuple(kernel_size, 1, "kernel_size"), *args, **kwargs)
+
+    def avg_pool3d(self, kernel_size: Size, *args: Any, **kwargs: Any) -> Tensor:
+        return self.avg_pool2d(_tuple(kernel_size, 3, "kernel_size"), *args, **kwargs)
+
+    def max_unpool1d(self, indices: Tensor, kernel_size: Size, *args: Any, **kwargs: Any) -> Tensor:
+        return self.max_unpool2d(indices, _tuple(kernel_size, 1, "kernel_size"), *args, **kwargs)
+
+    def max_unpool3d(self, indices: Tensor, kernel_size: Size, *args: Any, **kwargs: Any) -> Tensor:
+        return self.max_unpool2d(indices, _tuple(kernel_size, 3, "kernel_size"), *args, **kwargs)
 
     def adaptive_avg_pool2d(self, output_size: Size) -> Tensor:
         """Average over windows [floor(j*I/O), ceil((j+1)*I/O)) so the last axes become ``output_size``."""
@@ -376,8 +467,8 @@ class NNMixin:
             outs = _tuple(size, n, "size")
             scales = [i / o for i, o in zip(self.shape[2:], outs, strict=False)]
         x = self
-        for j, (o, scale) in enumerate(zip(outs, scales, strict=False)):
-            axis, i = 2 + j, self.shape[2 + j]
+        for j in reversed(range(n)):  # the last axis first, as PyTorch (uint8 rounds each pass)
+            axis, i, o, scale = 2 + j, self.shape[2 + j], outs[j], scales[j]
             dst = np.arange(o, dtype=np.float64)
             if mode in ("nearest", "nearest-exact"):
                 offset = 0.5 if mode == "nearest-exact" else 0.0
@@ -397,8 +488,21 @@ class NNMixin:
             weights = np.zeros((i, o), dtype=np.float64)
             np.add.at(weights, (lo, np.arange(o)), 1 - frac)
             np.add.at(weights, (hi, np.arange(o)), frac)
-            x = x._float_operand()._apply_on_axis(axis, weights.astype(np.float32))
+            if x.dtype == dtypes.uint8:  # an image stays one
+                x = x._resample_uint8(axis, weights)
+            else:
+                x = x._float_operand()._apply_on_axis(axis, weights.astype(np.float32))
         return x
+
+    def _resample_uint8(self, axis: int, weights: np.ndarray) -> Tensor:
+        """A weighted sum along ``axis`` of uint8 values, to uint8 as PyTorch computes it: the
+        (I, O) weights in fixed point with as many fraction bits as keep the largest in int16
+        (at most 22), summed in int32, rounded half up and clamped to 0..255."""
+        top = float(weights.max())
+        bits = next(b for b in range(23) if b == 22 or int(0.5 + top * (2 << b)) >= 1 << 15)
+        fixed = np.floor(weights * (1 << bits) + 0.5).astype(np.int32)  # (weights are >= 0)
+        total = self.cast(dtypes.int32)._apply_on_axis(axis, fixed)
+        return ((total + (1 << (bits - 1))) >> bits).clip(0, 255).cast(dtypes.uint8)
 
     # ---- normalisation, dropout, attention -------------------------------------------------------
 
@@ -442,14 +546,22 @@ class NNMixin:
         dropout_p: float = 0.0,
         is_causal: bool = False,
         scale: float | None = None,
+        enable_gqa: bool = False,
     ) -> Tensor:
-        """softmax(q @ k^T * scale + mask) @ v; a bool mask marks what may be attended to."""
+        """softmax(q @ k^T * scale + mask) @ v, as PyTorch's: a bool mask marks what may be
+        attended to, a float mask is added; both broadcast. ``is_causal`` lets query i see keys
+        0..i (aligned top-left when there are more keys than queries). ``enable_gqa`` repeats each
+        key and value head (axis -3) for its group of query heads."""
+        if is_causal and attn_mask is not None:
+            raise InvalidArgument("scaled_dot_product_attention takes attn_mask or is_causal=True, "
+                                  "not both (as PyTorch); put the causal mask into attn_mask")
+        if enable_gqa:
+            key, value = self._grouped(key, "key"), self._grouped(value, "value")
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self.matmul(key.transpose(-2, -1)) * scale
         if is_causal:
             rows, cols = scores.shape[-2:]
-            allowed = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
-            scores = allowed.where(scores, -math.inf)
+            attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
         if attn_mask is not None:
             scores = (
                 attn_mask.where(scores, -math.inf)
@@ -457,6 +569,19 @@ class NNMixin:
                 else scores + attn_mask
             )
         return scores.softmax(-1).dropout(dropout_p).matmul(value)
+
+    def _grouped(self, kv: Tensor, name: str) -> Tensor:
+        """``kv`` with each head (axis -3) repeated for the query heads of its group."""
+        if self.ndim < 3 or kv.ndim < 3:
+            raise IndexError(f"enable_gqa needs heads on axis -3 of the query {self.shape} and "
+                             f"the {name} {kv.shape}")
+        heads, kv_heads = self.shape[-3], kv.shape[-3]
+        if kv_heads == 0 or heads % kv_heads:
+            raise ShapeError(f"enable_gqa: the {name}'s {kv_heads} heads must divide the query's "
+                             f"{heads} (shapes {kv.shape} and {self.shape})")
+        group, lead = heads // kv_heads, kv.shape[:-3]
+        x = kv.unsqueeze(-3).expand(lead + (kv_heads, group) + kv.shape[-2:])
+        return x.reshape(lead + (heads,) + kv.shape[-2:])
 
     # ---- losses ----------------------------------------------------------------------------------
 
@@ -497,8 +622,11 @@ class NNMixin:
         ignore_index: int = -100,
         reduction: str = "mean",
     ) -> Tensor:
-        """``torch.nn.functional.nll_loss``: self holds log-probabilities, classes on axis 1."""
-        return self._nll(target, 1 if self.ndim > 1 else 0, ignore_index, 0.0, reduction, weight)
+        """``torch.nn.functional.nll_loss``: self holds log-probabilities, classes on axis 1;
+        ``target`` holds class indices (an index outside the classes raises IndexError)."""
+        axis = self._check_loss_args("nll_loss", target, weight, reduction, 0.0, indices=True)
+        self._check_classes(target, ignore_index)
+        return self._nll(target, axis, ignore_index, 0.0, reduction, weight)
 
     def cross_entropy(
         self,
@@ -509,10 +637,15 @@ class NNMixin:
         weight: Tensor | None = None,
     ) -> Tensor:
         """``torch.nn.functional.cross_entropy`` of logits (classes on axis 1); ``target`` is class
-        indices or class probabilities."""
-        axis = 1 if self.ndim > 1 else 0
+        indices (an int tensor; one outside the classes raises IndexError) or class probabilities
+        (a float tensor of the logits' shape)."""
+        indices = target.dtype.is_int
+        axis = self._check_loss_args(
+            "cross_entropy", target, weight, reduction, label_smoothing, indices
+        )
         logp = self.log_softmax(axis)
-        if target.dtype.is_int:
+        if indices:
+            self._check_classes(target, ignore_index)
             return logp._nll(target, axis, ignore_index, label_smoothing, reduction, weight)
         classes = self.shape[axis]
         target = target * (1 - label_smoothing) + label_smoothing / classes
@@ -521,6 +654,53 @@ class NNMixin:
                 tuple(classes if i == axis else 1 for i in range(self.ndim))
             )
         return _reduce_loss(-(target * logp).sum(axis), reduction)
+
+    def _check_loss_args(
+        self, name: str, target: Tensor, weight: Tensor | None, reduction: str,
+        label_smoothing: float, indices: bool,
+    ) -> int:
+        """The class axis of ``self``, after PyTorch's checks of a classification loss's
+        arguments."""
+        _check_reduction(reduction)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise InvalidArgument(
+                f"label_smoothing must be between 0.0 and 1.0, got {label_smoothing}"
+            )
+        if self.ndim == 0:
+            raise ShapeError(f"{name} needs scores of shape (C,) or (N, C, ...), got ()")
+        axis = 1 if self.ndim > 1 else 0
+        classes, expected = self.shape[axis], self.shape[:axis] + self.shape[axis + 1 :]
+        if weight is not None and weight.shape != (classes,):
+            raise ShapeError(f"{name} weight needs one value per class, shape ({classes},); "
+                             f"got {weight.shape}")
+        if indices and not target.dtype.is_int:
+            raise InvalidArgument(
+                f"{name} needs class indices as an int tensor, got {target.dtype.name}"
+            )
+        if indices and target.shape != expected:
+            raise ShapeError(f"{name} of scores {self.shape} needs class indices of shape "
+                             f"{expected}, got {target.shape}")
+        if not indices and target.shape != self.shape:
+            raise ShapeError(
+                f"{name} of scores {self.shape}: a float target holds class probabilities and "
+                f"needs that shape, got {target.shape}; pass class indices ({expected}) as an "
+                "int tensor"
+            )
+        return axis
+
+    def _check_classes(self, target: Tensor, ignore_index: int) -> None:
+        """Raise IndexError, as PyTorch, when a class index (but ``ignore_index``) is outside the
+        classes. It reads the target's smallest and largest index, so it waits for them."""
+        classes = self.shape[1 if self.ndim > 1 else 0]
+        if target.numel() == 0:
+            return
+        kept = (target != ignore_index).where(target, 0)
+        lo, hi = kept.min(), kept.max()
+        lo.realize(hi)
+        for bad in (lo.item(), hi.item()):
+            if not 0 <= bad < classes:
+                raise IndexError(f"Target {bad} is out of bounds: class indices are "
+                                 f"0..{classes - 1} (or ignore_index={ignore_index})")
 
     def sparse_categorical_crossentropy(
         self,
@@ -568,9 +748,26 @@ def _conv_padding(
         return [(0, 0)] * len(ks)
     if padding == "same":
         if any(s != 1 for s in stride):
-            raise FusegradError("padding='same' needs stride 1, as in PyTorch")
+            raise InvalidArgument("padding='same' needs stride 1, as in PyTorch; pad explicitly")
         totals = [d * (k - 1) for d, k in zip(dilation, ks, strict=False)]
         return [(t // 2, t - t // 2) for t in totals]
     if isinstance(padding, str):
-        raise FusegradError(f"padding must be an int, ints, 'same' or 'valid', got {padding!r}")
-    return [(p, p) for p in _tuple(padding, len(ks), "padding")]
+        raise UnknownOption(f"padding must be an int, ints, 'same' or 'valid', got {padding!r}")
+    return _padding_pairs(padding, len(ks))
+
+
+def _padding_pairs(padding: Size, n: int) -> list[tuple[int, int]]:
+    """(before, after) for each of ``n`` spatial axes from an int, one int per axis, or ``2n``
+    ints in ``F.pad``'s order, the last axis first: (left, right, top, bottom, ...), as tinygrad
+    reads them. Negative amounts crop."""
+    if isinstance(padding, int):
+        return [(padding, padding)] * n
+    p = tuple(int(v) for v in padding)
+    if len(p) == n:
+        return [(v, v) for v in p]
+    if len(p) == 2 * n:
+        return [(p[2 * j], p[2 * j + 1]) for j in reversed(range(n))]
+    raise ShapeError(
+        f"padding needs 1, {n} (one per spatial axis) or {2 * n} values ((left, right, top, "
+        f"bottom, ...) as F.pad), got {p}"
+    )

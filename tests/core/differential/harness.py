@@ -97,7 +97,7 @@ class Arg:
         if self.values:
             return np.resize(np.array(self.values, np_dtype), shape)
         if self.kind == "mask" or self.dtype == bool_:
-            mask = rng.random(shape) < 0.6
+            mask = np.asarray(rng.random(shape) < 0.6)  # (0-d: an array, not np.True_)
             if self.kind == "mask" and mask.ndim:
                 mask[..., :1] = True  # no all-false row (an attention row that sees nothing)
             return mask

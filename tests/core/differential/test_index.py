@@ -7,7 +7,10 @@ takes those by flipping the axis (``torch_getitem``).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+
+from fusegrad import Tensor
 
 from .harness import (
     DEVICES,
@@ -24,6 +27,7 @@ from .harness import (
     mask,
     params,
     torch,
+    values,
 )
 
 
@@ -44,6 +48,8 @@ def index_name(index) -> str:
         if isinstance(item, slice):
             parts = ["" if p is None else str(p) for p in (item.start, item.stop, item.step)]
             return ":".join(parts[:2] if item.step is None else parts)
+        if isinstance(item, (list, tuple)):
+            return str(item).replace(" ", "")
         return {None: "None", Ellipsis: "..."}.get(item, str(item))
 
     return ",".join(one(i) for i in (index if isinstance(index, tuple) else (index,)))
@@ -84,6 +90,28 @@ BASIC = [
 ]
 
 
+#: advanced indexes (lists, tuples, bools): int ones are applied first, then the rest, whose
+#: broadcast shape goes in front if they are apart and in place if adjacent
+ADVANCED = [
+    IDX[[0, 1]], IDX[[1, 0], [2, 4]], IDX[:, [4, 0, 0]], IDX[[[1], [0]], :, [2, 3]],
+    IDX[[1, 0], :, :, [2, 0]], IDX[:, [0, 2], 1, [1, 2]], IDX[1, :, [0, 1]], IDX[..., [2, 0], None],
+    IDX[None, ..., [0, 1], [2, 0]], IDX[[0, 1], None, [1, 2]], IDX[(1, 0), 2], IDX[((0,),)],
+    IDX[(((0,),),)], IDX[[[[0]]], 1, [[2]]], IDX[[True, False]], IDX[:, [True, False, True, True, False]],
+    IDX[[True, False, 1]], IDX[True], IDX[False], IDX[:, True, 1], IDX[True, 1, [0, 1]],
+    IDX[[0, 1], True, [2, 0]], IDX[[]], IDX[:, []], IDX[[-1, -2], -1], IDX[1, 2, [2, 1], ::2],
+]
+
+
+def _set(x, index, value):
+    """``x[index] = value``, returned (``x`` a clone: torch's leaves cannot be written)."""
+    x[index] = value
+    return x
+
+
+def setitem(index, value, *inputs):
+    return case(f"setitem-{index_name(index)}", lambda x: _set(x.clone(), index, value), *inputs)
+
+
 def getitem(index, *inputs):
     return case(f"getitem-{index_name(index)}", lambda x: x[index], *inputs, ref=torch_getitem(index))
 
@@ -118,6 +146,29 @@ GETITEM = [
     case("getitem-tensor_T", lambda x, i: x[i], floats(5, 3).T, indices(5, 2, 4)),
     case("getitem-bool_mask", lambda x: x[x > 0], floats(5, 4).T),
     case("getitem-bool_tensor", lambda x, m: x[m], floats(5, 4), mask(5)),
+    *(getitem(index, floats(2, 5, 6, 3)) for index in ADVANCED),
+    case("getitem-bool_mask_2d_then_int", lambda x, m: x[m, 1], floats(3, 4, 5), mask(3, 4)),
+    case("getitem-int_then_bool_mask", lambda x, m: x[1, m], floats(3, 4, 5), mask(4)),
+    case("getitem-0d_bool_tensor", lambda x, m: x[m], floats(3, 4), mask()),
+    case("getitem-0d_int_tensor", lambda x, i: x[:, i], floats(3, 4), index_values(2, shape=())),
+    case("getitem-0d_of_0d", lambda x, m: x[m], floats(), mask()),
+    case("getitem-numpy", lambda x: x[np.array([2, 0]), np.int64(1)], floats(3, 4)),
+    case("getitem-numpy_mask", lambda x: x[:, np.array([True, False, True, True])], floats(3, 4)),
+    case("getitem-int_dtype_list", lambda x: x[[1, 0], ..., [-1]], ints(2, 3, 4)),
+]
+
+SETITEM = [
+    setitem(IDX[1:3, 2], 9.0, floats(4, 5)),
+    setitem(IDX[::2], 5.5, floats(4, 5)),
+    setitem(IDX[..., -1], -1.0, floats(3, 4, 5)),
+    setitem(IDX[[0, 3], 1], -1.0, floats(4, 5)),
+    setitem(IDX[[0, 3], [1, 4]], 2.0, floats(4, 5)),
+    setitem(IDX[:, [True, False, True, False, False]], 0.0, floats(4, 5)),
+    setitem(IDX[None, 2], 3.0, floats(4, 5)),
+    setitem(IDX[1], 4, ints(3, 4)),
+    case("setitem-tensor_value", lambda x, v: _set(x.clone(), IDX[1:3], v), floats(4, 5), floats(2, 5)),
+    case("setitem-bcast_value", lambda x, v: _set(x.clone(), IDX[:, 1:4], v), floats(4, 5), floats(3)),
+    case("setitem-mask", lambda x: _set(x.clone(), x > 1, 0.0), floats(4, 5)),
 ]
 
 GATHER = [
@@ -143,6 +194,17 @@ GATHER = [
            floats(4, 3, low=0.5, high=2), indices(4, 6, 3), floats(6, 3, low=0.5, high=2),
            ref=lambda x, i, src, r=r, s=s: torch.scatter_reduce(x, 0, i, src, r, include_self=s))
       for r in ("sum", "amax", "amin", "mean", "prod") for s in (True, False)),
+    # several writes to one place: the last along dim wins (torch's CPU order); values only, as
+    # torch's gradient reaches the overwritten src elements too (the value does not depend on them)
+    case("scatter-duplicates", lambda x, i, s: x.scatter(0, i, s), floats(4, 3),
+         index_values(0, 1, 3, 0, 1, 3, 2, 1, 0, shape=(3, 3)), floats(3, 3, low=5, high=9),
+         ref=lambda x, i, s: torch.scatter(x, 0, i, s), grad=False),
+    case("scatter-duplicates_value", lambda x, i: x.scatter(1, i, -2.0), floats(3, 4),
+         index_values(0, 0, 2, 3, 3, 3, shape=(3, 2)), ref=lambda x, i: torch.scatter(x, 1, i, -2.0)),
+    # ties with this tensor's own value share the gradient evenly, as torch's
+    *(case(f"scatter_reduce-{r}_ties", lambda x, i, src, r=r: x.scatter_reduce(0, i, src, r),
+           values(1.0, 2.0, 3.0, 0.0), index_values(0, 0, 1, 2, 2, 3), values(1.0, 1.0, 5.0, 3.0, 3.0, -1.0),
+           ref=lambda x, i, src, r=r: torch.scatter_reduce(x, 0, i, src, r)) for r in ("amax", "amin")),
     case("scatter_reduce-int_sum", lambda x, i, s: x.scatter_reduce(1, i, s, "sum"), ints(3, 4),
          indices(4, 3, 6), ints(3, 6), ref=lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "sum")),
     case("scatter_reduce-int_amax", lambda x, i, s: x.scatter_reduce(1, i, s, "amax"), ints(3, 4),
@@ -150,6 +212,25 @@ GATHER = [
     case("one_hot-classes", lambda i: i.one_hot(6), indices(4, 2, 3), ref=lambda i: F.one_hot(i, 6)),
     case("one_hot-inferred", lambda i: i.one_hot(), index_values(0, 3, 1, 2, shape=(2, 2)), ref=F.one_hot),
     case("one_hot-0d", lambda i: i.one_hot(3), index_values(2, shape=()), ref=lambda i: F.one_hot(i, 3)),
+    case("one_hot-0d_inferred", lambda i: i.one_hot(-1), index_values(2, shape=()), ref=lambda i: F.one_hot(i, -1)),
+    case("one_hot-3d", lambda i: i.one_hot(8), indices(8, 2, 2, 3), ref=lambda i: F.one_hot(i, 8)),
+    case("masked_select-mask", lambda x: x.masked_select(x > 0.5), floats(8, 5), ref=lambda x: x.masked_select(x > 0.5)),
+    case("masked_select-bcast", lambda x, m: x.masked_select(m), floats(4, 3).T, mask(3)),
+    case("masked_select-bcast_both", lambda x, m: x.masked_select(m), floats(3, 1), mask(2, 1, 4)),
+    case("masked_select-0d_mask", lambda x, m: x.masked_select(m), floats(3, 4), mask()),
+    case("masked_select-int", lambda x, m: x.masked_select(m), ints(3, 4), mask(3, 4)),
+    case("masked_select-bool", lambda x, m: x.masked_select(m), mask(3, 4), mask(3, 4)),
+    case("masked_select-none", lambda x: x.masked_select(x > 9), floats(3, 4), ref=lambda x: x.masked_select(x > 9)),
+    case("nonzero-2d", lambda x: x.nonzero(), ints(4, 5, low=-1, high=1)),
+    case("nonzero-1d", lambda x: x.nonzero(), ints(20, low=-1, high=1)),
+    case("nonzero-3d_bool", lambda x: x.nonzero(), mask(3, 5, 2)),
+    case("nonzero-float", lambda x: x.nonzero(), values(0.0, -0.0, 2.5, float("nan"), 0.0, -1.0, shape=(2, 3))),
+    case("nonzero-0d", lambda x: x.nonzero(), ints(low=1, high=3)),
+    case("nonzero-0d_zero", lambda x: x.nonzero(), ints(low=0, high=0)),
+    case("nonzero-tuple", lambda x: x.nonzero(as_tuple=True), ints(4, 5, low=-1, high=1)),
+    case("nonzero-tuple_0d", lambda x: x.nonzero(as_tuple=True), ints(low=1, high=3)),
+    case("nonzero-T", lambda x: x.nonzero(), ints(5, 4, low=-1, high=1).T),
+    case("nonzero-empty", lambda x: x.nonzero(), floats(0, 3)),
     case("one_hot-times", lambda x, i: x * i.one_hot(4), floats(3, 4), indices(4, 3),
          ref=lambda x, i: x * F.one_hot(i, 4)),
     case("masked_fill-bcast", lambda x, m: x.masked_fill(m, 2.0), floats(4, 3).T, mask(4, 1).T),
@@ -169,6 +250,33 @@ def test_getitem(c, device, request):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(SETITEM))
+def test_setitem(c, device, request):
+    check(c, device, request)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("c", params(GATHER))
 def test_gather_scatter(c, device, request):
+    check(c, device, request)
+
+
+# (formula, operand shapes): torch.einsum's forms, operands passed one by one
+EINSUMS = [
+    ("->", [()]), ("ij->ji", [(3, 4)]), ("jki", [(2, 3, 4)]), ("ij,jk", [(3, 4), (4, 2)]),
+    ("ik,jkl,il->ij", [(2, 3), (5, 3, 4), (2, 4)]), ("pqrs,tuqvr->pstuv", [(2, 3, 4, 2), (2, 3, 3, 2, 4)]),
+    ("ii->i", [(4, 4)]), ("ii", [(4, 4)]), ("iji->j", [(3, 2, 3)]), ("...ii->...", [(2, 3, 4, 4)]),
+    ("...id,...jd->...ij", [(2, 3, 4), (1, 5, 4)]), ("...id,...jd", [(3, 2, 4), (3, 5, 4)]),
+    ("i...j,ji...->...", [(2, 3, 4, 5), (5, 2, 4)]), ("ij...,ij...->ij", [(2, 3, 4, 2), (2, 3, 4, 2)]),
+    ("bij,bjk->bik", [(1, 3, 4), (2, 4, 2)]),
+]
+EINSUM = [case(f"einsum-{f}", lambda *xs, f=f: Tensor.einsum(f, *xs), *(floats(*s) for s in shapes),
+               ref=lambda *xs, f=f: torch.einsum(f, *xs)) for f, shapes in EINSUMS]
+EINSUM.append(case("einsum-list", lambda a, b: Tensor.einsum("i,i->i", [a, b]), floats(5), floats(5),
+                   ref=lambda a, b: torch.einsum("i,i->i", [a, b])))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(EINSUM))
+def test_einsum(c, device, request):
     check(c, device, request)

@@ -15,28 +15,39 @@ from .harness import (
     case,
     check,
     const,
+    f16,
     floats,
     i32,
     indices,
+    ints,
     mask,
+    nan,
     params,
     positive,
+    u8,
     values,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding=.same.:UserWarning")
 
 LOOSE = {"rtol": 1e-4, "atol": 1e-4}  # sums of many products
+HALF = {"rtol": 5e-3, "atol": 5e-3}  # float16 results (torch's test_gemm_fp16 tolerance)
+inf = float("inf")
+#: rows of softmax's edge cases: +inf, all -inf, +-1e30, overflowing and underflowing exponents
+EDGE_ROWS = (inf, 1.0, 2.0, -inf, -inf, -inf, -inf, -inf, 1e30, -1e30, 0.0, 1.0,
+             88.8, 100.0, 400.0, -400.0, -inf, -inf, 5.0, 5.0)
 
-SOFTMAX_0D = "softmax(0) of a 0-d tensor: IndexError in codegen/lower.py _lower_reduce (torch: 1.0)"
 MAX_POOL_TIES = ("max_pool2d's gradient at tied maxima is split evenly among them (as max's); "
                  "torch's goes to the first of each window")
 
 SOFTMAX = [
-    *along_axis("softmax", low=-5, high=5, xfail={"0d": SOFTMAX_0D}),
-    *along_axis("log_softmax", low=-5, high=5, xfail={"0d": SOFTMAX_0D}),
+    *along_axis("softmax", low=-5, high=5),
+    *along_axis("log_softmax", low=-5, high=5),
     case("softmax-minus_inf", lambda x: x.softmax(-1), values(float("-inf"), 1.0, 2.0, shape=(2, 3)),
          ref=lambda x: x.softmax(-1)),
+    # a row holding +inf is nan throughout (torch's too); huge values neither overflow nor lose the gradient
+    *(case(f"{op}-edges", lambda x, op=op: getattr(x, op)(-1), values(*EDGE_ROWS, shape=(5, 4)),
+           ref=lambda x, op=op: getattr(x, op)(-1)) for op in ("softmax", "log_softmax")),
 ]
 
 # (id, input shape, weight shape, keyword arguments); the method by the weight's rank
@@ -91,7 +102,30 @@ CONV = [
          ref=lambda x, w: F.conv3d(x, w, padding=1)),
     case("conv_transpose2d-of_1d", lambda x, w: x.conv_transpose2d(w, stride=2), floats(1, 3, 5),
          floats(3, 2, 4), ref=lambda x, w: F.conv_transpose1d(x, w, stride=2)),
+    # padding as 2n ints, F.pad's order (the last axis first); negative padding crops
+    *(case(f"conv2d-flat_pad_{i}", lambda x, w, b, p=p: x.conv2d(w, b, padding=p), floats(1, 2, 5, 6),
+           floats(3, 2, 2, 3), floats(3), ref=lambda x, w, b, p=p: F.conv2d(F.pad(x, p), w, b))
+      for i, p in enumerate([(0, 1, 0, 1), (2, 1, 2, 1), (2, 0, 2, 1), (-1, 0, -1, 0), (1, -1, 0, 2)])),
+    case("conv2d-negative_pad", lambda x, w: x.conv2d(w, padding=-1), floats(1, 2, 7, 6), floats(2, 2, 3, 3),
+         ref=lambda x, w: F.conv2d(x[:, :, 1:-1, 1:-1], w)),
+    case("conv1d-flat_pad", lambda x, w: x.conv1d(w, padding=(2, 0), stride=2), floats(2, 3, 8), floats(4, 3, 3),
+         ref=lambda x, w: F.conv1d(F.pad(x, (2, 0)), w, stride=2)),
+    case("conv3d-flat_pad", lambda x, w: x.conv3d(w, padding=[1] * 6), floats(1, 2, 4, 5, 5),
+         floats(2, 2, 3, 3, 3), ref=lambda x, w: F.conv3d(x, w, padding=1)),
+    case("conv_transpose2d-flat_pad", lambda x, w: x.conv_transpose2d(w, stride=2, padding=(1, 0, 2, 1)),
+         floats(1, 2, 4, 5), floats(2, 3, 3, 3), ref=lambda x, w: F.conv_transpose2d(x, w, stride=2)[:, :, 2:-1, 1:]),
 ]
+
+def unpool(kw, output_size, lib=None, dims=2):
+    """max_unpool (of ``lib``, torch.nn.functional, or fusegrad's methods) of max_pool's values
+    and indices, the same ``kw`` for both."""
+    if lib is None:
+        pool, unpool = (f"max_pool{dims}d", f"max_unpool{dims}d")
+        return lambda x: getattr(x.__class__, unpool)(*getattr(x, pool)(**kw, return_indices=True), **kw,
+                                                      output_size=output_size)
+    pool, unpool = getattr(lib, f"max_pool{dims}d"), getattr(lib, f"max_unpool{dims}d")
+    return lambda x: unpool(*pool(x, **kw, return_indices=True), **kw, output_size=output_size)
+
 
 POOLS = [  # keyword arguments, the same for fusegrad and torch
     ("2", {"kernel_size": 2}),
@@ -122,6 +156,40 @@ POOL = [
     *(case(f"adaptive_avg_pool2d-{n}", lambda x, s=s: x.adaptive_avg_pool2d(s), floats(2, 3, 7, 5),
            ref=lambda x, s=s: F.adaptive_avg_pool2d(x, s))
       for n, s in (("1x1", (1, 1)), ("3x2", (3, 2)), ("5x4", (5, 4)), ("int", 2))),
+    # asymmetric padding, F.pad's order; the 1d and 3d names
+    *(case(f"max_pool2d-flat_pad_{i}", lambda x, p=p: x.max_pool2d(5, padding=p), floats(2, 2, 11, 8),
+           ref=lambda x, p=p: F.max_pool2d(F.pad(x, p, value=-inf), 5))
+      for i, p in enumerate([(0, 1, 0, 1), (2, 1, 2, 1), (2, 0, 2, 1)])),
+    case("avg_pool2d-flat_pad", lambda x: x.avg_pool2d(3, 2, padding=(1, 0, 0, 1)), floats(2, 2, 7, 6),
+         ref=lambda x: F.avg_pool2d(F.pad(x, (1, 0, 0, 1)), 3, 2)),
+    case("max_pool1d-pad", lambda x: x.max_pool1d(3, 2, 1), floats(2, 3, 9), ref=lambda x: F.max_pool1d(x, 3, 2, 1)),
+    case("avg_pool1d-ceil", lambda x: x.avg_pool1d(3, 2, 1, True), floats(2, 3, 8),
+         ref=lambda x: F.avg_pool1d(x, 3, 2, 1, True)),
+    case("max_pool3d-stride", lambda x: x.max_pool3d(2, (1, 2, 2)), floats(1, 2, 4, 6, 5),
+         ref=lambda x: F.max_pool3d(x, 2, (1, 2, 2))),
+    case("avg_pool3d-exclude_pad", lambda x: x.avg_pool3d(3, 2, 1, count_include_pad=False), floats(1, 2, 7, 6, 7),
+         ref=lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False)),
+    # the position of each maximum in its plane (torch's int64, our int32), and back
+    *(case(f"max_pool2d-indices_{n}", lambda x, kw=kw: x.max_pool2d(**kw, return_indices=True),
+           floats(2, 2, 10, 9), ref=lambda x, kw=kw: F.max_pool2d(x, **kw, return_indices=True))
+      for n, kw in [*POOLS, ("dilation", {"kernel_size": (3, 2), "dilation": (2, 3)}),
+                    ("overlap", {"kernel_size": 3, "stride": 1})]),
+    case("max_pool2d-indices_ties", lambda x: x.max_pool2d(3, 1, return_indices=True)[1],
+         values(1.0, 2.0, shape=(1, 1, 6, 6)), ref=lambda x: F.max_pool2d(x, 3, 1, return_indices=True)[1]),
+    case("max_pool2d-indices_pad_minus_inf", lambda x: x.max_pool2d(2, padding=1, return_indices=True)[1],
+         values(-inf, shape=(1, 1, 2, 4)), ref=lambda x: F.max_pool2d(x, 2, padding=1, return_indices=True)[1]),
+    case("max_pool2d-indices_nan", lambda x: x.max_pool2d(2, return_indices=True),
+         values(1.0, nan, 3.0, nan, 5.0, 6.0, 7.0, 8.0, shape=(1, 1, 2, 4)),
+         ref=lambda x: F.max_pool2d(x, 2, return_indices=True), grad=False),
+    *(case(f"max_unpool2d-{n}", unpool(kw, size), floats(2, 3, 9, 8), ref=unpool(kw, size, F))
+      for n, kw, size in [("2", {"kernel_size": 2}, None),
+                          ("stride_pad", {"kernel_size": 3, "stride": (3, 2), "padding": 1}, (9, 8)),
+                          ("size", {"kernel_size": 2}, (7, 5, 9, 9)),
+                          ("overlap", {"kernel_size": 3, "stride": 1}, None)]),
+    case("max_unpool1d-2", unpool({"kernel_size": 2}, None, dims=1), floats(2, 3, 9),
+         ref=unpool({"kernel_size": 2}, None, F, dims=1)),
+    case("max_unpool2d-inf", unpool({"kernel_size": 2}, None), values(inf, -inf, nan, 1.0, 2.0, 3.0, shape=(1, 1, 2, 3)),
+         ref=unpool({"kernel_size": 2}, None, F), grad=False),
 ]
 
 INTERPOLATIONS = [
@@ -137,6 +205,11 @@ INTERPOLATIONS = [
 RESIZE = [
     *(case(f"interpolate-{n}", lambda x, kw=kw: x.interpolate(**kw), floats(1, 2, 4, 5),
            ref=lambda x, kw=kw: F.interpolate(x, **kw)) for n, kw in INTERPOLATIONS),
+    # an image stays uint8, rounded as torch's fixed-point resampling (both passes, at every size)
+    *(case(f"interpolate-uint8_{n}", lambda x, kw=kw: x.interpolate(**kw), ints(2, 3, 9, 13, low=0, high=255, dtype=u8),
+           ref=lambda x, kw=kw: F.interpolate(x, **kw)) for n, kw in INTERPOLATIONS),
+    case("interpolate-uint8_down", lambda x: x.interpolate(size=(10, 10), mode="bilinear"),
+         ints(1, 3, 64, 64, low=0, high=255, dtype=u8), ref=lambda x: F.interpolate(x, size=(10, 10), mode="bilinear")),
     case("interpolate-linear_1d", lambda x: x.interpolate(size=8, mode="linear"), floats(2, 3, 5),
          ref=lambda x: F.interpolate(x, size=8, mode="linear")),
 ]
@@ -180,6 +253,21 @@ NORM = [
          lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True),
          floats(2, 4, 4), floats(2, 4, 4), floats(2, 4, 3),
          ref=lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), tol=LOOSE),
+    # is_causal with more keys or more queries (aligned top-left, as torch); grouped heads
+    *(case(f"scaled_dot_product_attention-causal_{n}",
+           lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True), floats(1, 2, lq, 4),
+           floats(1, 2, lk, 4), floats(1, 2, lk, 3),
+           ref=lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), tol=LOOSE)
+      for n, lq, lk in (("wide", 3, 5), ("tall", 5, 3))),
+    case("scaled_dot_product_attention-gqa",
+         lambda q, k, v: q.scaled_dot_product_attention(k, v, enable_gqa=True), floats(2, 6, 3, 4),
+         floats(2, 2, 5, 4), floats(2, 3, 5, 3), tol=LOOSE,
+         ref=lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)),
+    case("scaled_dot_product_attention-mask_bcast", sdpa(), floats(2, 2, 3, 4), floats(2, 2, 5, 4),
+         floats(2, 2, 5, 3), mask(2, 1, 1, 5), ref=F.scaled_dot_product_attention, tol=LOOSE),
+    # half inputs: the gradient's sums too accumulate in float32 (within torch's half tolerance)
+    case("matmul-f16", lambda x, w, s: x.half().matmul(w.half()) * s, floats(64, 32), floats(32, 64),
+         floats(64, dtype=f16), ref=lambda x, w, s: x.half() @ w.half() * s, tol=HALF),
     case("linear-bias", lambda x, w, b: x.linear(w, b), floats(2, 3, 4), floats(4, 5), floats(5),
          ref=lambda x, w, b: F.linear(x, w.T, b)),
     case("linear-no_bias", lambda x, w: x.linear(w), floats(3, 4), floats(4, 2),
@@ -212,6 +300,19 @@ LOSSES = [
          ref=lambda x, y: F.nll_loss(x, y, reduction="sum")),
     case("nll_loss-weight_ignore", lambda x, y, w: x.nll_loss(y, w, ignore_index=2), floats(5, 3),
          indices(3, 5), const(3, low=0.5, high=2), ref=lambda x, y, w: F.nll_loss(x, y, w, ignore_index=2)),
+    *(case(f"nll_loss-{r}", lambda x, y, r=r: x.nll_loss(y, reduction=r), floats(6, 4),
+           values(0, -100, 3, 1, 2, 2, dtype=i32), ref=lambda x, y, r=r: F.nll_loss(x, y.long(), reduction=r))
+      for r in ("mean", "none")),
+    case("nll_loss-spatial_weight_ignore", lambda x, y, w: x.nll_loss(y, w, ignore_index=1, reduction="none"),
+         floats(2, 3, 2, 2), indices(3, 2, 2, 2), const(3, low=0.5, high=2),
+         ref=lambda x, y, w: F.nll_loss(x, y, w, ignore_index=1, reduction="none")),
+    case("cross_entropy-unbatched", lambda x, y: x.cross_entropy(y, label_smoothing=0.1), floats(5), indices(5),
+         ref=lambda x, y: F.cross_entropy(x, y, label_smoothing=0.1)),
+    case("cross_entropy-probs_unbatched", lambda x, p: x.cross_entropy(p.softmax(0)), floats(5), floats(5),
+         ref=lambda x, p: F.cross_entropy(x, p.softmax(0))),
+    case("cross_entropy-probs_weight", lambda x, p, w: x.cross_entropy(p.softmax(1), "sum", 0.1, weight=w),
+         floats(4, 5), floats(4, 5), const(5, low=0.5, high=2),
+         ref=lambda x, p, w: F.cross_entropy(x, p.softmax(1), w, reduction="sum", label_smoothing=0.1)),
     case("sparse_categorical_crossentropy-plain", lambda x, y: x.sparse_categorical_crossentropy(y),
          floats(2, 3, 5), indices(5, 2, 3), ref=lambda x, y: F.cross_entropy(x.permute(0, 2, 1), y)),
     *(case(f"sparse_categorical_crossentropy-ignore{'_smoothing' if s else ''}",

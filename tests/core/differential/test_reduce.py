@@ -10,6 +10,7 @@ import pytest
 
 from .harness import (
     DEVICES,
+    F,
     along_axis,
     bool_,
     case,
@@ -25,6 +26,7 @@ from .harness import (
     one_axis_at_a_time,
     params,
     reduction,
+    ties,
     torch,
     torch_reduce,
     u8,
@@ -33,7 +35,7 @@ from .harness import (
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*degrees of freedom:UserWarning")
 
-inf = float("inf")
+inf, nan = float("inf"), float("nan")
 ALL_INTS = (i32, i64, i8, u8, bool_)
 #: torch's float32 gradient of std_mean is off by 2e-4 on one input here (float64 agrees with ours)
 LOOSE = {"rtol": 1e-3, "atol": 1e-4}
@@ -71,6 +73,25 @@ REDUCE = [
     *reduction("argmax", ref=arg_ref("argmax"), tuple_axes=False, empty=False, dtypes=(f32, i32, u8), xfail={"special": ARGMAX_NAN}),
     *reduction("argmin", ref=arg_ref("argmin"), tuple_axes=False, empty=False, dtypes=(f32, i32, u8), xfail={"special": ARGMAX_NAN}),
     case("mean-int", lambda x: x.mean(1), ints(2, 3), ref=lambda x: x.float().mean(1)),
+    *reduction("any", dtypes=(f32, i32, bool_, u8), grad=False),
+    *reduction("all", dtypes=(f32, i32, bool_, u8), grad=False),
+    case("any-zero_axes", lambda x: x.any((1, 3)), floats(1, 0, 3, 0, 5), ref=lambda x: x.any((1, 3))),
+    case("all-zero_axes", lambda x: x.all((1, 3), keepdim=True), floats(1, 0, 3, 0, 5), ref=lambda x: x.all((1, 3), keepdim=True)),
+    case("all-zeros", lambda x: x.all(1), values(0.0, 1.0, -0.0, 2.0, nan, 0.0, shape=(3, 2))),
+    case("any-zeros", lambda x: x.any(0), values(0.0, 0.0, -0.0, 2.0, nan, 0.0, shape=(3, 2))),
+    case("all-large", lambda x: x.all(), values(True, shape=(1 << 19,), dtype=bool_)),
+    case("any-large", lambda x: x.any(), values(False, shape=(1 << 19,), dtype=bool_)),
+    # dtype= casts the input and is the result's dtype (a narrow int sum wraps, as torch's)
+    case("sum-dtype_f64", lambda x: x.sum(1, dtype=f64), floats(3, 5), ref=lambda x: x.sum(1, dtype=torch.float64)),
+    case("sum-dtype_f16", lambda x: x.sum(dtype=f16), floats(3, 5), ref=lambda x: x.sum(dtype=torch.float16)),
+    case("sum-dtype_i8_wraps", lambda x: x.sum(1, dtype=i8), ints(3, 5, low=90, high=120),
+         ref=lambda x: x.sum(1, dtype=torch.int8)),
+    case("prod-dtype_f64", lambda x: x.prod(1, dtype=f64), ints(3, 5, low=-4, high=4),
+         ref=lambda x: x.prod(1, dtype=torch.float64)),
+    case("mean-dtype_f64", lambda x: x.mean((0, 1), dtype=f64), floats(3, 5),
+         ref=lambda x: x.mean((0, 1), dtype=torch.float64)),
+    case("mean-dtype_f16", lambda x: x.mean(0, keepdim=True, dtype=f16), floats(3, 5),
+         ref=lambda x: x.mean(0, keepdim=True, dtype=torch.float16), tol={"rtol": 5e-3, "atol": 5e-3}),
     case("prod-zero", lambda x: x.prod(1), values(2.0, 0.0, 3.0, 4.0, shape=(2, 2))),
     case("prod-wide", lambda x: x.prod(1), floats(3, 37, low=0.8, high=1.2)),
     case("prod-empty_all", lambda x: x.prod(), floats(3, 0), ref=lambda x: x.prod()),
@@ -79,14 +100,48 @@ REDUCE = [
     case("max-negative", lambda x: x.max(), values(-5.0, -3.0, -4.0), ref=lambda x: x.amax()),
     case("max-all_ties", lambda x: x.max(), floats(3, 6, low=2, high=2), ref=lambda x: x.amax()),
     case("logsumexp-minus_inf", lambda x: x.logsumexp(1), values(-inf, shape=(2, 3)), ref=lambda x: x.logsumexp(1)),
-    case("logsumexp-inf", lambda x: x.logsumexp(1), values(-inf, 1.0, inf, shape=(2, 3)), ref=lambda x: x.logsumexp(1), grad=False),
+    case("logsumexp-inf", lambda x: x.logsumexp(1), values(-inf, 1.0, inf, shape=(2, 3)), ref=lambda x: x.logsumexp(1)),
+    case("logsumexp-extreme", lambda x: x.logsumexp(1), values(400.0, -400.0, 88.8, 1e30, -1e30, 0.0, 5.0, 100.0, shape=(4, 2)),
+         ref=lambda x: x.logsumexp(1)),
+    case("logsumexp-0d_axis", lambda x: x.logsumexp(0), values(2.5, shape=()), ref=lambda x: x.logsumexp(0)),
+    # a 0-d tensor has axis 0 (and -1), as in torch: reducing over it keeps the one element
+    *(case(f"{op}-0d_axis{a}", lambda x, op=op, a=a: getattr(x, op)(a), floats(),
+           ref=lambda x, name=name, a=a: getattr(torch, name)(x, a)) for op, name in
+      (("sum", "sum"), ("mean", "mean"), ("max", "amax"), ("min", "amin"), ("prod", "prod"))
+      for a in (0, -1)),
+    case("sum-0d_axes_keepdim", lambda x: x.sum((0,), keepdim=True), floats(), ref=lambda x: x.sum((0,), keepdim=True)),
+    *(case(f"{op}-0d_axis", lambda x, op=op: getattr(x, op)(0), floats(), ref=lambda x, op=op: getattr(x, op)(0))
+      for op in ("argmax", "argmin")),
 ]
 
 SCAN = [
     *along_axis("cumsum", dtypes=(f32, i32)),
-    *along_axis("cumprod", low=0.5, high=1.5, dtypes=(f32, i32)),
-    *along_axis("cummax", ref=lambda x, axis: torch.cummax(x, axis).values, dtypes=(f32, i32)),
-    *along_axis("cummin", ref=lambda x, axis: torch.cummin(x, axis).values, dtypes=(f32, i32)),
+    *along_axis("cumprod", low=0.5, high=1.5, dtypes=(f32, i32, f16, f64, i8, bool_)),
+    *along_axis("cummax", dtypes=(f32, i32, f16, u8, bool_)),  # (values, indices)
+    *along_axis("cummin", dtypes=(f32, i32, f16, u8, bool_)),
+    *along_axis("logcumsumexp", low=-5, high=5, dtypes=(f32, f16, f64)),
+    *along_axis("softmin", ref=lambda x, axis: F.softmin(x, axis), dtypes=(f32, f64)),
+    *along_axis("normalize", lambda x, axis: x.normalize(dim=axis), lambda x, axis: F.normalize(x, dim=axis)),
+    case("cumprod-zeros", lambda x: x.cumprod(1), values(2.0, 0.0, -3.0, 0.0, 1.5, -1.0, 0.5, 0.0, 4.0, shape=(2, 9))),
+    case("cumprod-long", lambda x: x.cumprod(0), floats(600, low=0.95, high=1.05)),
+    case("cumprod-int_exact", lambda x: x.cumprod(0), ints(45, low=-2, high=2)),
+    case("cumprod-dim2", lambda x: x.cumprod(-1), floats(2, 3, 20, low=0.5, high=1.5)),
+    case("cummax-ties", lambda x: x.cummax(1), ties(3, 9), ref=lambda x: torch.cummax(x, 1)),
+    case("cummin-ties", lambda x: x.cummin(0), ties(9, 3), ref=lambda x: torch.cummin(x, 0)),
+    case("cummax-signed_zeros", lambda x: x.cummax(0), values(-0.0, 0.0, -0.0, 1.0, -inf), ref=lambda x: torch.cummax(x, 0)),
+    case("cummax-long", lambda x: x.cummax(0), floats(600), ref=lambda x: torch.cummax(x, 0)),
+    case("cummin-zero_axis", lambda x: x.cummin(1), floats(2, 0, 4), ref=lambda x: torch.cummin(x, 1)),
+    case("logcumsumexp-large", lambda x: x.logcumsumexp(0), values(0.0, 100.0, -1000.0, 1000.0, 1000.0, -inf)),
+    # (values only: torch's gradient there is nan, e**(x - out) with x = out = -inf; ours the limit)
+    case("logcumsumexp-minus_inf", lambda x: x.logcumsumexp(1), values(-inf, -inf, 2.0, shape=(2, 3)), grad=False),
+    case("logcumsumexp-long", lambda x: x.logcumsumexp(0), floats(300, low=-50, high=50)),
+    case("normalize-p1", lambda x: x.normalize(p=1), floats(4, 5), ref=lambda x: F.normalize(x, p=1)),
+    case("normalize-p3_dim0", lambda x: x.normalize(p=3, dim=0), floats(4, 5), ref=lambda x: F.normalize(x, p=3, dim=0)),
+    case("normalize-p0", lambda x: x.normalize(p=0), floats(4, 5), ref=lambda x: F.normalize(x, p=0)),
+    case("normalize-p_neg1", lambda x: x.normalize(p=-1), floats(4, 5, low=0.5), ref=lambda x: F.normalize(x, p=-1)),
+    case("normalize-p_inf", lambda x: x.normalize(p=inf), floats(4, 5), ref=lambda x: F.normalize(x, p=inf)),
+    case("normalize-zero_row", lambda x: x.normalize(), values(0.0, 0.0, 0.0, 1.0, -2.0, 2.0, shape=(2, 3)), ref=F.normalize),
+    case("normalize-int", lambda x: x.normalize(dim=0), ints(3, 4), ref=lambda x: F.normalize(x.float(), dim=0)),
 ]
 
 SORT = [

@@ -12,8 +12,8 @@ from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 # one rule per op a target may lack, each the identity it relies on
 DECOMPOSITIONS: dict[Ops, tuple[UPat, object]] = {
-    Ops.MAX: (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),
-              lambda a, b: a.lt(b).where(b, a)),                               # max(a,b) = a<b ? b : a
+    Ops.MAX: (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),             # max(a,b) = a<b ? b : a,
+              lambda a, b: (a.lt(b) | b.ne(b) if a.dtype.is_float else a.lt(b)).where(b, a)),  # NaN b too
     Ops.MULACC: (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))),
                  lambda a, b, c: a * b + c),                                   # mulacc = a*b + c
     Ops.SHL: (UPat(Ops.SHL, src=(UPat.var("a"), UPat.cvar("b"))),

@@ -284,4 +284,17 @@ class CStyleRenderer(Renderer):
             return f"(!{src[0]})" if u.dtype == dtypes.bool else f"(-{src[0]})"
         if u.op is Ops.RECIP:
             return f"({self.render_const(1.0, u.dtype)}/{src[0]})"
+        if u.op is Ops.MAX and u.dtype.is_float:
+            return self.render_float_max(u, src)
         return self.code_for_op[u.op](*src)
+
+    def render_float_max(self, u: UOp, src: list[str]) -> str:
+        """MAX of floats propagates NaN from either side, as numpy's and torch's maximum do (C's
+        ``a>b?a:b`` loses a NaN ``a``, so a reduction's result would depend on element order).
+        Against a constant (relu's 0) one comparison does: ``!(a<=c)`` holds for a NaN ``a``."""
+        (a, b), (ua, ub) = src, u.src
+        if ua.op is Ops.CONST:
+            (a, b), (ua, ub) = (b, a), (ub, ua)
+        if ub.op is Ops.CONST and ub.arg == ub.arg:
+            return f"((!({a}<={b}))?{a}:{b})"
+        return f"((({a}>{b})||({a}!={a}))?{a}:{b})"
