@@ -29,13 +29,11 @@ NOT_PROMISED = {
     "llvmpipe gives 0 for 0.0 ** -1.0, not inf",
 }
 #: Core tests that need float64 inside (WGSL has none): refused with UnsupportedOp, for now.
-#: tensor_math computes trunc/floor/ceil and integer powers through float64.
+#: tensor_math computes trunc/floor/ceil through float64.
 NEEDS_FLOAT64 = {
     "test_unary[floor]",
     "test_unary[ceil]",
     "test_unary[trunc]",
-    "test_unary[rpow]",
-    "test_binary_broadcast[pow_int_tensor]",
 }
 
 

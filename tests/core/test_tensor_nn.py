@@ -336,3 +336,26 @@ def test_errors_as_torch(ours, theirs, message):
         theirs()
     with pytest.raises(theirs_raised.type, match=message):
         ours()
+
+
+def test_multinomial_draws_in_proportion_to_the_weights():
+    Tensor.manual_seed(3)
+    weights = Tensor([[0.0, 1.0, 3.0], [2.0, 0.0, 0.0]])
+    draws = weights.multinomial(4000, replacement=True).numpy()
+    assert draws.shape == (2, 4000) and draws.dtype.kind == "i"
+    assert not (draws[0] == 0).any() and (draws[1] == 0).all()  # a zero weight is never drawn
+    assert abs((draws[0] == 2).mean() - 0.75) < 0.03
+    assert Tensor([1.0, 1.0]).multinomial().shape == (1,)
+
+
+@pytest.mark.parametrize("fn, error", [
+    (lambda: Tensor.ones(3, 5).glu(), "odd"),
+    (lambda: Tensor.ones(1, 5, 2, 2).pixel_shuffle(2), "upscale_factor"),
+    (lambda: Tensor.ones(2, 3).unbind(2), "out of range"),
+    (lambda: Tensor.ones(2, 3).instance_norm(), "spatial"),
+    (lambda: Tensor.ones(3).multinomial(2), "replacement"),
+    (lambda: Tensor.ones(3).norm("nuc"), "'fro'"),
+])
+def test_functional_errors_say_what_is_wrong(fn, error):
+    with pytest.raises((RuntimeError, ValueError, IndexError), match=error):
+        fn()

@@ -123,3 +123,11 @@ def test_hook_reference_is_up_to_date():
         text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_torch_name_table_is_current():
+    """docs/torch-names.md is what scripts/torch_names.py makes of today's API and torch."""
+    pytest.importorskip("torch")
+    script = ROOT / "scripts" / "torch_names.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

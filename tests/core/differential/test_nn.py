@@ -10,6 +10,7 @@ import pytest
 
 from .harness import (
     DEVICES,
+    Arg,
     F,
     along_axis,
     case,
@@ -24,6 +25,7 @@ from .harness import (
     nan,
     params,
     positive,
+    torch,
     u8,
     values,
 )
@@ -372,4 +374,52 @@ def test_normalise_attend_embed(c, device, request):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("c", params(LOSSES))
 def test_loss(c, device, request):
+    check(c, device, request)
+
+
+# fmt: off
+#: tensor_functional.py: the further losses and layers of torch.nn.functional
+FUNCTIONAL = [
+    *(case(f"smooth_l1_loss-{r}_{b}", lambda x, y, r=r, b=b: x.smooth_l1_loss(y, r, b), floats(4, 3),
+           floats(4, 3), ref=lambda x, y, r=r, b=b: F.smooth_l1_loss(x, y, reduction=r, beta=b))
+      for r, b in (("mean", 1.0), ("sum", 0.5), ("none", 2.0), ("mean", 0.0))),
+    *(case(f"huber_loss-{r}_{d}", lambda x, y, r=r, d=d: x.huber_loss(y, r, d), floats(4, 3),
+           floats(4, 3), ref=lambda x, y, r=r, d=d: F.huber_loss(x, y, reduction=r, delta=d))
+      for r, d in (("mean", 1.0), ("sum", 0.5), ("none", 2.0))),
+    *(case(f"kl_div-{r}", lambda x, y, r=r: x.kl_div(y, r), floats(4, 3, low=-3, high=-0.1),
+           const(4, 3, low=0.0, high=1.0), ref=lambda x, y, r=r: F.kl_div(x, y, reduction=r))
+      for r in ("mean", "sum", "none", "batchmean")),
+    case("kl_div-zero_target", lambda x, y: x.kl_div(y, "sum"), floats(2, 3),
+         Arg((2, 3), kind="values", values=(0.0, 0.5, 0.0, 1.0, 0.25, 0.0), grad=False),
+         ref=lambda x, y: F.kl_div(x, y, reduction="sum")),
+    case("kl_div-log_target", lambda x, y: x.kl_div(y, "mean", log_target=True), floats(4, 3),
+         const(4, 3, low=-3, high=0), ref=lambda x, y: F.kl_div(x, y, reduction="mean", log_target=True)),
+    case("cosine_similarity-dim1", lambda a, b: a.cosine_similarity(b), floats(4, 5), floats(4, 5),
+         ref=F.cosine_similarity),
+    case("cosine_similarity-bcast", lambda a, b: a.cosine_similarity(b, dim=-1), floats(2, 3, 4),
+         floats(3, 4), ref=lambda a, b: F.cosine_similarity(a, b, dim=-1)),
+    case("glu-last", lambda x: x.glu(), floats(3, 6), ref=F.glu),
+    case("glu-dim0", lambda x: x.glu(0), floats(4, 3), ref=lambda x: F.glu(x, 0)),
+    case("instance_norm-2d", lambda x: x.instance_norm(), floats(2, 3, 4, 5), ref=F.instance_norm),
+    case("instance_norm-affine", lambda x, w, b: x.instance_norm(w, b), floats(2, 3, 6), floats(3),
+         floats(3), ref=lambda x, w, b: F.instance_norm(x, weight=w, bias=b)),
+    case("pixel_shuffle-2", lambda x: x.pixel_shuffle(2), floats(2, 8, 3, 4),
+         ref=lambda x: F.pixel_shuffle(x, 2)),
+    case("pixel_shuffle-3d", lambda x: x.pixel_shuffle(3), floats(9, 2, 2),
+         ref=lambda x: F.pixel_shuffle(x, 3)),
+    *(case(f"norm-p{p}", lambda x, p=p: x.norm(p), floats(3, 4), ref=lambda x, p=p: torch.norm(x, p))
+      for p in (2, 1, 3, "fro")),
+    case("norm-inf_dim", lambda x: x.norm(float("inf"), 1, True), floats(3, 5),
+         ref=lambda x: torch.linalg.vector_norm(x, float("inf"), 1, True)),
+    case("norm-0", lambda x: x.norm(0, 0), values(0.0, 1.0, -2.0, 0.0, 3.0, 0.0, shape=(3, 2)),
+         ref=lambda x: torch.linalg.vector_norm(x, 0, 0), grad=False),
+    case("unbind-0", lambda x: x.unbind(), floats(3, 4), ref=torch.unbind),
+    case("unbind-last", lambda x: x.unbind(-1), floats(2, 3), ref=lambda x: torch.unbind(x, -1)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(FUNCTIONAL))
+def test_functional(c, device, request):
     check(c, device, request)
