@@ -19,11 +19,12 @@ from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
 from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
+from fusegrad.tensor_functional import FunctionalMixin
 from fusegrad.tensor_index import IndexMixin
 from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
-from fusegrad.tensor_functional import FunctionalMixin
 from fusegrad.tensor_nn import NNMixin
+from fusegrad.tensor_scan import ScanMixin
 from fusegrad.tensor_special import SpecialMixin
 from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, is_symbolic, sym_eval
 
@@ -49,7 +50,8 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Tensor(AutogradMixin, MovementMixin, MathMixin, SpecialMixin, IndexMixin, NNMixin, FunctionalMixin):
+class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, IndexMixin, NNMixin,
+             FunctionalMixin):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()

@@ -1,5 +1,5 @@
 """Math methods of ``Tensor``: powers, integer division, bit ops, rounding, activations,
-softmax and friends, statistics, scans and sorting.
+softmax and friends, and statistics (scans and sorting are in ``tensor_scan.py``).
 
 Everything here is built from the primitives of ``tensor.py`` (ALU ops, sum and max reductions,
 movement ops), so it fuses into kernels and gets gradients like any other graph.
@@ -8,8 +8,8 @@ movement ops), so it fuses into kernels and gets gradients like any other graph.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FusegradError, InvalidArgument
@@ -39,13 +39,6 @@ def _pow_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, 
     dx = (y == 0).where(0.0, y * x._float_pow(y - 1))
     dy = ((x == 0) & (y >= 0)).where(0.0, x._float_pow(y) * x.log())
     return (grad * dx).cast(x.dtype).uop, (grad * dy).cast(y.dtype).uop
-
-class ValuesIndices(NamedTuple):
-    """What ``cummax`` and ``cummin`` return, as PyTorch's: the values, and where each came from."""
-
-    values: Tensor
-    indices: Tensor
-
 
 #: (bits of a partial quotient, the integer type of the same size) for ``_fmod_magnitude``: the
 #: divisor splits into a high part of p - k significand bits and a low part of k, so that a
@@ -98,18 +91,8 @@ def _remainder_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple
     return grad.uop, (-grad * quotient).uop
 
 
-def _checkpoint(x: Tensor) -> Tensor:
-    """``x.contiguous()``, whose gradient is made contiguous too: a kernel boundary in both passes
-    (the gradient of ``contiguous`` alone passes through, and would fuse the backward steps)."""
-    return x.contiguous()._with_gradient(_contiguous_gradient, (x,), ())
-
-
-def _contiguous_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
-    return (UOp(Ops.CONTIGUOUS, g.dtype, (g,)),)
-
-
 class MathMixin:
-    """Elementwise math, activations, softmax, statistics, scans and sorting."""
+    """Elementwise math, activations, softmax and statistics."""
 
     __slots__ = ()
 
@@ -732,150 +715,3 @@ class MathMixin:
         """
         norm = self._vector_norm(p, self._axis(dim))
         return self._float_operand() / norm.clip(eps)
-
-    # ---- scans -----------------------------------------------------------------------------------
-
-    def _prefix(self, axis: int, fill: Any) -> Tensor:
-        """(..., n, n) with [..., i, j] = x[..., j] for j <= i, else ``fill``; the axis moved last."""
-        x = self.transpose(axis, -1) if self.ndim else self.reshape(1)
-        n = x.shape[-1]
-        idx = type(self).arange(n, device=self.device)
-        before = idx.reshape(n, 1) >= idx.reshape(1, n)
-        return before.where(x.unsqueeze(-2), fill).cast(self.dtype)
-
-    def _unscan(self, out: Tensor, axis: int) -> Tensor:
-        return out.transpose(axis, -1) if self.ndim else out.reshape(())
-
-    def cumsum(self, axis: int = 0) -> Tensor:
-        """Running sums along ``axis`` (an n*n masked sum: one kernel, fine for moderate n).
-
-        >>> Tensor([1, 2, 3]).cumsum().tolist()
-        [1, 3, 6]
-        """
-        axis = self._axis(axis)
-        return self._unscan(self._prefix(axis, 0).sum(-1), axis)
-
-    def _scan(self, axis: int, parts: Sequence[Tensor], fills: Sequence[Any],
-              combine: Callable[[tuple[Tensor, ...], tuple[Tensor, ...]], tuple[Tensor, ...]],
-              steps_per_kernel: int) -> tuple[Tensor, ...]:
-        """Running ``combine`` of ``parts`` (tensors shaped like this one) along ``axis``.
-
-        By doubling (Hillis and Steele): the step of shift s combines each element with the one s
-        before it (``fills`` before the start), so after log2(n) steps element i covers 0..i.
-        ``combine(earlier, later)`` must be associative. n log n work where an n*n masked
-        reduction takes n*n. Each step uses its input twice, so k fused steps compute ``combine``
-        2**k times an element: a kernel every ``steps_per_kernel`` steps, in the backward pass
-        too (``_checkpoint``)."""
-        n = self.shape[axis] if self.ndim else 1
-        shift, steps = 1, 0
-        while shift < n:
-            before = tuple((shift, 0) if i == axis else None for i in range(self.ndim))
-            keep = tuple((0, n) if i == axis else None for i in range(self.ndim))
-            earlier = tuple(p.pad(before, value=f).shrink(keep) for p, f in zip(parts, fills))
-            parts = combine(earlier, tuple(parts))
-            shift, steps = shift * 2, steps + 1
-            if steps % steps_per_kernel == 0 and shift < n:
-                parts = tuple(_checkpoint(p) for p in parts)
-        return tuple(parts)
-
-    def cumprod(self, axis: int = 0) -> Tensor:
-        """Running products along ``axis``, exact for integers (small ints and bool give int64,
-        halves are multiplied in float32, as ``prod``); the gradient is right at zeros too.
-
-        >>> Tensor([1, 2, 3, 0, 5]).cumprod().tolist()
-        [1, 2, 6, 0, 0]
-        """
-        axis = self._axis(axis)
-        x = self
-        if x.dtype == dtypes.bool or (x.dtype.is_int and x.dtype.itemsize < 8):
-            x = x.cast(dtypes.int64)
-        wide = x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
-        (out,) = wide._scan(axis, (wide,), (1,), lambda e, later: (e[0] * later[0],), 4)
-        return out.cast(x.dtype)
-
-    def _running_best(self, axis: int, later_wins: Callable[[Tensor, Tensor], Tensor],
-                      worst: Any) -> ValuesIndices:
-        """The running best along ``axis`` and its index: a later element replaces the best so
-        far where ``later_wins(later, best)`` (ties too: the latest index, as PyTorch), and a nan
-        always does. The values are selected, so the gradient goes to the element chosen."""
-        axis = self._axis(axis)
-        positions = self._positions(axis) if self.ndim else type(self).arange(1).reshape(())
-
-        def combine(earlier: tuple[Tensor, ...], later: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-            wins = later_wins(later[0], earlier[0])
-            if self.dtype.is_float:
-                wins = wins | later[0].isnan()
-            return wins.where(later[0], earlier[0]), wins.where(later[1], earlier[1])
-
-        values, indices = self._scan(axis, (self, positions), (worst, 0), combine, 2)
-        return ValuesIndices(values, indices._broadcast_to(self.shape).cast(dtypes.int32))
-
-    def cummax(self, axis: int = 0) -> ValuesIndices:
-        """Running maxima along ``axis`` and their indices (``values``, ``indices``), as
-        ``torch.cummax``: the latest index among equal maxima; nan wins once it appears.
-
-        >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
-        [[1, 3, 3, 3], [0, 1, 1, 3]]
-        """
-        worst = -math.inf if self.dtype.is_float else self.dtype.min
-        return self._running_best(axis, lambda later, best: later >= best, worst)
-
-    def cummin(self, axis: int = 0) -> ValuesIndices:
-        """Running minima along ``axis`` and their indices, as ``torch.cummin``."""
-        worst = math.inf if self.dtype.is_float else self.dtype.max
-        return self._running_best(axis, lambda later, best: later <= best, worst)
-
-    def logcumsumexp(self, axis: int = 0) -> Tensor:
-        """ln of the running sums of e**x along ``axis``, each step a stable ``logaddexp``
-        (so [0, 1000] gives [0, 1000], not inf).
-
-        >>> Tensor([0.0, 1000.0]).logcumsumexp().tolist()
-        [0.0, 1000.0]
-        """
-        axis = self._axis(axis)
-        x = self._float_operand()
-        wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
-        (out,) = wide._scan(axis, (wide,), (-math.inf,), lambda e, later: (e[0].logaddexp(later[0]),), 1)
-        return out.cast(x.dtype)
-
-    # ---- sorting ---------------------------------------------------------------------------------
-
-    def _ranks(self, axis: int, descending: bool) -> Tensor:
-        """Each element's position in a stable sort along ``axis`` (an n*n comparison count)."""
-        x = self.transpose(axis, -1)
-        a, b = x.unsqueeze(-1), x.unsqueeze(-2)  # a: element i, b: every other element j
-        n = x.shape[-1]
-        idx = type(self).arange(n, device=self.device)
-        earlier = idx.reshape(n, 1) > idx.reshape(1, n)  # j comes before i
-        ahead = (b > a) if descending else (b < a)
-        return (ahead | ((b == a) & earlier)).sum(-1)  # (..., n): rank of element i
-
-    def topk(
-        self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
-    ) -> tuple[Tensor, Tensor]:
-        """The ``k`` largest (or smallest) values along ``dim`` and their indices, in order.
-
-        >>> [t.tolist() for t in Tensor([3, 1, 4, 1, 5]).topk(2)]
-        [[5, 4], [4, 2]]
-        """
-        dim = self._axis(dim)
-        n = self.shape[dim]
-        if not 0 <= k <= n:
-            raise InvalidArgument(f"topk k={k} is out of range for a dimension of size {n}")
-        ranks = self._ranks(dim, descending=largest)  # (..., n) with dim moved last
-        x = self.transpose(dim, -1)
-        slot = type(self).arange(k, device=self.device)
-        picked = ranks.unsqueeze(-2) == slot.reshape(k, 1)  # (..., k, n)
-        values = picked.where(x.unsqueeze(-2), 0).sum(
-            -1, dtype=self.dtype if self.dtype != dtypes.bool else None
-        )
-        positions = picked.where(type(self).arange(n, device=self.device), 0).sum(-1)
-        values = values.cast(self.dtype)
-        return values.transpose(dim, -1), positions.transpose(dim, -1)
-
-    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
-        """The values along ``dim`` in order, and where each came from (stable)."""
-        return self.topk(self.shape[self._axis(dim)], dim, largest=descending)
-
-    def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
-        return self.sort(dim, descending)[1]
