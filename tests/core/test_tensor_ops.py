@@ -784,3 +784,66 @@ def test_to_same_device_is_identity(device):
     t = Tensor([1, 2], device=device)
     assert t.to(device) is t
     assert t.to(device.lower()) is t
+
+
+# ---- PyTorch's convenience methods (tensor_aliases.py): bad input raises what torch raises -------
+
+ALIAS_ERRORS = [  # (id, call on a zeros-maker ``z`` and an int-index maker ``i``)
+    ("mm-inner", lambda z, i: z(2, 3).mm(z(4, 2))),
+    ("mm-3d", lambda z, i: z(2, 2, 2).mm(z(2, 2))),
+    ("bmm-batch", lambda z, i: z(2, 3, 4).bmm(z(3, 4, 5))),
+    ("bmm-2d", lambda z, i: z(3, 4).bmm(z(4, 5))),
+    ("t-3d", lambda z, i: z(2, 2, 2).t()),
+    ("mT-1d", lambda z, i: z(3).mT),
+    ("narrow-start", lambda z, i: z(4).narrow(0, 5, 0)),
+    ("narrow-length", lambda z, i: z(4).narrow(0, 2, 3)),
+    ("narrow-dim", lambda z, i: z(4).narrow(1, 0, 1)),
+    ("select-index", lambda z, i: z(2, 3).select(1, 3)),
+    ("outer-2d", lambda z, i: z(2, 2).outer(z(2))),
+    ("inner-sizes", lambda z, i: z(2, 3).inner(z(2))),
+    ("trace-3d", lambda z, i: z(2, 2, 2).trace()),
+    ("movedim-repeated", lambda z, i: z(2, 3).movedim((0, 1), (0, 0))),
+    ("rot90-same_dims", lambda z, i: z(2, 3).rot90(1, (0, 0))),
+    ("fliplr-1d", lambda z, i: z(3).fliplr()),
+    ("index_select-2d_index", lambda z, i: z(3).index_select(0, i(2, 2))),
+    ("take_along_dim-ndim", lambda z, i: z(3, 4).take_along_dim(i(2), 1)),
+    ("addmv-vector", lambda z, i: z(3).addmv(z(3), z(3))),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, id=name) for name, c in ALIAS_ERRORS])
+def test_alias_errors_match_torch(call):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(Exception) as theirs:
+        call(torch.zeros, lambda *s: torch.zeros(*s, dtype=torch.long))
+    with pytest.raises(theirs.type):
+        call(Tensor.zeros, lambda *s: Tensor.zeros(*s, dtype=dtypes.int32))
+
+
+def test_alias_cross_needs_size_3():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError):
+        torch.linalg.cross(torch.zeros(2, 4), torch.zeros(2, 4))
+    with pytest.raises(RuntimeError, match="size 3"):
+        Tensor.zeros(2, 4).cross(Tensor.zeros(2, 4))
+
+
+def test_alias_queries_and_constructors():
+    x = Tensor.zeros(2, 3, dtype=dtypes.float16)
+    assert (x.size(), x.size(-2), x.dim()) == ((2, 3), 2, 2)
+    made = [x.new_zeros(4), x.new_ones((1, 2)), x.new_full((2,), 3), x.new_empty(2, 2), x.new_tensor([1, 2])]
+    assert [(t.shape, t.dtype, t.device) for t in made] == [
+        ((4,), dtypes.float16, x.device), ((1, 2), dtypes.float16, x.device), ((2,), dtypes.float16, x.device),
+        ((2, 2), dtypes.float16, x.device), ((2,), dtypes.float16, x.device)]
+    assert x.new_zeros(2, dtype=dtypes.int32).dtype == dtypes.int32
+    assert Tensor([1, 2]).equal(Tensor([1.0, 2.0])) and not Tensor([1, 2]).equal(Tensor([1, 2, 3]))
+    assert not Tensor([float("nan")]).equal(Tensor([float("nan")]))
+    assert Tensor([1.0]).allclose(Tensor([1.0 + 1e-7])) and not Tensor([1.0]).allclose(Tensor([1.1]))
+
+
+def test_alias_triangle_indices_match_torch():
+    torch = pytest.importorskip("torch")
+    for row, col, offset in ((3, 4, 0), (4, 3, -1), (3, 3, 2), (0, 3, 0)):
+        assert Tensor.tril_indices(row, col, offset).tolist() == torch.tril_indices(row, col, offset).tolist()
+        assert Tensor.triu_indices(row, col, offset).tolist() == torch.triu_indices(row, col, offset).tolist()
+    assert Tensor.tril_indices(3, 3).dtype == dtypes.int64

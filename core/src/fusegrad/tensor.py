@@ -18,6 +18,7 @@ from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
+from fusegrad.tensor_aliases import AliasMixin
 from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
 from fusegrad.tensor_functional import FunctionalMixin
 from fusegrad.tensor_index import IndexMixin
@@ -51,7 +52,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, IndexMixin, NNMixin,
-             FunctionalMixin):
+             FunctionalMixin, AliasMixin):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()

@@ -172,6 +172,19 @@ SETITEM = [
 ]
 
 GATHER = [
+    # torch's names for picks along one axis (tensor_aliases.py)
+    case("index_select-dim0", lambda x, i: x.index_select(0, i), floats(5, 4), index_values(4, 0, 0, 2)),
+    case("index_select-dim1_T", lambda x, i: x.index_select(-1, i), floats(4, 5).T, index_values(3, 1)),
+    case("index_select-0d_index", lambda x, i: x.index_select(1, i), floats(3, 4), index_values(2, shape=())),
+    case("index_select-int", lambda x, i: x.index_select(1, i), ints(3, 4), index_values(1, 1, 3)),
+    case("take_along_dim-dim1", lambda x, i: x.take_along_dim(i, 1), floats(3, 5), indices(5, 3, 2),
+         ref=lambda x, i: torch.take_along_dim(x, i, 1)),
+    case("take_along_dim-bcast", lambda x, i: x.take_along_dim(i, 0), floats(4, 1, 3), indices(4, 2, 5, 1),
+         ref=lambda x, i: torch.take_along_dim(x, i, 0)),
+    case("take_along_dim-flat", lambda x, i: x.take_along_dim(i), floats(3, 4), indices(12, 5),
+         ref=lambda x, i: torch.take_along_dim(x, i)),
+    case("take_along_dim-argsort", lambda x: x.take_along_dim(x.argsort(1), 1), floats(3, 5),
+         ref=lambda x: torch.take_along_dim(x, x.argsort(1), 1)),
     *(case(f"gather-dim{d}_{dt.name}", lambda x, i, d=d: x.gather(d, i), floats(5, 4, dtype=dt).T,
            indices(5 if d == 0 else 4, 3, 2), ref=lambda x, i, d=d: torch.gather(x, d, i))
       for d in (0, 1, -1) for dt in (f32, i32, bool_)),

@@ -380,6 +380,23 @@ def test_loss(c, device, request):
 # fmt: off
 #: tensor_functional.py: the further losses and layers of torch.nn.functional
 FUNCTIONAL = [
+    # matrix products with torch's names and shape rules (tensor_aliases.py)
+    case("mm-2d", lambda a, b: a.mm(b), floats(3, 4), floats(4, 5).T),
+    case("mm-int", lambda a, b: a.mm(b), ints(3, 4), ints(4, 2)),
+    case("bmm-3d", lambda a, b: a.bmm(b), floats(2, 3, 4), floats(2, 4, 5)),
+    case("outer-vectors", lambda a, b: a.outer(b), floats(3), floats(4)),
+    case("inner-nd", lambda a, b: a.inner(b), floats(2, 3, 4), floats(5, 4)),
+    case("inner-vectors", lambda a, b: a.inner(b), floats(4), floats(4)),
+    case("inner-0d", lambda a, b: a.inner(b), floats(), floats(2, 3)),
+    case("addmm-default", lambda c, a, b: c.addmm(a, b), floats(3, 5), floats(3, 4), floats(4, 5)),
+    case("addmm-scaled_bcast", lambda c, a, b: c.addmm(a, b, beta=0.5, alpha=-2), floats(5), floats(3, 4), floats(4, 5)),
+    case("addmm-beta0_nan", lambda c, a, b: c.addmm(a, b, beta=0), values(nan, shape=(3, 5)), floats(3, 4), floats(4, 5)),
+    case("addmv-scaled", lambda c, a, b: c.addmv(a, b, beta=2, alpha=0.5), floats(3), floats(3, 4), floats(4)),
+    case("baddbmm-scaled", lambda c, a, b: c.baddbmm(a, b, beta=0.5, alpha=2), floats(3, 5), floats(2, 3, 4), floats(2, 4, 5)),
+    case("kron-2d", lambda a, b: a.kron(b), floats(2, 3), floats(3, 2)),
+    case("kron-mixed_ndim", lambda a, b: a.kron(b), floats(3), floats(2, 2, 2)),
+    case("cross-last", lambda a, b: a.cross(b), floats(4, 3), floats(4, 3), ref=lambda a, b: torch.linalg.cross(a, b)),
+    case("cross-dim0_bcast", lambda a, b: a.cross(b, dim=0), floats(3, 4), floats(3, 1), ref=lambda a, b: torch.linalg.cross(a, b, dim=0)),
     *(case(f"smooth_l1_loss-{r}_{b}", lambda x, y, r=r, b=b: x.smooth_l1_loss(y, r, b), floats(4, 3),
            floats(4, 3), ref=lambda x, y, r=r, b=b: F.smooth_l1_loss(x, y, reduction=r, beta=b))
       for r, b in (("mean", 1.0), ("sum", 0.5), ("none", 2.0), ("mean", 0.0))),
