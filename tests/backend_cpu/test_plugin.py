@@ -8,10 +8,9 @@ import warnings
 from importlib import metadata
 
 import numpy as np
-import pytest
 
 import fusegrad_cpu
-from fusegrad.device import Device
+from fusegrad.device import PARTS, Device, Runtime
 from fusegrad.plugin import hookspecs, manager
 from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import CPUAllocator, CPUProgram
@@ -31,18 +30,19 @@ def test_importing_the_plugin_loads_nothing_heavy():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("device", ["CPU", "cpu", "CPU:0"])
-def test_hooks_answer_for_cpu(device):
-    assert isinstance(fusegrad_cpu.fusegrad_allocator(device=device), CPUAllocator)
-    assert isinstance(fusegrad_cpu.fusegrad_compiler(device=device), CCompiler)
-    assert fusegrad_cpu.fusegrad_program(device=device) is CPUProgram
-    assert fusegrad_cpu.fusegrad_renderer(device=device).device == device
+def test_open_builds_the_four_parts():
+    runtime = fusegrad_cpu.open_runtime("CPU")
+    assert isinstance(runtime, Runtime) and runtime.name == "CPU"
+    assert isinstance(runtime.allocator, CPUAllocator) and isinstance(runtime.compiler, CCompiler)
+    assert runtime.program is CPUProgram and runtime.renderer.device == "CPU"
 
 
-@pytest.mark.parametrize("device", ["PYTHON", "OPENCL:1", "CPUX"])
-def test_hooks_decline_other_devices(device):
-    hooks = ("allocator", "compiler", "program", "renderer")
-    assert [getattr(fusegrad_cpu, f"fusegrad_{h}")(device=device) for h in hooks] == [None] * 4
+def test_the_plugin_answers_no_part_hook():
+    """Since backend API version 2 a backend builds its parts in DeviceSpec.open; the part hooks
+    are left to plugins that override one part of it."""
+    (spec,) = fusegrad_cpu.fusegrad_devices()
+    assert spec.open is fusegrad_cpu.open_runtime
+    assert not any(hasattr(fusegrad_cpu, f"fusegrad_{part}") for part in PARTS)
 
 
 def test_probe_says_why_and_how(monkeypatch, tmp_path):
@@ -60,6 +60,7 @@ def test_device_registry_opens_cpu_and_runs_a_kernel():
             spec = Device.specs()["CPU"]
             runtime = Device["cpu"]
         assert (spec.priority, spec.probe()) == (fusegrad_cpu.PRIORITY, None)
+        assert runtime.suppliers == dict.fromkeys(PARTS, "cpu")
         source = "void twice(int* data0, const int* data1) { data0[0] = 2 * data1[0]; }"
         program = runtime.program("twice", runtime.compiler.compile(source))
         out, x = runtime.allocator.alloc(4), runtime.allocator.alloc(4)

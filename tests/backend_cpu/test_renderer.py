@@ -27,18 +27,19 @@ def test_matmul_tile_is_unrolled_whole():
     (step,) = (a @ b).schedule()
     renderer = Device["CPU"].renderer
     opts = heuristic_opts(step.ast, renderer)
-    kernel = generate(step.ast, renderer, opts)
+    kernel = generate(step.ast, renderer, opts=opts)
     before = _lines_before_loops(kernel.source)
-    assert before["ridx50"] == f"#pragma GCC unroll {opts.upcast[0][1]}"  # the reused rows
-    assert before["ridx51"] == f"#pragma GCC unroll {opts.upcast[1][1]}"  # the vector of columns
-    assert not before["ridx100"].startswith("#pragma")  # the reduction loop is left alone
+    # loops are numbered as lowering opens them: the 2 output loops, the 2 upcast loops, the reduce
+    assert before["uidx2"] == f"#pragma GCC unroll {opts.upcast[0][1]}"  # the reused rows
+    assert before["uidx3"] == f"#pragma GCC unroll {opts.upcast[1][1]}"  # the vector of columns
+    assert not before["ridx4"].startswith("#pragma")  # the reduction loop is left alone
     assert "omp simd" not in kernel.source
 
 
 def test_matmul_accumulates_with_fused_multiply_add():
     a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
     (step,) = (a @ b).schedule()
-    source = generate(step.ast, Device["CPU"].renderer, None).source
+    source = generate(step.ast, Device["CPU"].renderer, opts=None).source
     assert "__builtin_fmaf(" in source
     assert not re.search(r"float alu\d+ = \(val\d+\*val\d+\)", source)  # no separate product
     sums = (a + b[:, :1].T[:, :32]).sum(1).realize()  # a plain sum keeps its add
@@ -50,9 +51,9 @@ def test_no_simd_pragma_on_a_loop_that_reads_with_a_stride():
     a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 48, device="CPU")
     (step,) = (a @ b).schedule()
     opts = KernelOpts((1, 0), ((0, 8),))  # only the rows upcast: a is read 32 apart along them
-    kernel = generate(step.ast, Device["CPU"].renderer, opts)
+    kernel = generate(step.ast, Device["CPU"].renderer, opts=opts)
     before = _lines_before_loops(kernel.source)
-    assert before["ridx50"] == "#pragma GCC unroll 8" and "omp simd" not in kernel.source
+    assert before["uidx2"] == "#pragma GCC unroll 8" and "omp simd" not in kernel.source
     rt = Device["CPU"]
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
     out = Tensor.zeros(64 * 48, device="CPU").contiguous().realize()
@@ -67,12 +68,12 @@ def test_elementwise_innermost_loop_is_vectorised_unless_strided():
     g = Tensor.rand(2, 4, 10, 10, device="CPU")
     up = g.reshape(2, 4, 10, 1, 10, 1).expand(2, 4, 10, 2, 10, 2).reshape(2, 4, 20, 20)
     (step,) = (x * up).schedule()
-    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, Device["CPU"].renderer)).source
-    assert _lines_before_loops(source)["ridx3"] == "#pragma omp simd"
+    source = generate(step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, Device["CPU"].renderer)).source
+    assert _lines_before_loops(source)["gidx3"] == "#pragma omp simd"
     expected = x.numpy() * np.repeat(np.repeat(g.numpy(), 2, axis=2), 2, axis=3)
     np.testing.assert_allclose((x * up).numpy(), expected, rtol=1e-6)
     (transpose,) = x.permute(0, 2, 3, 1).contiguous().schedule()
-    source = generate(transpose.ast, Device["CPU"].renderer, heuristic_opts(transpose.ast, Device["CPU"].renderer)).source
+    source = generate(transpose.ast, Device["CPU"].renderer, opts=heuristic_opts(transpose.ast, Device["CPU"].renderer)).source
     assert not any(line.startswith("#pragma omp simd") for line in _lines_before_loops(source).values())
 
 
@@ -80,7 +81,7 @@ def _run_matmul(a: Tensor, b: Tensor, opts: KernelOpts) -> tuple[str, np.ndarray
     """Source and result of ``a @ b``'s matmul kernel built with ``opts``."""
     *_, step = (a @ b).schedule()
     rt = Device["CPU"]
-    kernel = generate(step.ast, rt.renderer, opts)
+    kernel = generate(step.ast, rt.renderer, rt.rules, opts)
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
     out = Tensor.zeros(a.shape[0] * b.shape[1], device="CPU").contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, b._buffer().handle, global_size=None)
@@ -92,7 +93,7 @@ def test_upcast_that_does_not_divide_its_axis_redoes_the_last_rows():
     (clamped), writing the same value to the same place."""
     a, b = Tensor.rand(100, 32, device="CPU").realize(), Tensor.rand(32, 48, device="CPU").realize()
     source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16))))
-    assert "ridx0 < 3;" in source and "ridx1 < 17;" in source
+    assert "pidx0 < 3;" in source and "gidx1 < 17;" in source  # (on all cores: the outer loop)
     np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
 
 
@@ -101,10 +102,10 @@ def test_panel_tile_splits_the_column_loop():
     after the rows."""
     a, b = Tensor.rand(24, 32, device="CPU").realize(), Tensor.rand(32, 64, device="CPU").realize()
     source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16)), tile=((1, 2),)))
-    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int ridx")]
-    assert loops[:3] == ["for (int ridx0 = 0; ridx0 < 2; ridx0++) {",
-                         "for (int ridx1 = 0; ridx1 < 4; ridx1++) {",
-                         "for (int ridx2 = 0; ridx2 < 2; ridx2++) {"]
+    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int gidx")]
+    assert loops[:3] == ["for (int gidx0 = 0; gidx0 < 2; gidx0++) {",
+                         "for (int gidx1 = 0; gidx1 < 4; gidx1++) {",
+                         "for (int gidx2 = 0; gidx2 < 2; gidx2++) {"]
     np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
 
 
@@ -115,7 +116,7 @@ def test_large_matmul_reads_its_right_operand_in_panels():
     p = 2 * renderer.vector_bytes // 4
     a, b = Tensor.rand(64, 512, device="CPU").realize(), Tensor.rand(512, 8 * p, device="CPU").realize()
     copy, matmul = (a @ b).schedule()
-    source = generate(matmul.ast, renderer, heuristic_opts(matmul.ast, renderer)).source
+    source = generate(matmul.ast, renderer, opts=heuristic_opts(matmul.ast, renderer)).source
     assert f"#pragma GCC unroll {p}" in source  # the panel's width is the vector axis
     np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
     small = Tensor.rand(64, 2 * p, device="CPU").realize()
@@ -125,7 +126,7 @@ def test_large_matmul_reads_its_right_operand_in_panels():
 def _reduce_source(t: Tensor) -> str:
     *_, step = t.schedule()
     renderer = Device["CPU"].renderer
-    return generate(step.ast, renderer, heuristic_opts(step.ast, renderer)).source
+    return generate(step.ast, renderer, opts=heuristic_opts(step.ast, renderer)).source
 
 
 def test_sum_lanes_are_unrolled_into_registers_but_a_max_keeps_omp_simd():
@@ -162,7 +163,7 @@ def test_exp_with_clamps_is_vectorised(tmp_path):
     rt = Device["CPU"]
     x = Tensor.rand(64, 256, device="CPU").realize()
     (step,) = (x.exp() * 2).schedule()
-    kernel = generate(step.ast, rt.renderer, heuristic_opts(step.ast, rt.renderer))
+    kernel = generate(step.ast, rt.renderer, rt.rules, heuristic_opts(step.ast, rt.renderer))
     report = _gcc_vector_report(kernel.source, tmp_path)
     assert report is None or "loop vectorized" in report, report  # clang vectorises these on its own
     np.testing.assert_allclose((x.exp() * 2).numpy(), np.exp(x.numpy()) * 2, rtol=1e-5)

@@ -847,3 +847,86 @@ def test_alias_triangle_indices_match_torch():
         assert Tensor.tril_indices(row, col, offset).tolist() == torch.tril_indices(row, col, offset).tolist()
         assert Tensor.triu_indices(row, col, offset).tolist() == torch.triu_indices(row, col, offset).tolist()
     assert Tensor.tril_indices(3, 3).dtype == dtypes.int64
+
+
+def _lib(z):
+    """``Tensor`` for fusegrad's zeros-maker, else ``torch`` (for names torch.Tensor lacks)."""
+    return Tensor if z == Tensor.zeros else pytest.importorskip("torch")
+
+
+SEARCH_ERRORS = [  # (id, call on a zeros-maker ``z`` and an int-index maker ``i``): issue 16's ops
+    ("searchsorted-sides", lambda z, i: _lib(z).searchsorted(z(3), z(2), right=True, side="left")),
+    ("searchsorted-shapes", lambda z, i: _lib(z).searchsorted(z(2, 3), z(3, 3))),
+    ("bucketize-2d", lambda z, i: _lib(z).bucketize(z(3), z(2, 2))),
+    ("kthvalue-k_big", lambda z, i: z(2).kthvalue(3)),
+    ("kthvalue-k_zero", lambda z, i: z(3).kthvalue(0)),
+    ("quantile-q", lambda z, i: z(3).quantile(1.5)),
+    ("quantile-int", lambda z, i: i(3).quantile(0.5)),
+    ("quantile-empty", lambda z, i: z(0).quantile(0.5)),
+    ("quantile-interpolation", lambda z, i: z(3).quantile(0.5, interpolation="foo")),
+    ("quantile-q_2d", lambda z, i: z(3).quantile(z(2, 1))),
+    ("diff-0d", lambda z, i: z(()).diff()),
+    ("diff-order", lambda z, i: z(2).diff(n=-1)),
+    ("tensordot-sizes", lambda z, i: _lib(z).tensordot(z(2, 3), z(4, 2), dims=1)),
+    ("tensordot-negative", lambda z, i: _lib(z).tensordot(z(2, 3), z(3, 2), dims=-1)),
+    ("tensor_split-zero", lambda z, i: z(3).tensor_split(0)),
+    ("tensor_split-0d", lambda z, i: z(()).tensor_split(2)),
+    ("index_add-float_index", lambda z, i: z(3).index_add(0, z(1), z(1))),
+    ("index_add-count", lambda z, i: z(3).index_add(0, i(1), z(2))),
+    ("index_fill-2d_index", lambda z, i: z(3).index_fill(0, i(1, 1), 1.0)),
+    ("bernoulli-p", lambda z, i: z(3).bernoulli(1.5)),
+]
+
+
+@pytest.mark.parametrize("call", [pytest.param(c, id=name) for name, c in SEARCH_ERRORS])
+def test_search_errors_match_torch(call):
+    torch = pytest.importorskip("torch")
+    with pytest.raises(Exception) as theirs:
+        call(torch.zeros, lambda *s: torch.zeros(*s, dtype=torch.long))
+    with pytest.raises(theirs.type):
+        call(Tensor.zeros, lambda *s: Tensor.zeros(*s, dtype=dtypes.int32))
+
+
+def test_stacks_need_a_nonempty_sequence():
+    for stack in (Tensor.hstack, Tensor.vstack, Tensor.dstack, Tensor.column_stack):
+        with pytest.raises(RuntimeError, match="at least one"):
+            stack([])
+        with pytest.raises(TypeError, match="sequence"):
+            stack(Tensor.zeros(2))
+
+
+def test_randperm_is_a_seeded_permutation():
+    Tensor.manual_seed(3)
+    first = Tensor.randperm(50)
+    assert first.dtype == dtypes.int64 and sorted(first.tolist()) == list(range(50))
+    assert first.tolist() != list(range(50))
+    Tensor.manual_seed(3)
+    assert Tensor.randperm(50).tolist() == first.tolist()
+    assert Tensor.randperm(0).shape == (0,)
+    assert Tensor.randperm(5, dtype=dtypes.int32).dtype == dtypes.int32
+    with pytest.raises(RuntimeError):
+        Tensor.randperm(-1)
+
+
+def test_bernoulli_draws_with_the_given_probabilities():
+    Tensor.manual_seed(0)
+    p = Tensor([0.0, 1.0, 0.25]).reshape(3, 1).expand(3, 4000)
+    draws = p.bernoulli()
+    assert draws.dtype == dtypes.float32 and draws.shape == (3, 4000)
+    assert set(draws.numpy().ravel().tolist()) <= {0.0, 1.0}
+    means = draws.mean(1).numpy()
+    assert means[0] == 0.0 and means[1] == 1.0 and abs(means[2] - 0.25) < 0.03
+    half = Tensor.zeros(4000, dtype=dtypes.int32).bernoulli(0.5)
+    assert half.dtype == dtypes.int32 and abs(half.float().mean().item() - 0.5) < 0.03
+    assert Tensor.zeros(()).bernoulli().shape == ()
+
+
+def test_erfinv_inverts_erf_within_float32_ulps():
+    torch = pytest.importorskip("torch")
+    x = np.concatenate([np.linspace(-1, 1, 20001), 1 - np.logspace(-7, -1, 200)]).astype(np.float32)
+    want = torch.special.erfinv(torch.from_numpy(x).double()).numpy()
+    got = Tensor(x).erfinv().numpy()
+    finite = np.isfinite(want) & (want != 0)
+    ulps = np.abs(got[finite] - want[finite]) / np.spacing(np.abs(want[finite]).astype(np.float32))
+    assert ulps.max() <= 4
+    assert got[x == 1].tolist() == [np.inf] and got[x == -1].tolist() == [-np.inf]

@@ -1,4 +1,5 @@
-"""Helpers shared by the tests that compare fusegrad with torch: seeded inputs, tolerances."""
+"""Helpers of the few tests outside tests/core/differential that use torch: seeded inputs,
+tolerances."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import pytest
 
 from fusegrad import Tensor, dtypes
 from fusegrad.dtype import DType
-
-torch = pytest.importorskip("torch")
 
 torch = pytest.importorskip("torch")
 
@@ -52,8 +51,3 @@ def check(out: Tensor | tuple, expected: Any, **kw) -> None:
         got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype))
     )
 
-
-def both(array: np.ndarray, device: str, transpose: bool = False) -> tuple[Tensor, Any]:
-    """The same values as a fusegrad tensor and a torch tensor (transposed: not contiguous)."""
-    t, tt = Tensor(array, device=device), torch.from_numpy(array.copy())
-    return (t.T, tt.permute(*reversed(range(tt.ndim)))) if transpose else (t, tt)

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from fusegrad import Device, Tensor
+from fusegrad.__main__ import format_survey, survey
+from fusegrad.device import PARTS
 from fusegrad.plugin import manager
 from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.renderer import CPURenderer
@@ -68,8 +70,19 @@ def test_override_builds_the_cpu_kernels(installed):
     assert runtime.compiler.identity.startswith("fusegrad-cpu-compiler-override")
     assert runtime.compiler.identity != CCompiler().identity
     assert type(runtime.renderer) is CPURenderer  # only the compiler was replaced
+    assert runtime.suppliers == dict.fromkeys(PARTS, "cpu") | {"compiler": "cpu_compiler_override"}
     np.testing.assert_array_equal(add_on_cpu(), np.arange(12, dtype=np.float32) * 2 + 7)
     assert len(OverrideCompiler.built) == 1 and "void E_12" in OverrideCompiler.built[0]
+
+
+def test_fusegrad_devices_says_the_cpu_compiler_is_replaced(installed):
+    text = format_survey(survey())
+    assert "      (offers no devices; OVERRIDES the compiler of CPU)" in text
+    assert "compiler from cpu_compiler_override (OVERRIDE)" in text
+    assert (
+        "  WARNING: plugin 'cpu_compiler_override' replaces the compiler of CPU "
+        "(offered by 'cpu')"
+    ) in text
 
 
 def test_override_leaves_other_devices_alone(installed):

@@ -53,9 +53,9 @@ def test_template_in_a_fresh_venv(tmp_path: Path):
         tmp_path,
         env,
     )
-    assert "fusegrad-backend-api-1" in keywords.stdout
+    assert "fusegrad-backend-api-2" in keywords.stdout
     listed = run([fusegrad, "devices"], tmp_path, env).stdout
-    assert re.search(r"template: fusegrad-template-device 0\.1\.0, .*backend API version 1", listed)
+    assert re.search(r"template: fusegrad-template-device 0\.1\.0, .*backend API version 2", listed)
     assert "TEMPLATE" in listed and "CPU" not in listed  # core and this plugin only
 
     suite = run(

@@ -9,23 +9,13 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import importlib.util
-from typing import TYPE_CHECKING
 
-from fusegrad.device import DeviceSpec
+from fusegrad.device import DeviceSpec, Runtime
 from fusegrad.plugin import hookimpl
 
-if TYPE_CHECKING:
-    from fusegrad.device import Allocator, Compiler
-    from fusegrad.renderer import Renderer
-
-FUSEGRAD_BACKEND_API = 1
+FUSEGRAD_BACKEND_API = 2
 #: Above CPU (10) and OpenCL (20): a CUDA GPU is the fastest device a machine is likely to have.
 PRIORITY = 30
-
-
-def is_cuda(device: str) -> bool:
-    """Whether ``device`` (``"CUDA"``, ``"cuda:1"``...) names one of this backend's devices."""
-    return device.partition(":")[0].upper() == "CUDA"
 
 
 def missing() -> list[str]:
@@ -53,50 +43,21 @@ def survey() -> tuple[int, str | None]:
     return (count, None) if count else (1, "no CUDA GPU: the driver found none")
 
 
+def open_runtime(name: str) -> Runtime:
+    """GPU ``name``: memory from ``cuda.mem_alloc``, CUDA C++ for its architecture built by NVRTC
+    (else nvcc), and kernels loaded from cubins, launched in blocks of 256 threads."""
+    from fusegrad_cuda.compiler import find_cuda_compiler
+    from fusegrad_cuda.device import CUDAAllocator, CUDAProgram, open_device
+    from fusegrad_cuda.renderer import CUDARenderer
+
+    gpu = open_device(name)
+    program = functools.partial(CUDAProgram, gpu)  # the program class, bound to this GPU
+    renderer, compiler = CUDARenderer(name, gpu.arch), find_cuda_compiler(gpu.arch)
+    return Runtime(name, CUDAAllocator(gpu), renderer, compiler, program)  # type: ignore[arg-type]
+
+
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
     """One spec covering every GPU (``count``), or one saying what is missing."""
     count, why = survey()
-    return [DeviceSpec("CUDA", PRIORITY, lambda: why, count)]
-
-
-@hookimpl
-def fusegrad_allocator(device: str) -> Allocator | None:
-    """Device memory from ``cuda.mem_alloc``."""
-    if not is_cuda(device):
-        return None
-    from fusegrad_cuda.device import CUDAAllocator, open_device
-
-    return CUDAAllocator(open_device(device))
-
-
-@hookimpl
-def fusegrad_compiler(device: str) -> Compiler | None:
-    """NVRTC (else nvcc) for the GPU's compute capability."""
-    if not is_cuda(device):
-        return None
-    from fusegrad_cuda.compiler import find_cuda_compiler
-    from fusegrad_cuda.device import open_device
-
-    return find_cuda_compiler(open_device(device).arch)
-
-
-@hookimpl
-def fusegrad_program(device: str) -> type | None:
-    """Kernels loaded from cubins, launched in blocks of 256 threads."""
-    if not is_cuda(device):
-        return None
-    from fusegrad_cuda.device import CUDAProgram, open_device
-
-    return functools.partial(CUDAProgram, open_device(device))  # type: ignore[return-value]
-
-
-@hookimpl
-def fusegrad_renderer(device: str) -> Renderer | None:
-    """CUDA C++ for the GPU's architecture."""
-    if not is_cuda(device):
-        return None
-    from fusegrad_cuda.device import open_device
-    from fusegrad_cuda.renderer import CUDARenderer
-
-    return CUDARenderer(device, open_device(device).arch)
+    return [DeviceSpec("CUDA", PRIORITY, lambda: why, count, open=open_runtime)]

@@ -9,23 +9,13 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
-from typing import TYPE_CHECKING
 
-from fusegrad.device import DeviceSpec
+from fusegrad.device import DeviceSpec, Runtime
 from fusegrad.plugin import hookimpl
 
-if TYPE_CHECKING:
-    from fusegrad.device import Allocator, Compiler
-    from fusegrad.renderer import Renderer
-
-FUSEGRAD_BACKEND_API = 1
+FUSEGRAD_BACKEND_API = 2
 #: Above CPU (10): on a Mac the GPU is the fastest device.
 PRIORITY = 30
-
-
-def is_metal(device: str) -> bool:
-    """Whether ``device`` (``"METAL"``, ``"metal"``) names this backend's device."""
-    return device.partition(":")[0].upper() == "METAL"
 
 
 @functools.cache
@@ -42,47 +32,18 @@ def probe() -> str | None:
     return None
 
 
+def open_runtime(name: str) -> Runtime:
+    """The GPU: shared-storage ``MTLBuffer`` memory, Metal Shading Language passed through to
+    Metal (which compiles it when the program is loaded), and compute pipelines dispatched in
+    threadgroups of 256 threads."""
+    from fusegrad_metal.compiler import MetalCompiler
+    from fusegrad_metal.device import MetalAllocator, MetalProgram
+    from fusegrad_metal.renderer import MetalRenderer
+
+    return Runtime(name, MetalAllocator(), MetalRenderer(name), MetalCompiler(), MetalProgram)
+
+
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
     """The system's default GPU."""
-    return [DeviceSpec("METAL", PRIORITY, probe)]
-
-
-@hookimpl
-def fusegrad_allocator(device: str) -> Allocator | None:
-    """Shared-storage ``MTLBuffer`` memory."""
-    if not is_metal(device):
-        return None
-    from fusegrad_metal.device import MetalAllocator
-
-    return MetalAllocator()
-
-
-@hookimpl
-def fusegrad_compiler(device: str) -> Compiler | None:
-    """Source passed through: Metal compiles it when the program is loaded."""
-    if not is_metal(device):
-        return None
-    from fusegrad_metal.compiler import MetalCompiler
-
-    return MetalCompiler()
-
-
-@hookimpl
-def fusegrad_program(device: str) -> type | None:
-    """Compute pipelines dispatched in threadgroups of 256 threads."""
-    if not is_metal(device):
-        return None
-    from fusegrad_metal.device import MetalProgram
-
-    return MetalProgram
-
-
-@hookimpl
-def fusegrad_renderer(device: str) -> Renderer | None:
-    """Metal Shading Language."""
-    if not is_metal(device):
-        return None
-    from fusegrad_metal.renderer import MetalRenderer
-
-    return MetalRenderer(device)
+    return [DeviceSpec("METAL", PRIORITY, probe, open=open_runtime)]

@@ -1,34 +1,24 @@
 """fusegrad's OpenCL backend: OpenCL C built by the device's driver and run through pyopencl.
 
-Hook implementations only. pyopencl is imported when the device is probed or used, and only if it is
-installed: ``OPENCL:0``, ``OPENCL:1``... are the OpenCL devices of every platform, GPUs first.
+Hook implementations only. pyopencl is imported when the device is probed or opened, and only if
+it is installed: ``OPENCL:0``, ``OPENCL:1``... are the OpenCL devices of every platform, GPUs first.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-from typing import TYPE_CHECKING
 
-from fusegrad.device import DeviceSpec
+from fusegrad.device import DeviceSpec, Runtime
 from fusegrad.plugin import hookimpl
 
-if TYPE_CHECKING:
-    from fusegrad.device import Allocator, Compiler
-    from fusegrad.renderer import Renderer
-
-FUSEGRAD_BACKEND_API = 1
+FUSEGRAD_BACKEND_API = 2
 #: With a GPU (or accelerator): above CPU (10). With only CPU devices (PoCL), below the CPU
 #: backend, which is faster on the same cores: OPENCL is then chosen by name, never by default.
 #: Below CPU: knowing whether an OpenCL device is a GPU means importing pyopencl, which
 #: discovery must not do; use DEV=OPENCL (CUDA and Metal cover GPUs by default).
 PRIORITY = 5
 NOT_INSTALLED = "pyopencl not installed (pip install fusegrad-opencl)"
-
-
-def is_opencl(device: str) -> bool:
-    """Whether ``device`` (``"OPENCL"``, ``"opencl:1"``...) names one of this backend's devices."""
-    return device.partition(":")[0].upper() == "OPENCL"
 
 
 @functools.cache
@@ -55,53 +45,28 @@ def survey() -> tuple[int, bool, str | None]:
     return len(devices), any(d.type & ~cl.device_type.CPU for d in devices), None
 
 
+def open_runtime(name: str) -> Runtime:
+    """Device ``name``: ``cl.Buffer`` memory in its context, OpenCL C with float16 and float64
+    as its extensions allow, built by its driver, and kernels enqueued on its queue."""
+    from fusegrad_opencl.compiler import CLCompiler
+    from fusegrad_opencl.device import CLAllocator, CLProgram, open_device
+    from fusegrad_opencl.renderer import OpenCLRenderer
+
+    cl_device = open_device(name)
+    renderer = OpenCLRenderer(
+        name, cl_device.extensions, cl_device.max_group_size, cl_device.local_memory_bytes
+    )
+    program = functools.partial(CLProgram, cl_device)  # the program class, bound to the device
+    allocator, compiler = CLAllocator(cl_device), CLCompiler(cl_device)
+    return Runtime(name, allocator, renderer, compiler, program)  # type: ignore[arg-type]
+
+
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
     """One spec for every OpenCL device found (``count``), or one saying why there is none."""
     # nothing is imported here: pyopencl is asked (once) only when the device is probed or used
-    return [DeviceSpec("OPENCL", PRIORITY, lambda: survey()[2], lambda: survey()[0])]
-
-
-@hookimpl
-def fusegrad_allocator(device: str) -> Allocator | None:
-    """``cl.Buffer`` memory in the device's context."""
-    if not is_opencl(device):
-        return None
-    from fusegrad_opencl.device import CLAllocator, open_device
-
-    return CLAllocator(open_device(device))
-
-
-@hookimpl
-def fusegrad_compiler(device: str) -> Compiler | None:
-    """The device's OpenCL driver; results are device binaries."""
-    if not is_opencl(device):
-        return None
-    from fusegrad_opencl.compiler import CLCompiler
-    from fusegrad_opencl.device import open_device
-
-    return CLCompiler(open_device(device))
-
-
-@hookimpl
-def fusegrad_program(device: str) -> type | None:
-    """Kernels built from the device binary, enqueued on the device's queue."""
-    if not is_opencl(device):
-        return None
-    from fusegrad_opencl.device import CLProgram, open_device
-
-    return functools.partial(CLProgram, open_device(device))  # type: ignore[return-value]
-
-
-@hookimpl
-def fusegrad_renderer(device: str) -> Renderer | None:
-    """OpenCL C, with float16 and float64 as the device's extensions allow."""
-    if not is_opencl(device):
-        return None
-    from fusegrad_opencl.device import open_device
-    from fusegrad_opencl.renderer import OpenCLRenderer
-
-    cl_device = open_device(device)
-    return OpenCLRenderer(
-        device, cl_device.extensions, cl_device.max_group_size, cl_device.local_memory_bytes
-    )
+    return [
+        DeviceSpec(
+            "OPENCL", PRIORITY, lambda: survey()[2], lambda: survey()[0], open=open_runtime
+        )
+    ]

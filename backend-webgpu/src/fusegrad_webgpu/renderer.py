@@ -370,7 +370,7 @@ class _Walk:
 
     def unrolled(self, u: UOp, body: list[UOp], times: int) -> None:
         """Loop ``u`` as ``ceil(trips / times)`` trips of ``times`` copies of its body."""
-        trips, name = u.src[0].arg, f"ridx{u.arg[0]}"
+        trips, name = u.src[0].arg, self.r.loop_name(u)
         outer = -(-trips // times)
         self.emit(f"for (var {name}: i32 = 0; {name} < {outer}i; {name}++) {{")
         self.depth += 1
@@ -405,7 +405,7 @@ class _Walk:
             for line in r.render_grid_index(u, self.dispatch, self.local):
                 self.emit(line)
         elif op is Ops.RANGE:
-            names[u] = f"ridx{u.arg[0]}"
+            names[u] = r.loop_name(u)
             self.trips[u] = u.src[0].arg if u.src[0].op is Ops.CONST else 1
             self.emit(f"for (var {names[u]}: i32 = 0; {names[u]} < {src[0]}; {names[u]}++) {{")
             self.depth += 1

@@ -3,6 +3,7 @@
 ``import fusegrad`` loads no backend and starts no subprocess; devices are discovered on first use.
 """
 
+from fusegrad.caches import reset as reset_caches
 from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.engine.jit import TinyJit
@@ -11,5 +12,6 @@ from fusegrad.helpers import Context, context
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Variable
 
-__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "TinyJit", "Variable", "context", "dtypes"]
+__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "TinyJit", "Variable", "context", "dtypes",
+           "reset_caches"]
 __version__ = "0.1.0"

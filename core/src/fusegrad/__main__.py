@@ -1,5 +1,6 @@
-"""The ``fusegrad`` command: ``fusegrad devices`` shows the plugins found, their devices, and why
-a device cannot be used. Also run as ``python -m fusegrad devices``.
+"""The ``fusegrad`` command: ``fusegrad devices`` shows the plugins found, their devices, why
+a device cannot be used, and which plugin supplies each part of a device (loudly when a plugin
+replaces a part of another plugin's device). Also run as ``python -m fusegrad devices``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import warnings
 from typing import Any
 
 import fusegrad
-from fusegrad.device import Device, DeviceSpec
+from fusegrad.device import PARTS, Device, DeviceSpec
 from fusegrad.errors import FusegradError
 from fusegrad.plugin.hookspecs import BACKEND_API_VERSION
-from fusegrad.plugin.manager import PluginInfo, plugins
+from fusegrad.plugin.manager import PluginInfo, PluginManager, plugins
 
 
 def dev_strings(spec: DeviceSpec) -> list[str]:
@@ -43,6 +44,7 @@ def survey() -> dict[str, Any]:
                     "available": why is None,
                     "reason": why,
                     "dev": dev_strings(spec),
+                    **_parts_record(pm, name, info.name, usable=why is None),
                 }
             )
     default, default_error = None, None
@@ -59,6 +61,27 @@ def survey() -> dict[str, Any]:
         "default_from": "DEV" if os.environ.get("DEV") else "priority",
         "default_error": default_error,
     }
+
+
+def _parts_record(pm: PluginManager, device: str, owner: str, usable: bool) -> dict[str, Any]:
+    """Who supplies each part of ``device``: its plugin, unless an override hook answers.
+
+    Asks the override hooks as opening the device would, without opening it (nothing of the
+    device's own runtime is loaded). None for a device that cannot be used here.
+    """
+    if not usable:
+        return {"parts": None, "overrides": [], "parts_error": None}
+    try:
+        found = pm.part_overrides(device, PARTS)
+    except FusegradError as e:
+        return {"parts": None, "overrides": [], "parts_error": str(e)}
+    parts = dict.fromkeys(PARTS, owner) | {part: plugin for part, (plugin, _) in found.items()}
+    overrides = [
+        {"part": part, "plugin": plugin, "replaces": owner}
+        for part, plugin in parts.items()
+        if plugin != owner
+    ]
+    return {"parts": parts, "overrides": overrides, "parts_error": None}
 
 
 def _plugin_record(info: PluginInfo) -> dict[str, Any]:
@@ -87,10 +110,33 @@ def format_survey(report: dict[str, Any]) -> str:
             lines.append(_indent(f"error: {plugin['error']}", 6))
         for device in (d for d in report["devices"] if d["plugin"] == plugin["name"]):
             lines.append(_device_line(device, report["default"]))
+        replaced = [
+            f"the {o['part']} of {d['name']}"
+            for d in report["devices"]
+            for o in d["overrides"]
+            if o["plugin"] == plugin["name"]
+        ]
         if plugin["error"] is None and not plugin["devices"]:
-            lines.append("      (offers no devices)")
+            overrides = f"; OVERRIDES {', '.join(replaced)}" if replaced else ""
+            lines.append(f"      (offers no devices{overrides})")
+    lines += _override_warnings(report)
     lines += ["", _default_line(report)]
     return "\n".join(lines)
+
+
+def _override_warnings(report: dict[str, Any]) -> list[str]:
+    """One loud line per part a plugin replaces on another plugin's device."""
+    found = [(d, o) for d in report["devices"] for o in d["overrides"]]
+    if not found:
+        return []
+    lines = ["", "overrides (a plugin replaces part of another plugin's device):"]
+    for device, o in found:
+        plugin, part, owner = o["plugin"], o["part"], o["replaces"]
+        lines.append(
+            f"  WARNING: plugin {plugin!r} replaces the {part} of {device['name']} "
+            f"(offered by {owner!r}); uninstall it to use the {part} of {owner!r}"
+        )
+    return lines
 
 
 def _device_line(device: dict[str, Any], default: str | None) -> str:
@@ -102,7 +148,22 @@ def _device_line(device: dict[str, Any], default: str | None) -> str:
     line += "  ".join(device["dev"]) + mark
     if not device["available"]:
         line += "\n" + _indent(f"why: {device['reason']}", 10)
+    if device["parts_error"] is not None:
+        line += "\n" + _indent(f"parts: unknown, {device['parts_error']}", 10)
+    if device["parts"] is not None:
+        line += "\n" + _indent(f"parts: {_parts_line(device)}", 10)
     return line
+
+
+def _parts_line(device: dict[str, Any]) -> str:
+    """``allocator, renderer, program from cpu; compiler from other (OVERRIDE)``."""
+    by_plugin: dict[str, list[str]] = {}
+    for part, plugin in device["parts"].items():
+        by_plugin.setdefault(plugin, []).append(part)
+    return "; ".join(
+        f"{', '.join(parts)} from {plugin}" + ("" if plugin == device["plugin"] else " (OVERRIDE)")
+        for plugin, parts in by_plugin.items()
+    )
 
 
 def _default_line(report: dict[str, Any]) -> str:

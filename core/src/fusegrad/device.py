@@ -1,26 +1,32 @@
 """Buffers, the four objects a backend provides, and the ``Device`` registry.
 
 A backend provides an ``Allocator`` (memory), a ``Renderer`` (linear UOps -> source), a
-``Compiler`` (source -> bytes) and a ``Program`` class (bytes -> callable). ``Device[name]``
-asks the plugins for them through hooks (see ``plugin/hookspecs.py``) the first time a device is
-used, and keeps them in a ``Runtime``.
+``Compiler`` (source -> bytes) and a ``Program`` class (bytes -> callable). Its ``DeviceSpec``
+builds them, as a ``Runtime``, with ``open(name)`` the first time ``Device[name]`` is used; then
+any plugin may replace one of them through the override hooks (see ``plugin/hookspecs.py``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from fusegrad import caches
+from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
 from fusegrad.helpers import cache_dir, write_atomically
 
 if TYPE_CHECKING:
+    from fusegrad.plugin.manager import PluginManager
     from fusegrad.renderer import Renderer
+
+#: The parts of an opened device (``Runtime``); each is also an override hook ``fusegrad_<part>``.
+PARTS = ("allocator", "renderer", "compiler", "program")
 
 
 class Allocator:
@@ -131,18 +137,22 @@ def whole_groups(global_size: tuple[int, ...] | None, group: int) -> tuple[int, 
 
 @dataclass(frozen=True, slots=True)
 class DeviceSpec:
-    """A device a plugin offers: its name, its priority for ``Device.DEFAULT``, and a probe.
+    """A device a plugin offers: its name, its priority for ``Device.DEFAULT``, a probe, and
+    the factory that opens it.
 
     ``probe()`` returns None when the device can be used here, else the reason it cannot
     ("pyopencl not installed"). It runs lazily: ``Device.DEFAULT`` probes devices from the
     highest priority down and stops at the first usable one, so a probe may import its runtime.
     ``count`` (how many instances: NAME, NAME:1, ...) may be a function, asked when needed.
+    ``open(name)`` returns the ``Runtime`` of instance ``name`` (``"OPENCL:1"``); it is called
+    once per instance, the first time it is used, and is where the runtime library is imported.
     """
 
     name: str
     priority: int
     probe: Any  # Callable[[], str | None]
     count: Any = 1  # int, or Callable[[], int]
+    open: Any = None  # Callable[[str], Runtime]; required to use the device (backend API 2)
 
     def instances(self) -> int:
         """How many devices of this kind there are (``count``, called if it is a function)."""
@@ -158,13 +168,17 @@ class DeviceSpec:
 
 @dataclass
 class Runtime:
-    """An opened device: the four backend objects, asked for once."""
+    """An opened device: the four backend objects, and what core adds when it opens one."""
 
     name: str
     allocator: Allocator
     renderer: Renderer
     compiler: Compiler
     program: type
+    #: codegen's rewrite rules for this device, the plugins' included (set when it is opened)
+    rules: CodegenRules = CORE_RULES
+    #: the plugin that supplied each part, by part name ("compiler": "cpu"), set when opened
+    suppliers: dict[str, str] = field(default_factory=dict)
 
 
 class Buffer:
@@ -249,6 +263,13 @@ class _DeviceRegistry:
     def __init__(self) -> None:
         self._open: dict[str, Runtime] = {}
         self._default: str | None = None
+        caches.register("open devices", self._forget)
+
+    def _forget(self) -> None:
+        """Open devices anew when next used, and choose the default again (plugins may have
+        changed: ``plugin.manager.reset``). Nothing is closed: live buffers keep their memory."""
+        self._open.clear()
+        self._default = None
 
     def canonicalize(self, name: str) -> str:
         """``"cpu"`` -> ``"CPU"``, ``"opencl:1"`` -> ``"OPENCL:1"``, ``"CPU:0"`` -> ``"CPU"``."""
@@ -257,9 +278,7 @@ class _DeviceRegistry:
         return base if index in ("", "0") else f"{base}:{index}"
 
     def specs(self) -> dict[str, DeviceSpec]:
-        from fusegrad.plugin.manager import plugins
-
-        return plugins().device_specs()
+        return plugin_manager().device_specs()
 
     def __getitem__(self, name: str) -> Runtime:
         if (rt := self._open.get(name)) is not None:
@@ -271,8 +290,40 @@ class _DeviceRegistry:
         return rt
 
     def _open_device(self, name: str) -> Runtime:
-        from fusegrad.plugin.manager import plugins
+        """The runtime of ``name``: its plugin's ``open``, then other plugins' overrides."""
+        spec = self._usable_spec(name)
+        owner = plugin_manager().device_owner(spec.name)
+        if spec.open is None:
+            raise PluginError(
+                f"plugin {owner!r} offers device {spec.name} but gives no way to open it; since "
+                "backend API version 2 its DeviceSpec needs open=, a function from the device "
+                "name to a Runtime (see docs/backend-guide.md)"
+            )
+        runtime = spec.open(name)
+        if not isinstance(runtime, Runtime):
+            raise PluginError(
+                f"plugin {owner!r}: DeviceSpec.open({name!r}) returned {type(runtime).__name__}, "
+                "not a fusegrad.device.Runtime"
+            )
+        return self._with_overrides(runtime, owner)
 
+    def _with_overrides(self, runtime: Runtime, owner: str) -> Runtime:
+        """``runtime`` with any part another plugin overrides replaced, the supplier of each
+        part recorded, and the plugins' rewrite rules resolved (so codegen never asks them)."""
+        pm = plugin_manager()
+        suppliers = dict.fromkeys(PARTS, owner)
+        parts: dict[str, Any] = {}
+        for part, (plugin, value) in pm.part_overrides(runtime.name, PARTS).items():
+            parts[part], suppliers[part] = value, plugin
+        missing = [p for p in PARTS if parts.get(p, getattr(runtime, p)) is None]
+        if missing:
+            what = ", ".join(missing)
+            raise PluginError(f"device {runtime.name}: plugin {owner!r} opened it without {what}")
+        rules = pm.codegen_rules(runtime.name)
+        return replace(runtime, **parts, rules=rules, suppliers=suppliers)
+
+    def _usable_spec(self, name: str) -> DeviceSpec:
+        """The spec of the installed, usable device ``name``, or an error saying why not."""
         base = name.partition(":")[0]
         specs = self.specs()
         if base not in specs:
@@ -291,17 +342,7 @@ class _DeviceRegistry:
             raise DeviceNotFound(
                 f"no device {name!r}: {base} has {count} device(s) here (valid names: {numbers})"
             )
-        hook = plugins().hook
-        parts = {
-            "allocator": hook.fusegrad_allocator(device=name),
-            "renderer": hook.fusegrad_renderer(device=name),
-            "compiler": hook.fusegrad_compiler(device=name),
-            "program": hook.fusegrad_program(device=name),
-        }
-        missing = [k for k, v in parts.items() if v is None]
-        if missing:
-            raise PluginError(f"device {name}: no plugin returned its {', '.join(missing)}")
-        return Runtime(name, **parts)
+        return spec
 
     @property
     def DEFAULT(self) -> str:  # noqa: N802 - tinygrad-compatible name
@@ -329,6 +370,14 @@ class _DeviceRegistry:
     def DEFAULT(self, name: str) -> None:  # noqa: N802
         self[name]
         self._default = self.canonicalize(name)
+
+
+def plugin_manager() -> PluginManager:
+    """The plugin manager, discovered on first use. Its module (and pluggy, and the scan of
+    entry points) is imported here, not at the top: ``import fusegrad`` discovers no plugin."""
+    from fusegrad.plugin.manager import plugins  # deferred: the plugin machinery is heavy
+
+    return plugins()
 
 
 Device = _DeviceRegistry()

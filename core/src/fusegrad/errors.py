@@ -27,6 +27,11 @@ class InvalidArgument(FusegradError, RuntimeError):
     tensor to a negative power): a RuntimeError, as PyTorch raises for the same call."""
 
 
+class InvalidValue(InvalidArgument, ValueError):
+    """A number outside the range an op accepts (a probability above 1, a negative variance): a
+    ValueError, and a RuntimeError too, as PyTorch raises one of these for each."""
+
+
 class UnknownOption(FusegradError, ValueError, NotImplementedError):
     """A name an op does not know (a reduction, a padding or rounding mode): a ValueError, and a
     NotImplementedError (so a RuntimeError) too, as PyTorch raises one of these for each."""
@@ -67,3 +72,12 @@ class DownloadError(FusegradError, OSError):
 class KernelVerifyError(FusegradError, RuntimeError):
     """A generated kernel would divide by zero, leave a buffer or use an undeclared dtype; it was
     refused before compiling (codegen/verify.py). A bug in code generation, never the user's."""
+
+
+class SpecError(FusegradError, RuntimeError):
+    """A pass built a UOp its stage does not allow (a stray op, mismatched dtypes, a wrong arg);
+    caught when it was built (uop/spec.py). A bug in code generation, never the user's."""
+
+
+class JitError(FusegradError, RuntimeError):
+    """A function TinyJit cannot capture (engine/jit.py); the message says why and what to do."""

@@ -22,12 +22,16 @@ from fusegrad.tensor_aliases import AliasMixin
 from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
 from fusegrad.tensor_functional import FunctionalMixin
 from fusegrad.tensor_index import IndexMixin
+from fusegrad.tensor_join import JoinMixin
 from fusegrad.tensor_math import MathMixin
 from fusegrad.tensor_movement import MovementMixin
 from fusegrad.tensor_nn import NNMixin
+from fusegrad.tensor_random import RandomMixin
+from fusegrad.tensor_sampling import SamplingMixin
 from fusegrad.tensor_scan import ScanMixin
+from fusegrad.tensor_search import SearchMixin
 from fusegrad.tensor_special import SpecialMixin
-from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, is_symbolic, sym_eval
+from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, sym_eval
 
 Scalar = int | float | bool
 
@@ -52,7 +56,7 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 
 
 class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, IndexMixin, NNMixin,
-             FunctionalMixin, AliasMixin):
+             FunctionalMixin, SamplingMixin, AliasMixin, SearchMixin, JoinMixin, RandomMixin):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()
@@ -210,7 +214,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         device = Device.canonicalize(device)
         if device == self.device:
             return self
-        Device[device]  # fail early and clearly if it cannot be opened
+        from fusegrad.engine.realize import open_device
+
+        open_device(device)  # fail early and clearly if it cannot be opened
         # copy the buffer itself (or a contiguous copy of a view), then view it again there
         src = self.uop if _is_buffer(self.uop) else self.contiguous().uop
         if src.op is Ops.RESHAPE:
@@ -664,10 +670,6 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
     def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         axes = self._resolve_axes(axis)
         shape = self.shape
-        if len(axes) == self.ndim and (parts := _split_for_cores(self.numel())):
-            # a long full reduction in two steps, so that every core takes a part of it
-            partial = self.reshape(parts, self.numel() // parts)._reduce(op, 1, False)
-            return partial._reduce(op, 0, False).reshape((1,) * self.ndim if keepdim else ())
         if axes:
             out = self._wrap(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), self.device)
         else:
@@ -765,37 +767,11 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         if w.ndim == 1:
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
         xe = x.unsqueeze(-2)  # (..., n, 1, k)
-        we = _panelled(w).transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k)
+        we = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k): schedule/layout.py finds this
         return (xe * we).sum(-1, dtype=promote_types(x.dtype, w.dtype) if x.dtype.is_float else None)
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
-
-
-#: a matmul's right operand is copied into panels (see ``_panelled``) from this many elements on
-PANEL_ELEMENTS = 1 << 16
-
-
-def _panelled(w: Tensor) -> Tensor:
-    """``w`` (k, m), copied so that each panel of ``p`` columns is one run of ``k * p`` elements
-    (``(m/p, k, p)`` in memory), seen as (k, m) again; ``w`` itself where that does not pay.
-
-    A matmul kernel on a target that loops over its output computes a tile of rows by ``p``
-    columns (two SIMD registers wide, renderer capability ``vector_bytes``), reading one row
-    of the panel per step of k. In row-major ``w`` those rows are m elements apart; with m a
-    power of two they all land in the same few cache sets and evict each other, so the panel,
-    small enough for the cache, is read from memory again for every tile. The copy costs one
-    pass over ``w``; the kernel then reads the panel as one run (a 1024 matmul: 2x faster).
-    A weight being trained is read in place: its copy would be one more node to differentiate.
-    """
-    if w.ndim != 2 or is_symbolic(w.shape) or w.numel() < PANEL_ELEMENTS or w.requires_grad:
-        return w
-    renderer = Device[w.device].renderer
-    p = 2 * renderer.vector_bytes // w.dtype.itemsize
-    k, m = w.shape
-    if renderer.grid_dims is not None or m % p or m == p:
-        return w
-    return w.reshape(k, m // p, p).permute(1, 0, 2).contiguous().permute(1, 0, 2).reshape(k, m)
 
 
 def _sigmoid_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
@@ -805,13 +781,6 @@ def _sigmoid_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[U
     grad, x = Tensor._wrap(g, device), Tensor._wrap(inputs[0], device)
     s = (1 + (-x).exp()).reciprocal()  # the same nodes as the value's
     return ((grad * s * (1 - s)).uop,)
-
-
-def _split_for_cores(n: int) -> int | None:
-    """How many parts to cut a full reduction of ``n`` elements into (None: leave it whole)."""
-    if isinstance(n, UOp) or n < 1 << 18:  # (a symbolic count is not split)
-        return None
-    return next((p for p in (64, 32, 16, 8, 4, 2) if n % p == 0), None)
 
 
 def _sum_dtype(dtype: DType) -> DType:

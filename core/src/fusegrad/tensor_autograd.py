@@ -7,6 +7,7 @@ import weakref
 from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from fusegrad.engine import capture
 from fusegrad.errors import FusegradError, ShapeError
 from fusegrad.gradient import compute_gradient, full_like
 from fusegrad.uop.ops import Ops, UOp
@@ -16,8 +17,6 @@ if TYPE_CHECKING:
 
 # Tensors that asked for gradients; backward() looks for them in the graph it differentiates.
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
-#: while TinyJit captures a function, each assign is logged here: (tensor, its graph before)
-ASSIGN_LOG: list[tuple[Any, UOp]] | None = None
 # realized tensor's buffer node -> the graph that computed it, while gradients are tracked
 REALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -151,8 +150,8 @@ class AutogradMixin:
             raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.uop.shape}")
         if x.device != self.device:  # type: ignore[attr-defined]
             x = x.to(self.device)  # type: ignore[attr-defined]
-        if ASSIGN_LOG is not None:
-            ASSIGN_LOG.append((self, self.uop))
+        if (recording := capture.active()) is not None:  # TinyJit is capturing (engine/capture.py)
+            recording.assigned(self, self.uop)
         self.uop = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
         self._graph = None
         return self  # type: ignore[return-value]

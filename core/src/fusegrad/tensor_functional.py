@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from fusegrad.errors import InvalidArgument, ShapeError
-from fusegrad.tensor_nn import _reduce_loss
+from fusegrad.errors import InvalidArgument, InvalidValue, ShapeError
+from fusegrad.tensor_nn import _check_reduction, _reduce_loss
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -120,3 +120,182 @@ class FunctionalMixin:
         u = self.rand(weights.shape[0], num_samples, 1, device=self.device)
         picked = (cdf.unsqueeze(1) < u).sum(2).cast("int32").minimum(weights.shape[1] - 1)
         return picked.reshape(num_samples) if self.ndim == 1 else picked
+
+    # ---- activations -----------------------------------------------------------------------------
+
+    def prelu(self: Tensor, weight: Tensor) -> Tensor:
+        """x where x > 0, else weight * x, ``weight`` one slope or one per channel (axis 1).
+
+        >>> Tensor([-2.0, 3.0]).prelu(Tensor([0.25])).tolist()
+        [-0.5, 3.0]
+        """
+        channels = self.shape[1] if self.ndim >= 2 else 1
+        if weight.numel() not in (1, channels):
+            raise ShapeError(f"prelu: mismatch of parameter numbers and input channel size: "
+                             f"{weight.numel()} slopes for {channels} channels of {self.shape}; "
+                             "give one slope, or one per channel (axis 1)")
+        if weight.numel() > 1:
+            weight = weight.reshape((1, channels) + (1,) * (self.ndim - 2))
+        elif weight.ndim:
+            weight = weight.reshape(())
+        return (self > 0).where(self, weight * self)
+
+    def threshold(self: Tensor, threshold: float, value: float) -> Tensor:
+        """x where x > threshold, else ``value``.
+
+        >>> Tensor([0.5, 2.0]).threshold(1.0, -1.0).tolist()
+        [-1.0, 2.0]
+        """
+        return (self > threshold).where(self, value).cast(self.dtype)
+
+    def softshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+        """x moved ``lambd`` towards 0, and 0 within ``lambd`` of it.
+
+        >>> Tensor([-2.0, 0.25, 1.0]).softshrink().tolist()
+        [-1.5, 0.0, 0.5]
+        """
+        if lambd < 0:
+            raise InvalidArgument(f"softshrink: lambda must be >= 0, got {lambd}")
+        return (self > lambd).where(self - lambd, (self < -lambd).where(self + lambd, 0.0))
+
+    def logit(self: Tensor, eps: float | None = None) -> Tensor:
+        """log(p / (1 - p)), the inverse of sigmoid; with ``eps``, p is first clamped to
+        [eps, 1 - eps] (and the gradient is 0 outside it, as torch's).
+
+        >>> round(Tensor([0.75]).logit().item(), 4)
+        1.0986
+        """
+        p = self._float_operand()
+        if eps is not None:
+            inside = (p >= eps) & (p <= 1 - eps)
+            p = inside.where(p, p.clip(eps, 1 - eps).detach())
+        return (p / (1 - p)).log()
+
+    def gumbel_softmax(self: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10,
+                       dim: int = -1) -> Tensor:
+        """A differentiable sample from the categorical distribution of logits ``self``: the
+        softmax of (logits + Gumbel noise) / tau. ``hard`` gives one-hot samples whose gradient
+        is the soft sample's (the straight-through estimator). ``eps`` is unused, as in torch."""
+        u = type(self).rand(self.shape, device=self.device)
+        exponential = (-(1 - u).log()).maximum(1e-30)  # -log(1 - U) ~ Exp(1), kept above 0
+        soft = ((self - exponential.log()) / tau).softmax(dim)
+        if not hard:
+            return soft
+        hot = soft.argmax(dim, keepdim=True) == type(self).arange(
+            self.shape[dim], device=self.device
+        ).reshape([-1 if a == self._axis(dim) else 1 for a in range(self.ndim)])
+        return hot.cast(soft.dtype) - soft.detach() + soft
+
+    def dropout2d(self: Tensor, p: float = 0.5, training: bool | None = None) -> Tensor:
+        """Zero whole channels (axis 1 of (N, C, ...)) with probability ``p``, scaling the rest by
+        1/(1-p). ``training`` None follows ``Tensor.training``, as ``dropout`` does."""
+        if not 0 <= p <= 1:
+            raise InvalidValue(f"dropout probability has to be between 0 and 1, but got {p}")
+        if self.ndim < 2:
+            raise ShapeError(f"dropout2d needs (N, C, ...) input, got shape {self.shape}")
+        if not (type(self).training if training is None else training) or p == 0:
+            return self
+        keep = type(self).rand(self.shape[:2] + (1,) * (self.ndim - 2), device=self.device) >= p
+        return keep.where(self * (1 / (1 - p)) if p < 1 else 0, 0).cast(self.dtype)
+
+    def pixel_unshuffle(self: Tensor, downscale_factor: int) -> Tensor:
+        """(..., C, H*r, W*r) -> (..., C*r*r, H, W), the inverse of ``pixel_shuffle``: each r x r
+        block of pixels becomes r*r channels."""
+        r = downscale_factor
+        *batch, c, h, w = self.shape
+        for name, size in (("height", h), ("width", w)):
+            if size % r:
+                raise ShapeError(f"pixel_unshuffle: the {name} {size} of {self.shape} does not "
+                                 f"divide by downscale_factor {r}")
+        n = len(batch)
+        x = self.reshape(*batch, c, h // r, r, w // r, r)
+        x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+        return x.reshape(*batch, c * r * r, h // r, w // r)
+
+    # ---- distances -------------------------------------------------------------------------------
+
+    def pairwise_distance(self: Tensor, other: Tensor, p: float = 2.0, eps: float = 1e-6,
+                          keepdim: bool = False) -> Tensor:
+        """The p-norm of self - other + eps along the last axis, after broadcasting."""
+        return (self - other + eps).norm(p, -1, keepdim)
+
+    def cdist(self: Tensor, other: Tensor, p: float = 2.0,
+              compute_mode: str | None = None) -> Tensor:
+        """The p-norm distance of each row of self (..., P, M) to each row of other (..., R, M):
+        (..., P, R). The gradient at a distance of 0 is 0, as torch's. ``compute_mode`` is
+        accepted for torch's signature; the distance is always taken directly."""
+        if self.ndim < 2 or other.ndim < 2:
+            raise ShapeError(f"cdist only supports at least 2-d tensors, got shapes {self.shape} "
+                             f"and {other.shape}")
+        if self.shape[-1] != other.shape[-1]:
+            raise ShapeError(f"cdist: X1 and X2 must have the same number of columns, got "
+                             f"{self.shape[-1]} and {other.shape[-1]}")
+        if p < 0:
+            raise InvalidArgument(f"cdist only supports non-negative p values, got {p}")
+        diff = self.unsqueeze(-2) - other.unsqueeze(-3)  # (..., P, R, M)
+        if p not in (1, 2):
+            return diff.norm(p, -1)
+        total = diff.abs().sum(-1) if p == 1 else diff.square().sum(-1)
+        if p == 1:
+            return total
+        positive = total > 0  # sqrt's slope at 0 is infinite; torch's gradient there is 0
+        return positive.where(positive.where(total, 1.0).sqrt(), 0.0)
+
+    # ---- losses ----------------------------------------------------------------------------------
+
+    def margin_ranking_loss(self: Tensor, other: Tensor, target: Tensor, margin: float = 0.0,
+                            reduction: str = "mean") -> Tensor:
+        """max(0, margin - target * (self - other)): ``target`` 1 wants self ranked higher, -1
+        lower."""
+        return _reduce_loss((margin - target * (self - other)).maximum(0), reduction)
+
+    def triplet_margin_loss(self: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0,
+                            p: float = 2, eps: float = 1e-6, swap: bool = False,
+                            reduction: str = "mean") -> Tensor:
+        """max(0, margin + d(anchor, positive) - d(anchor, negative)), d the p-norm
+        ``pairwise_distance``; ``swap`` uses d(positive, negative) when it is smaller."""
+        if not self.ndim == positive.ndim == negative.ndim:
+            raise ShapeError(f"triplet_margin_loss: the anchor, positive and negative need the "
+                             f"same number of dimensions, got shapes {self.shape}, "
+                             f"{positive.shape} and {negative.shape}")
+        if margin <= 0:
+            raise InvalidValue(f"triplet_margin_loss: margin must be greater than 0, got {margin}")
+        d_pos = self.pairwise_distance(positive, p, eps)
+        d_neg = self.pairwise_distance(negative, p, eps)
+        if swap:
+            d_neg = d_neg.minimum(positive.pairwise_distance(negative, p, eps))
+        return _reduce_loss((margin + d_pos - d_neg).maximum(0), reduction)
+
+    def gaussian_nll_loss(self: Tensor, target: Tensor, var: Tensor | float, full: bool = False,
+                          eps: float = 1e-6, reduction: str = "mean") -> Tensor:
+        """The negative log likelihood of ``target`` under normal distributions of mean ``self``
+        and variance ``var``: (log(var) + (self - target)**2 / var) / 2 (+ log(2 pi) / 2 if
+        ``full``). ``var`` has self's shape, or lacks (or has 1 as) its last axis; it is clamped
+        to ``eps`` without changing its gradient, as torch does. A negative var raises."""
+        if not isinstance(var, type(self)):
+            var = type(self).full(self.shape, var, device=self.device)
+        if var.shape != self.shape:
+            if var.shape == self.shape[:-1]:
+                var = var.unsqueeze(-1)
+            elif not (var.shape[:-1] == self.shape[:-1] and var.ndim and var.shape[-1] == 1):
+                raise ShapeError(f"gaussian_nll_loss: var is of incorrect size {var.shape} "
+                                    f"for input {self.shape}; give the input's shape, or it "
+                                    "without (or with 1 as) its last axis")
+        _check_reduction(reduction)
+        if var.numel() and (var < 0).any().item():
+            raise InvalidValue("gaussian_nll_loss: var has negative entry/entries")
+        var = var + (var.maximum(eps) - var).detach()
+        loss = 0.5 * (var.log() + (self - target).square() / var)
+        return _reduce_loss(loss + 0.5 * math.log(2 * math.pi) if full else loss, reduction)
+
+    def poisson_nll_loss(self: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
+                         eps: float = 1e-8, reduction: str = "mean") -> Tensor:
+        """The negative log likelihood of ``target`` under Poisson distributions of rate
+        exp(self) (``log_input``) or self: rate - target * log(rate), the constant log(target!)
+        left out unless ``full`` (Stirling's approximation, for targets above 1)."""
+        _check_reduction(reduction)
+        loss = self.exp() - target * self if log_input else self - target * (self + eps).log()
+        if full:
+            stirling = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
+            loss = loss + (target > 1).where(stirling, 0.0)
+        return _reduce_loss(loss, reduction)

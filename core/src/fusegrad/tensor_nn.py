@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fusegrad import caches
 from fusegrad.dtype import dtypes
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.uop.ops import GroupOp, Ops, UOp
@@ -72,6 +73,7 @@ def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp,
 
 #: (shape, kernel, stride, dilation) -> the movement ops ``_pool`` applies, as (op, arg) pairs
 _POOL_MOVES: dict[tuple, tuple[tuple[Ops, Any], ...]] = {}
+caches.register("pool moves", _POOL_MOVES.clear)
 
 
 def _pool_moves(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...],
@@ -204,9 +206,8 @@ class NNMixin:
         win = xp._pool(tuple(ks), stride, dilation)  # (N, C_in, *o, *k)
         outs = win.shape[2 : 2 + n]
         win = win.reshape((batch, groups, 1, cin_g) + outs + tuple(ks))
-        # The weight is read with C_out innermost in memory (a small copy), so that the kernel
-        # can load C_out filters as one vector and reuse each input element for all of them.
-        w = _innermost(weight.reshape((groups, cout // groups, cin_g) + tuple(ks)), 1)
+        # (schedule/layout.py finds this shape and reads the weight with C_out innermost)
+        w = weight.reshape((groups, cout // groups, cin_g) + tuple(ks))
         w = w.reshape((1, groups, cout // groups, cin_g) + (1,) * n + tuple(ks))
         out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((batch, cout) + outs)
         out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups, x.device))

@@ -8,6 +8,8 @@ from fusegrad import Device, Tensor
 from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
 from fusegrad.renderer import Renderer
+from fusegrad.schedule.kernelize import abstract, make_plan
+from fusegrad.tensor import _unreshaped
 
 
 def _target(registers: int, vector_bytes: int) -> Renderer:
@@ -76,7 +78,7 @@ def test_padded_copy_has_no_division_or_modulo():
     to stay in range, and a loop per axis needs no division."""
     x = Tensor.rand(4, 8, 10, 10, device="CPU")
     (step,) = x.pad((None, None, (2, 2), (2, 2))).contiguous().schedule()
-    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, AVX2)).source
+    source = generate(step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, AVX2)).source
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
     np.testing.assert_array_equal(
@@ -99,7 +101,7 @@ def test_views_under_a_pad_simplify():
     x = Tensor.rand(4, 8, 10, 10, device="CPU").realize()
     y = (x.reshape(4, 800) * 2).reshape(4, 8, 10, 10).pad((None, None, (4, 4), (4, 4)))
     (step,) = y.contiguous().schedule()
-    source = generate(step.ast, Device["CPU"].renderer, heuristic_opts(step.ast, AVX2)).source
+    source = generate(step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, AVX2)).source
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
     np.testing.assert_array_equal(y.numpy(), np.pad(x.numpy() * 2, ((0, 0), (0, 0), (4, 4), (4, 4))))
@@ -112,7 +114,7 @@ def test_short_rows_of_a_reduction_merge_into_one_loop():
     (step,) = x.sum((0, 2, 3)).schedule()
     opts = heuristic_opts(step.ast, AVX2)
     assert opts.merge and opts.lanes == (3, 16)
-    source = generate(step.ast, Device["CPU"].renderer, opts).source
+    source = generate(step.ast, Device["CPU"].renderer, opts=opts).source
     assert "/" not in source[source.index("{") :] and "%" not in source[source.index("{") :]
     np.testing.assert_allclose(x.sum((0, 2, 3)).numpy(), x.numpy().sum((0, 2, 3)), rtol=1e-5)
 
@@ -148,10 +150,10 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     *_, step = (a @ b).schedule()
     opts = heuristic_opts(step.ast, big_cache)
     rt = Device["CPU"]
-    kernel = generate(step.ast, rt.renderer, opts)
+    kernel = generate(step.ast, rt.renderer, rt.rules, opts)
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
     out = Tensor.zeros(96 * 64, device="CPU").contiguous().realize()
-    width = 2 * rt.renderer.vector_bytes // 4  # the host's panels (tensor._panelled)
+    width = 2 * rt.renderer.vector_bytes // 4  # the host's panels (schedule/layout.py)
     panels = b.reshape(1024, 64 // width, width).permute(1, 0, 2).contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, panels._buffer().handle, global_size=None)
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
@@ -159,15 +161,22 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
 
 
 def _wide_matmul(rows: int) -> tuple[Tensor, Tensor]:
-    """(rows, 2048) @ (2048, 256), the right operand read in place (the same AST on any host)."""
-    a, b = Tensor.rand(rows, 2048, device="CPU").realize(), Tensor.rand(2048, 256, device="CPU").realize()
-    b.requires_grad = True
-    return a, b
+    """(rows, 2048) @ (2048, 256), realized (see ``_in_place_ast``)."""
+    a, b = Tensor.rand(rows, 2048, device="CPU"), Tensor.rand(2048, 256, device="CPU")
+    return a.realize(), b.realize()
+
+
+def _in_place_ast(t: Tensor):
+    """The kernel of ``t`` scheduled without the layout pass: a matmul then reads its right
+    operand in place, not from panels as wide as the host's vectors (the same AST on any host)."""
+    roots, inputs, _ = abstract([_unreshaped(t.uop)])
+    (step,) = make_plan(roots, [t.device], [b.device for b in inputs]).steps
+    return step.ast
 
 
 def _run_with(opts: KernelOpts, ast, a: Tensor, b: Tensor) -> np.ndarray:
     rt = Device["CPU"]
-    kernel = generate(ast, rt.renderer, opts)
+    kernel = generate(ast, rt.renderer, rt.rules, opts)
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
     out = Tensor.zeros(a.shape[0] * b.shape[1], device="CPU").contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, b._buffer().handle, global_size=None)
@@ -178,7 +187,7 @@ def test_panel_group_is_sized_from_the_core_cache():
     """A reduction of 2048 by two AVX-512 panels of 32 floats is 512 KB: more than the default
     TILE_BYTES, within half of a 1 MB level-2 cache. (132 rows: 8 do not divide them.)"""
     a, b = _wide_matmul(132)
-    ast = _reduce_ast(a @ b)
+    ast = _in_place_ast(a @ b)
     assert heuristic_opts(ast, AVX512).tile == ()
     big_core = _target(32, 64)
     big_core.core_cache_bytes = 1 << 20
@@ -191,7 +200,7 @@ def test_tile_whose_rows_divide_their_axis_walks_two_panels_even_past_the_cache(
     """64 rows by 8 divide exactly, so nothing clamps them: gcc then packs the tile whole only
     inside a loop over panels, which it gets even though the 512 KB group exceeds TILE_BYTES."""
     a, b = _wide_matmul(64)
-    ast = _reduce_ast(a @ b)
+    ast = _in_place_ast(a @ b)
     opts = heuristic_opts(ast, AVX512)
     assert opts.tile == ((opts.upcast[-1][0], 2),) and opts.upcast == ((0, 8), (1, 32))
     np.testing.assert_allclose(_run_with(opts, ast, a, b), a.numpy() @ b.numpy(), rtol=1e-4)

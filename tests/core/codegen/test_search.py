@@ -36,7 +36,7 @@ def test_kernels_from_every_candidate_compute_the_same(tmp_path, monkeypatch):
     expected = x.numpy() @ w.numpy()
     rt = Device["CPU"]
     for opts in [heuristic_opts(ast, Device["CPU"].renderer), *search._neighbours(heuristic_opts(ast, Device["CPU"].renderer), ast)][:8]:
-        kernel = generate(ast, rt.renderer, opts)
+        kernel = generate(ast, rt.renderer, rt.rules, opts)
         program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
         out = np.zeros(64 * 48, np.float32)
         out_t = Tensor(out)
@@ -50,7 +50,7 @@ def test_a_far_slower_candidate_is_timed_once(monkeypatch):
     rt = Device["CPU"]
     from fusegrad.codegen.kernel import generate
 
-    kernel = generate(ast, rt.renderer, heuristic_opts(ast, Device["CPU"].renderer))
+    kernel = generate(ast, rt.renderer, rt.rules, heuristic_opts(ast, Device["CPU"].renderer))
     calls = []
     real_program = rt.program
 

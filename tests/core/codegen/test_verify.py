@@ -12,6 +12,7 @@ from fusegrad.errors import KernelVerifyError
 from fusegrad.helpers import Context, context
 from fusegrad.renderer import Renderer
 from fusegrad.schedule.kernelize import KernelStep
+from fusegrad.uop.loops import AxisKind, LoopArg
 from fusegrad.uop.ops import Ops, UOp
 
 f32, idx = dtypes.float32, dtypes.index
@@ -35,7 +36,7 @@ def const(value: int) -> UOp:
 def copy_program(out_size: int, in_size: int, offset=lambda i: i) -> list[UOp]:
     """``out[i] = in[offset(i)]`` for i < out_size, as a linear program."""
     out, src = param(0, out_size), param(1, in_size)
-    loop = UOp(Ops.RANGE, idx, (const(out_size),), (0, "global"))
+    loop = UOp(Ops.RANGE, idx, (const(out_size),), LoopArg(0, AxisKind.GLOBAL))
     at = offset(loop)
     load = UOp(Ops.LOAD, f32, (UOp(Ops.INDEX, f32, (src, at)),))
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, f32, (out, loop)), load))
@@ -75,7 +76,7 @@ def test_a_load_past_the_end_of_its_buffer_is_refused_naming_kernel_and_uop():
 
 def test_a_store_before_the_start_of_its_buffer_is_refused():
     out, src = param(0, 4), param(1, 4)
-    loop = UOp(Ops.RANGE, idx, (const(4),), (0, "global"))
+    loop = UOp(Ops.RANGE, idx, (const(4),), LoopArg(0, AxisKind.GLOBAL))
     back = loop + (-1)
     load = UOp(Ops.LOAD, f32, (UOp(Ops.INDEX, f32, (src, loop)),))
     store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, f32, (out, back)), load))

@@ -25,6 +25,7 @@ from .harness import (
     indices,
     ints,
     mask,
+    nan,
     params,
     torch,
     values,
@@ -281,7 +282,8 @@ EINSUMS = [
     ("ii->i", [(4, 4)]), ("ii", [(4, 4)]), ("iji->j", [(3, 2, 3)]), ("...ii->...", [(2, 3, 4, 4)]),
     ("...id,...jd->...ij", [(2, 3, 4), (1, 5, 4)]), ("...id,...jd", [(3, 2, 4), (3, 5, 4)]),
     ("i...j,ji...->...", [(2, 3, 4, 5), (5, 2, 4)]), ("ij...,ij...->ij", [(2, 3, 4, 2), (2, 3, 4, 2)]),
-    ("bij,bjk->bik", [(1, 3, 4), (2, 4, 2)]),
+    ("bij,bjk->bik", [(1, 3, 4), (2, 4, 2)]), ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij->", [(3, 4)]),
+    ("i,j->ij", [(3,), (4,)]), ("ij,ij->i", [(3, 4), (3, 4)]), ("bhqd,bhkd->bhqk", [(1, 2, 3, 4), (1, 2, 5, 4)]),
 ]
 EINSUM = [case(f"einsum-{f}", lambda *xs, f=f: Tensor.einsum(f, *xs), *(floats(*s) for s in shapes),
                ref=lambda *xs, f=f: torch.einsum(f, *xs)) for f, shapes in EINSUMS]
@@ -292,4 +294,53 @@ EINSUM.append(case("einsum-list", lambda a, b: Tensor.einsum("i,i->i", [a, b]), 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("c", params(EINSUM))
 def test_einsum(c, device, request):
+    check(c, device, request)
+
+
+SORTED = values(-2.0, -1.0, 0.0, 0.0, 1.0, 3.0)
+# fmt: off
+SEARCH = [
+    case("searchsorted-1d", lambda s, v: s.searchsorted(v), SORTED, floats(3, 4), ref=torch.searchsorted),
+    case("searchsorted-right", lambda s, v: s.searchsorted(v, right=True), SORTED, values(-1.0, 0.0, 3.0, 5.0, nan),
+         ref=lambda s, v: torch.searchsorted(s, v, right=True)),
+    case("searchsorted-side", lambda s, v: s.searchsorted(v, side="right"), SORTED, values(0.0, -2.0, 1.0),
+         ref=lambda s, v: torch.searchsorted(s, v, side="right")),
+    case("searchsorted-nd", lambda s, v: s.searchsorted(v), values(0, 1, 1, 4, 5, -3, 0, 2, 2, 2, shape=(2, 5)),
+         ints(2, 3, low=-3, high=5), ref=torch.searchsorted),
+    case("searchsorted-sorter", lambda s, v, o: s.searchsorted(v, sorter=o), values(3.0, 1.0, 2.0, 0.0), floats(5),
+         index_values(3, 1, 2, 0), ref=lambda s, v, o: torch.searchsorted(s, v, sorter=o)),
+    case("searchsorted-scalar", lambda s: s.searchsorted(0.5), SORTED, ref=lambda s: torch.searchsorted(s, 0.5)),
+    case("searchsorted-0d", lambda s, v: s.searchsorted(v), SORTED, floats(), ref=torch.searchsorted),
+    case("searchsorted-empty", lambda s, v: s.searchsorted(v), floats(0), floats(3), ref=torch.searchsorted),
+    case("bucketize-left", lambda x, b: x.bucketize(b), ints(3, 4), values(-3, 0, 0, 4, dtype=i32), ref=torch.bucketize),
+    case("bucketize-right", lambda x, b: x.bucketize(b, right=True), floats(5).T, SORTED,
+         ref=lambda x, b: torch.bucketize(x, b, right=True)),
+    case("argwhere-2d", lambda x: x.argwhere(), ints(4, 5, low=-1, high=1)),
+    case("argwhere-0d", lambda x: x.argwhere(), ints(low=1, high=3)),
+    case("index_add-rows", lambda x, i, s: x.index_add(0, i, s), floats(5, 3), index_values(1, 4, 1, 0), floats(4, 3)),
+    case("index_add-dim1", lambda x, i, s: x.index_add(-1, i, s, alpha=2.5), floats(2, 3, 4), indices(4, 6), floats(2, 3, 6)),
+    case("index_add-int", lambda x, i, s: x.index_add(1, i, s), ints(3, 4), index_values(0, 0, 3), ints(3, 3)),
+    case("index_add-T", lambda x, i, s: x.index_add(0, i, s), floats(3, 4).T, index_values(2), floats(1, 4).T),
+    case("index_add-0d", lambda x, i, s: x.index_add(0, i, s), floats(), index_values(0, shape=()), floats()),
+    case("index_add-empty", lambda x, i, s: x.index_add(0, i, s), floats(3, 2), index_values(shape=(0,)), floats(0, 2)),
+    case("index_fill-rows", lambda x, i: x.index_fill(0, i, -1.5), floats(4, 3), index_values(0, 2, 2)),
+    case("index_fill-last", lambda x, i: x.index_fill(-1, i, 7), ints(3, 4), index_values(3)),
+    case("index_fill-tensor", lambda x, i, v: x.index_fill(1, i, v), floats(3, 4), index_values(1, 3), floats()),
+    case("index_fill-0d", lambda x, i: x.index_fill(0, i, 2.0), floats(), index_values(0, shape=())),
+    case("scatter_add-rows", lambda x, i, s: x.scatter_add(0, i, s), floats(3, 4), indices(3, 2, 4), floats(2, 4)),
+    case("scatter_add-dim1", lambda x, i, s: x.scatter_add(1, i, s), ints(3, 4), indices(4, 2, 3), ints(3, 3)),
+    case("unique-flat", lambda x: x.unique(return_inverse=True, return_counts=True), ints(12, low=-3, high=3)),
+    case("unique-2d", lambda x: x.unique(return_inverse=True), ints(3, 4, low=0, high=4)),
+    case("unique-float", lambda x: x.unique(), values(2.5, -1.0, 2.5, 0.0, -0.0, 7.0), grad=False),
+    case("unique-rows", lambda x: x.unique(dim=0, return_inverse=True, return_counts=True), ints(6, 2, low=0, high=1)),
+    case("unique-columns", lambda x: x.unique(return_counts=True, dim=1), ints(2, 7, low=0, high=1)),
+    case("unique-0d", lambda x: x.unique(return_inverse=True), ints(low=1, high=3)),
+    case("unique-empty", lambda x: x.unique(return_inverse=True, return_counts=True), floats(0), grad=False),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(SEARCH))
+def test_search_and_accumulate(c, device, request):
     check(c, device, request)

@@ -11,7 +11,7 @@ import pytest
 
 from fusegrad import Tensor
 
-from .harness import DEVICES, F, case, check, f16, floats, ints, mask, params, torch
+from .harness import DEVICES, F, case, check, f16, floats, index_values, ints, mask, params, torch
 
 X = floats(2, 3, 4)
 XI = ints(2, 3, 4)
@@ -210,6 +210,7 @@ JOIN = [
          ref=lambda a, b: torch.stack([a, b, a], 1)),
     case("stack-last", lambda a, b: a.stack(b, dim=-1), ints(3, 4), ints(3, 4),
          ref=lambda a, b: torch.stack([a, b], -1)),
+    case("stack-bool", lambda a, b: a.stack(b, dim=-1), mask(3, 4), mask(3, 4), ref=lambda a, b: torch.stack([a, b], -1)),
     case("stack-0d", lambda a, b: a.stack(b), floats(), floats(), ref=lambda a, b: torch.stack([a, b])),
     case("stack-empty", lambda a, b: a.stack(b), floats(0, 2), floats(0, 2), ref=lambda a, b: torch.stack([a, b])),
     case("stack-list", lambda a, b: Tensor.stack([a, b], dim=1), floats(2, 3), floats(2, 3),
@@ -292,4 +293,51 @@ def test_shape(c, device, request):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("c", params(JOIN + REPEAT))
 def test_join_and_repeat(c, device, request):
+    check(c, device, request)
+
+
+# fmt: off
+STACKING = [
+    case("hstack-1d", lambda a, b: Tensor.hstack([a, b]), floats(3), floats(2), ref=lambda a, b: torch.hstack([a, b])),
+    case("hstack-2d", lambda a, b: Tensor.hstack((a, b)), floats(2, 3), floats(2, 1), ref=lambda a, b: torch.hstack((a, b))),
+    case("hstack-0d", lambda a, b: Tensor.hstack([a, b]), floats(), floats(), ref=lambda a, b: torch.hstack([a, b])),
+    case("hstack-int", lambda a, b: Tensor.hstack([a, b]), ints(3), floats(2), ref=lambda a, b: torch.hstack([a, b])),
+    case("vstack-1d", lambda a, b: Tensor.vstack([a, b]), floats(3), floats(2, 3), ref=lambda a, b: torch.vstack([a, b])),
+    case("vstack-0d", lambda a, b: Tensor.vstack([a, b]), floats(), floats(1, 1), ref=lambda a, b: torch.vstack([a, b])),
+    case("vstack-empty", lambda a, b: Tensor.vstack([a, b]), floats(0, 3), floats(3), ref=lambda a, b: torch.vstack([a, b])),
+    case("dstack-2d", lambda a, b: Tensor.dstack([a, b]), floats(2, 3), floats(2, 3, 2), ref=lambda a, b: torch.dstack([a, b])),
+    case("dstack-1d", lambda a, b: Tensor.dstack([a, b]), floats(3), floats(3), ref=lambda a, b: torch.dstack([a, b])),
+    case("column_stack-mixed", lambda a, b, c: Tensor.column_stack([a, b, c]), floats(3), floats(3, 2), floats(3).T,
+         ref=lambda a, b, c: torch.column_stack([a, b, c])),
+    case("column_stack-0d", lambda a, b: Tensor.column_stack([a, b]), floats(), floats(1), ref=lambda a, b: torch.column_stack([a, b])),
+    case("tensor_split-sections", lambda x: x.tensor_split(3), floats(7, 2)),
+    case("tensor_split-more_sections", lambda x: x.tensor_split(4), floats(2)),
+    case("tensor_split-indices", lambda x: x.tensor_split([1, 5], dim=1), floats(2, 6)),
+    case("tensor_split-clamped", lambda x: x.tensor_split([-2, 8, 3], dim=-1), floats(3, 5).T),
+    case("tensor_split-tensor", lambda x, i: x.tensor_split(i), floats(6, 2), index_values(2, 4)),
+    case("tensor_split-empty", lambda x: x.tensor_split(2, dim=1), floats(3, 0)),
+    case("tensordot-2", lambda a, b: a.tensordot(b), floats(3, 4, 5), floats(4, 5, 2), ref=lambda a, b: torch.tensordot(a, b)),
+    case("tensordot-1", lambda a, b: a.tensordot(b, dims=1), floats(3, 4), floats(4, 2), ref=lambda a, b: torch.tensordot(a, b, dims=1)),
+    case("tensordot-0", lambda a, b: a.tensordot(b, 0), floats(3), floats(2, 2), ref=lambda a, b: torch.tensordot(a, b, 0)),
+    case("tensordot-lists", lambda a, b: a.tensordot(b, dims=([1, 0], [0, 1])), floats(3, 4, 5), floats(4, 3, 2),
+         ref=lambda a, b: torch.tensordot(a, b, dims=([1, 0], [0, 1]))),
+    case("tensordot-ints", lambda a, b: a.tensordot(b, dims=(-1, 0)), floats(2, 3).T, floats(3, 4),
+         ref=lambda a, b: torch.tensordot(a, b, dims=([-1], [0]))),
+    case("tensordot-empty", lambda a, b: a.tensordot(b, dims=1), floats(2, 0), floats(0, 3),
+         ref=lambda a, b: torch.tensordot(a, b, dims=1)),
+    case("diff-default", lambda x: x.diff(), floats(3, 5)),
+    case("diff-n2_dim0", lambda x: x.diff(n=2, dim=0), floats(4, 3).T),
+    case("diff-pend", lambda x, p, a: x.diff(dim=1, prepend=p, append=a), floats(3, 4), floats(3, 1), floats(3, 2)),
+    case("diff-bool", lambda x: x.diff(), mask(3, 4)),
+    case("diff-int", lambda x: x.diff(n=3), ints(2, 6)),
+    case("diff-too_many", lambda x: x.diff(n=5), floats(3)),
+    case("diff-n0", lambda x: x.diff(n=0), floats(3)),
+    case("diff-empty", lambda x: x.diff(dim=0), floats(0, 3)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(STACKING))
+def test_stacking_and_splitting(c, device, request):
     check(c, device, request)

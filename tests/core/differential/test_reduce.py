@@ -15,6 +15,7 @@ from .harness import (
     bool_,
     case,
     check,
+    const,
     f16,
     f32,
     f64,
@@ -69,6 +70,10 @@ REDUCE = [
     *reduction("std", lambda x, a, k: x.std(a, k, correction=2), torch_reduce("std", correction=2), tag="correction2"),
     *reduction("var_mean", special=False),  # torch's var_mean gives mean([-inf, ...]) nan
     *reduction("std_mean", special=False, tol=LOOSE),
+    case("var_mean-correction0", lambda x: x.var_mean(0, True, 0), floats(5, 6).T,
+         ref=lambda x: torch.var_mean(x, 0, correction=0, keepdim=True)),
+    case("std_mean-correction2", lambda x: x.std_mean(1, False, 2), floats(6, 5),
+         ref=lambda x: torch.std_mean(x, 1, correction=2), tol=LOOSE),
     *reduction("logsumexp", low=-5, high=5),
     *reduction("argmax", ref=arg_ref("argmax"), tuple_axes=False, empty=False, dtypes=(f32, i32, u8), xfail={"special": ARGMAX_NAN}),
     *reduction("argmin", ref=arg_ref("argmin"), tuple_axes=False, empty=False, dtypes=(f32, i32, u8), xfail={"special": ARGMAX_NAN}),
@@ -176,6 +181,8 @@ SORT = [
     case("topk-dim1", lambda x: x.topk(1, 1), distinct(5, 8), ref=lambda x: torch.topk(x, 1, 1)),
     case("topk-all", lambda x: x.topk(5, -1, False), distinct(3, 5), ref=lambda x: torch.topk(x, 5, -1, False)),
     case("topk-int", lambda x: x.topk(3), distinct(4, 6), ref=lambda x: torch.topk(x, 3)),
+    case("topk-int32", lambda x: x.topk(2, 0, False), values(*(float((7 * i) % 40) for i in range(40)), shape=(5, 8), dtype=i32),
+         ref=lambda x: torch.topk(x, 2, 0, False)),
     case("topk-values", lambda x: x.topk(2)[0], floats(3, 5), ref=lambda x: x.topk(2).values),
     case("sort-stable", lambda x: x.sort(-1), ints(3, 9, low=0, high=3), ref=lambda x: torch.sort(x, dim=-1, stable=True)),
     case("sort-descending", lambda x: x.sort(-1, True), ints(3, 9, low=0, high=3), ref=lambda x: torch.sort(x, dim=-1, descending=True, stable=True)),
@@ -201,4 +208,51 @@ def test_scan(c, device, request):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("c", params(SORT))
 def test_sort(c, device, request):
+    check(c, device, request)
+
+
+def _quantile(q, dim=None, keepdim=False, interpolation="linear", name="quantile"):
+    """``x.quantile(q, ...)`` in both libraries (a tensor ``q`` comes as the second input)."""
+    def call(x, *qs):
+        return getattr(x, name)(qs[0] if qs else q, dim, keepdim, interpolation=interpolation)
+    return call
+
+
+# fmt: off
+ORDER = [
+    case("kthvalue-row", lambda x: x.kthvalue(2, 1), floats(3, 5)),
+    case("kthvalue-keepdim", lambda x: x.kthvalue(3, 0, keepdim=True), floats(4, 3).T),
+    case("kthvalue-last", lambda x: x.kthvalue(4), floats(2, 3, 4)),
+    case("kthvalue-0d", lambda x: x.kthvalue(1), floats()),
+    case("kthvalue-size1", lambda x: x.kthvalue(1, 0), floats(1, 3)),
+    case("kthvalue-int", lambda x: x.kthvalue(2), ints(3, 4)),
+    *(case(f"quantile-{i}", _quantile(0.3, 1, interpolation=i), floats(3, 5)) for i in
+      ("linear", "lower", "higher", "midpoint", "nearest")),
+    case("quantile-nearest_half", _quantile(0.5, 1, interpolation="nearest"), floats(3, 7)),
+    case("quantile-all", _quantile(0.75), floats(2, 3, 4)),
+    case("quantile-all_keepdim", _quantile(0.75, keepdim=True), floats(2, 3)),
+    case("quantile-keepdim", _quantile(0.2, 0, True), floats(4, 3, 2)),
+    case("quantile-tensor_q", _quantile(None, -1), floats(2, 5), const(3)),
+    case("quantile-tensor_q_keepdim", _quantile(None, 1, True, "midpoint"), floats(2, 5, 2), const(2)),
+    case("quantile-0d_q", _quantile(None, 0), floats(4), const()),
+    case("quantile-0d", _quantile(0.4, 0), floats()),
+    case("quantile-ends", _quantile(1.0, 1), floats(2, 4)),
+    case("quantile-size1", _quantile(0.6, 0), floats(1, 3)),
+    case("quantile-nan", _quantile(0.5, 1), values(1.0, nan, 2.0, 3.0, 4.0, 5.0, 0.0, -1.0, shape=(2, 4)), grad=False),
+    case("nanquantile-nan", _quantile(0.5, 1, name="nanquantile"),
+         values(1.0, nan, 2.0, 3.0, nan, nan, nan, nan, 4.0, nan, nan, -inf, shape=(3, 4)), grad=False),
+    case("nanquantile-plain", _quantile(0.3, 0, name="nanquantile", interpolation="higher"), floats(4, 3)),
+    case("count_nonzero-all", lambda x: x.count_nonzero(), ints(3, 4, low=-1, high=1)),
+    case("count_nonzero-dim", lambda x: x.count_nonzero(1), values(0.0, -0.0, nan, 1.0, 0.0, inf, shape=(2, 3)),
+         xfail={"WEBGPU": "WGSL compiles nan != 0 to false"}),
+    case("count_nonzero-dims", lambda x: x.count_nonzero((0, 2)), ints(2, 3, 4, low=-1, high=1)),
+    case("count_nonzero-empty", lambda x: x.count_nonzero(0), floats(0, 3)),
+    case("count_nonzero-0d", lambda x: x.count_nonzero(), floats()),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("c", params(ORDER))
+def test_order_statistics(c, device, request):
     check(c, device, request)

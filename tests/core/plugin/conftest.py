@@ -17,14 +17,16 @@ import pytest
 from fusegrad.plugin import manager
 
 #: A plugin offering the device FAKE, built from the PYTHON device's pieces. Its allocator counts
-#: allocations, so a test can tell that FAKE, not PYTHON, held the memory.
+#: allocations, so a test can tell that FAKE, not PYTHON, held the memory; ``opened`` lists the
+#: instances its ``open`` was asked for.
 GOOD_PLUGIN = """
-from fusegrad.device import DeviceSpec
+from fusegrad.device import DeviceSpec, Runtime
 from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 from fusegrad.runtime.python import PythonAllocator, PythonCompiler, PythonProgram, PythonRenderer
 
 FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
 allocations = []
+opened = []
 
 
 class CountingAllocator(PythonAllocator):
@@ -33,33 +35,14 @@ class CountingAllocator(PythonAllocator):
         return super().alloc(nbytes)
 
 
-def mine(device):
-    return device.partition(":")[0] == "FAKE"
+def open_runtime(name):
+    opened.append(name)
+    return Runtime(name, CountingAllocator(), PythonRenderer(name), PythonCompiler(), PythonProgram)
 
 
 @hookimpl
 def fusegrad_devices():
-    return [DeviceSpec("FAKE", 50, lambda: None, count=COUNT)]
-
-
-@hookimpl
-def fusegrad_allocator(device):
-    return CountingAllocator() if mine(device) else None
-
-
-@hookimpl
-def fusegrad_renderer(device):
-    return PythonRenderer(device) if mine(device) else None
-
-
-@hookimpl
-def fusegrad_compiler(device):
-    return PythonCompiler() if mine(device) else None
-
-
-@hookimpl
-def fusegrad_program(device):
-    return PythonProgram if mine(device) else None
+    return [DeviceSpec("FAKE", 50, lambda: None, count=COUNT, open=open_runtime)]
 """
 
 

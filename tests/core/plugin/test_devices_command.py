@@ -11,9 +11,26 @@ import sys
 import pytest
 
 from fusegrad.__main__ import main
+from fusegrad.device import Device
 
 from .conftest import FakePlugins, devices_plugin, good_plugin
 
+#: Swaps the PYTHON device's compiler for its own, like plugins/cpu-compiler-override for CPU.
+COMPILER_SWAP = """
+from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
+from fusegrad.runtime.python import PythonCompiler
+
+FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
+
+
+class SwappedCompiler(PythonCompiler):
+    identity = "swapped"
+
+
+@hookimpl(tryfirst=True)
+def fusegrad_compiler(device):
+    return SwappedCompiler() if device.partition(":")[0] == "PYTHON" else None
+"""
 NOPE = 'DeviceSpec("NOPE", 1000, lambda: "libnope.so not found; install nope-runtime")'
 
 
@@ -39,12 +56,12 @@ def run(capsys: pytest.CaptureFixture, *argv: str) -> str:
 def test_devices_lists_plugins_devices_and_errors(installed, capsys):
     out = run(capsys, "devices")
     lines = out.splitlines()
-    assert lines[0] == "fusegrad 0.1.0 (backend API version 1)"
+    assert lines[0] == "fusegrad 0.1.0 (backend API version 2)"
     assert (
         "  python: fusegrad 0.1.0, module fusegrad.runtime.python_plugin, "
-        "built for backend API version 1"
+        "built for backend API version 2"
     ) in lines
-    assert "  fake_good: fake-good 2.5, module fake_good, built for backend API version 1" in lines
+    assert "  fake_good: fake-good 2.5, module fake_good, built for backend API version 2" in lines
     fake = next(line for line in lines if line.strip().startswith("FAKE "))
     assert fake.split() == [
         "FAKE",
@@ -55,14 +72,18 @@ def test_devices_lists_plugins_devices_and_errors(installed, capsys):
         "DEV=FAKE:1",
         "(default)",
     ]
+    parts = lines[lines.index(fake) + 1]
+    assert parts == "          parts: allocator, renderer, compiler, program from fake_good"
+    assert "overrides" not in out and "WARNING" not in out
     nope = lines.index(next(line for line in lines if line.strip().startswith("NOPE ")))
     assert lines[nope].split()[3:] == ["unavailable", "DEV=NOPE"]
     assert lines[nope + 1].strip() == "why: libnope.so not found; install nope-runtime"
+    assert not lines[nope + 2].strip().startswith("parts:")  # not asked: it cannot be used
     assert "      error: ImportError: libfake.so missing" in lines
     future = lines[
         lines.index(next(line for line in lines if line.startswith("  fake_future:"))) + 1
     ]
-    assert "backend API version 999" in future and "speaks version 1" in future
+    assert "backend API version 999" in future and "speaks version 2" in future
     assert "built for backend API version 999" in out
     assert lines[-1] == (
         "default device: FAKE (the available device of highest priority; "
@@ -86,14 +107,14 @@ def test_devices_explains_a_bad_dev(installed, capsys, monkeypatch):
 
 def test_devices_json(installed, capsys):
     report = json.loads(run(capsys, "devices", "--json"))
-    assert report["backend_api_version"] == 1 and report["default"] == "FAKE"
+    assert report["backend_api_version"] == 2 and report["default"] == "FAKE"
     plugins = {p["name"]: p for p in report["plugins"]}
     assert plugins["fake_good"] == {
         "name": "fake_good",
         "distribution": "fake-good",
         "version": "2.5",
         "module": "fake_good",
-        "api_version": 1,
+        "api_version": 2,
         "error": None,
         "devices": ["FAKE"],
     }
@@ -110,7 +131,34 @@ def test_devices_json(installed, capsys):
         "available": True,
         "reason": None,
         "dev": ["DEV=PYTHON"],
+        "parts": dict.fromkeys(["allocator", "renderer", "compiler", "program"], "python"),
+        "overrides": [],
+        "parts_error": None,
     }
+    assert devices["NOPE"]["parts"] is None
+
+
+def test_devices_says_loudly_which_plugin_overrides_a_part(installed, capsys):
+    installed.install("fake_swap", COMPILER_SWAP, dist="fake-swap")
+    out = run(capsys, "devices")
+    lines = out.splitlines()
+    python = next(line for line in lines if line.strip().startswith("PYTHON "))
+    parts = lines[lines.index(python) + 1].strip()
+    assert parts == (
+        "parts: allocator, renderer, program from python; compiler from fake_swap (OVERRIDE)"
+    )
+    assert "      (offers no devices; OVERRIDES the compiler of PYTHON)" in lines
+    assert (
+        "  WARNING: plugin 'fake_swap' replaces the compiler of PYTHON (offered by 'python'); "
+        "uninstall it to use the compiler of 'python'"
+    ) in lines
+    # and it is the part used
+    assert type(Device["PYTHON"].compiler).__name__ == "SwappedCompiler"
+    assert Device["PYTHON"].suppliers["compiler"] == "fake_swap"
+    report = json.loads(run(capsys, "devices", "--json"))
+    python = next(d for d in report["devices"] if d["name"] == "PYTHON")
+    swap = {"part": "compiler", "plugin": "fake_swap", "replaces": "python"}
+    assert python["overrides"] == [swap]
 
 
 def test_python_dash_m_fusegrad_devices(installed):

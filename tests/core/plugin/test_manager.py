@@ -1,5 +1,6 @@
 """Plugin discovery (``plugin/manager.py``): entry points found, broken plugins recorded and
-warned about, version mismatches refused, and ``tryfirst`` overrides of one piece of a device."""
+warned about, version mismatches refused, devices opened by their ``DeviceSpec.open``, and
+overrides of one part of a device, each recorded with the plugin that supplied it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import numpy as np
 import pytest
 
 from fusegrad import Device, Tensor
-from fusegrad.errors import DeviceNotFound
-from fusegrad.plugin import manager
+from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.rules import CORE_RULES
+from fusegrad.device import PARTS
+from fusegrad.errors import DeviceNotFound, PluginError
+from fusegrad.plugin import BACKEND_API_VERSION, manager
 from fusegrad.runtime.python import PythonAllocator, PythonCompiler, PythonProgram, PythonRenderer
 
 from .conftest import FakePlugins, devices_plugin, good_plugin
@@ -41,6 +45,92 @@ def fusegrad_compiler(device):
 """
 
 
+#: Replaces all four parts of the FAKE device, to show that each override hook is asked.
+EVERY_PART = """
+from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
+from fusegrad.runtime.python import PythonAllocator, PythonCompiler, PythonProgram, PythonRenderer
+
+FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
+
+
+class MyAllocator(PythonAllocator):
+    pass
+
+
+class MyRenderer(PythonRenderer):
+    pass
+
+
+class MyCompiler(PythonCompiler):
+    identity = "my-python-compiler"
+
+
+class MyProgram(PythonProgram):
+    pass
+
+
+def fake(device):
+    return device.partition(":")[0] == "FAKE"
+
+
+@hookimpl
+def fusegrad_allocator(device):
+    return MyAllocator() if fake(device) else None
+
+
+@hookimpl
+def fusegrad_renderer(device):
+    return MyRenderer(device) if fake(device) else None
+
+
+@hookimpl
+def fusegrad_compiler(device):
+    return MyCompiler() if fake(device) else None
+
+
+@hookimpl
+def fusegrad_program(device):
+    return MyProgram if fake(device) else None
+"""
+
+#: A backend written for backend API version 1: its device's parts came from the part hooks.
+API_1_BACKEND = """
+from fusegrad.device import DeviceSpec
+from fusegrad.plugin import hookimpl
+from fusegrad.runtime.python import PythonAllocator
+
+FUSEGRAD_BACKEND_API = 1
+
+
+@hookimpl
+def fusegrad_devices():
+    return [DeviceSpec("OLD", 1, lambda: None)]
+
+
+@hookimpl
+def fusegrad_allocator(device):
+    return PythonAllocator() if device == "OLD" else None
+"""
+
+
+#: A deliberately wrong rule, to see it applied: on PYTHON every x * c becomes x + c.
+MUL_BECOMES_ADD = """
+from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
+from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop.pattern import PatternMatcher, UPat
+
+FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
+
+
+@hookimpl
+def fusegrad_rewrite_rules(stage, device):
+    if stage != "kernel" or device != "PYTHON":
+        return None
+    x_times_c = UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c")))
+    return PatternMatcher([(x_times_c, lambda x, c: x + c)])
+"""
+
+
 def info(name: str) -> manager.PluginInfo:
     """The discovery record of the plugin called ``name`` (its devices are asked for first)."""
     manager.plugins().device_specs()
@@ -58,14 +148,14 @@ def test_builtin_python_plugin_is_always_found():
         "fusegrad.runtime.python_plugin",
         None,
     )
-    assert python.api_version == 1 and python.devices == ["PYTHON"]
+    assert python.api_version == BACKEND_API_VERSION and python.devices == ["PYTHON"]
 
 
 def test_good_plugin_is_recorded_and_runs_a_computation(fake_plugins: FakePlugins):
     fake_plugins.install("fake_good", good_plugin(), dist="fake-good", version="2.5")
     fake = info("fake_good")
     assert (fake.distribution, fake.version, fake.module) == ("fake-good", "2.5", "fake_good")
-    assert (fake.api_version, fake.error, fake.devices) == (1, None, ["FAKE"])
+    assert (fake.api_version, fake.error, fake.devices) == (BACKEND_API_VERSION, None, ["FAKE"])
     assert add_one("FAKE") == [2, 3, 4]
     assert add_one("fake") == [2, 3, 4]  # device names are case-insensitive
     assert len(sys.modules["fake_good"].allocations) >= 2  # FAKE's allocator held the buffers
@@ -128,7 +218,8 @@ def test_plugin_built_for_another_api_version_is_refused(fake_plugins: FakePlugi
     with pytest.warns(UserWarning, match="fake_future"):
         future = info("fake_future")
     assert future.api_version == 999
-    assert "backend API version 999" in future.error and "speaks version 1" in future.error
+    assert "backend API version 999" in future.error and "speaks version 2" in future.error
+    assert "plugin 'fake_future' (fake-future 1.0) is built for" in future.error
     assert "FUTURE" not in Device.specs()
 
 
@@ -136,7 +227,7 @@ def test_plugin_without_api_version_is_refused(fake_plugins: FakePlugins):
     fake_plugins.install("fake_unversioned", "from fusegrad.plugin import hookimpl\n")
     with pytest.warns(UserWarning, match="fake_unversioned"):
         unversioned = info("fake_unversioned")
-    assert "FUSEGRAD_BACKEND_API = 1" in unversioned.error
+    assert "FUSEGRAD_BACKEND_API = 2" in unversioned.error
 
 
 def test_plugin_whose_devices_hook_raises_is_recorded_and_silenced(fake_plugins: FakePlugins):
@@ -187,8 +278,71 @@ def test_tryfirst_plugin_replaces_only_the_compiler(fake_plugins: FakePlugins):
     )
     assert type(runtime.allocator) is PythonAllocator and type(runtime.renderer) is PythonRenderer
     assert runtime.program is PythonProgram
+    assert runtime.suppliers == {
+        "allocator": "python",
+        "renderer": "python",
+        "compiler": "fake_compiler",
+        "program": "python",
+    }
     assert add_one("PYTHON") == [2, 3, 4]  # reset() forgot the kernel compiled before
     assert len(tracing.compiled) == 1 and '"name"' in tracing.compiled[0]
+
+
+def test_every_part_can_be_overridden_and_its_supplier_is_recorded(fake_plugins: FakePlugins):
+    fake_plugins.install("fake_good", good_plugin())
+    fake_plugins.install("fake_parts", EVERY_PART)
+    assert add_one("FAKE") == [2, 3, 4]
+    parts = sys.modules["fake_parts"]
+    runtime = Device["FAKE"]
+    assert type(runtime.allocator) is parts.MyAllocator
+    assert type(runtime.renderer) is parts.MyRenderer
+    assert type(runtime.compiler) is parts.MyCompiler and runtime.program is parts.MyProgram
+    assert runtime.suppliers == dict.fromkeys(PARTS, "fake_parts")
+    assert sys.modules["fake_good"].opened == ["FAKE"]  # still opened by its own plugin
+    assert Device["PYTHON"].suppliers == dict.fromkeys(PARTS, "python")
+
+
+def test_override_that_raises_names_its_plugin(fake_plugins: FakePlugins):
+    source = """
+        from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
+
+        FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
+
+        @hookimpl
+        def fusegrad_renderer(device):
+            raise RuntimeError("no GPU here")
+        """
+    fake_plugins.install("fake_raising_part", source)
+    with pytest.raises(PluginError, match=r"'fake_raising_part' failed in fusegrad_renderer"):
+        Device["PYTHON"]
+
+
+def test_device_is_opened_once_per_instance_by_its_spec(fake_plugins: FakePlugins):
+    fake_plugins.install("fake_good", good_plugin(count=2))
+    assert Device["fake:1"] is Device["FAKE:1"] and Device["FAKE:1"].name == "FAKE:1"
+    assert Device["FAKE:1"].renderer.device == "FAKE:1"
+    assert sys.modules["fake_good"].opened == ["FAKE:1"]
+    assert Device["FAKE:1"].suppliers == dict.fromkeys(PARTS, "fake_good")
+
+
+def test_device_spec_without_open_cannot_be_opened(fake_plugins: FakePlugins):
+    fake_plugins.install("fake_openless", devices_plugin('[DeviceSpec("SHUT", 1, lambda: None)]'))
+    with pytest.raises(PluginError, match=r"'fake_openless' offers device SHUT.*needs open="):
+        Device["SHUT"]
+
+
+def test_plugin_built_for_api_version_1_is_refused_by_name(fake_plugins: FakePlugins):
+    fake_plugins.install("fake_old", API_1_BACKEND, dist="fake-old", version="0.3")
+    with pytest.warns(UserWarning, match=r"'fake_old' \(fake-old\) was not loaded"):
+        old = info("fake_old")
+    assert old.api_version == 1 and not manager.plugins().has_plugin("fake_old")
+    assert old.error.startswith(
+        "PluginError: plugin 'fake_old' (fake-old 0.3) is built for backend API version 1, "
+        "but this fusegrad speaks version 2: "
+    )
+    assert "DeviceSpec(..., open=f)" in old.error and "FUSEGRAD_BACKEND_API = 2" in old.error
+    with pytest.raises(DeviceNotFound, match="'OLD'"):
+        Device["OLD"]
 
 
 def test_second_plugin_offering_a_device_is_ignored_with_a_warning(fake_plugins: FakePlugins):
@@ -236,21 +390,24 @@ def test_kernel_run_event_reaches_listeners(fake_plugins: FakePlugins):
 
 
 def test_rewrite_rules_hook_changes_the_kernel(fake_plugins: FakePlugins):
-    source = """
-        from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
-        from fusegrad.uop.ops import Ops, UOp
-        from fusegrad.uop.pattern import PatternMatcher, UPat
-
-        FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
-
-        @hookimpl
-        def fusegrad_rewrite_rules(stage, device):
-            if stage != "kernel" or device != "PYTHON":
-                return None
-            # a deliberately wrong rule, to see it applied: every x * c becomes x + c
-            return PatternMatcher([(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c"))),
-                                    lambda x, c: x + c)])
-        """
-    fake_plugins.install("fake_rules", source)
+    fake_plugins.install("fake_rules", MUL_BECOMES_ADD)
     x = Tensor(np.arange(4, dtype=np.float32), device="PYTHON")
     assert (x * 3).numpy().tolist() == [3, 4, 5, 6]
+
+
+def test_rewrite_rules_are_resolved_when_the_device_opens(fake_plugins: FakePlugins, monkeypatch):
+    """Plugin rules live on the Runtime; ``generate`` takes them and never asks the plugins."""
+    fake_plugins.install("fake_rules", MUL_BECOMES_ADD)
+    x = Tensor(np.arange(4, dtype=np.float32), device="PYTHON")
+    (step,) = (x * 3).schedule()
+    runtime = Device["PYTHON"]
+    assert [fn.__module__ for _, fn in runtime.rules.kernel.rules][-1] == "fake_rules"
+
+    def no_plugins():
+        raise AssertionError("generate asked the plugin manager")
+
+    monkeypatch.setattr(manager, "plugins", no_plugins)
+    with_rules = generate(step.ast, runtime.renderer, runtime.rules)
+    without = generate(step.ast, runtime.renderer)  # core's rules alone
+    assert with_rules.source != without.source
+    assert generate(step.ast, runtime.renderer, CORE_RULES).source == without.source

@@ -36,6 +36,7 @@ from fusegrad.codegen.lower import Lowerer, clamp, idx_const, reduce_identity, u
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
+from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 #: each thread of a grouped reduction folds at least this many elements itself
@@ -46,8 +47,6 @@ MIN_GROUP = 16
 MAX_BLOCK = 32
 #: the fewest threads sharing one output's reduction in a block of outputs
 MIN_SHARES = 8
-#: the combine loops of grouped reductions are numbered from here
-COMBINE_AXIS = 3000
 
 
 def _largest_power_of_two(n: int) -> int:
@@ -113,7 +112,7 @@ class GroupedLowerer(Lowerer):
         total = prod(sizes)
         if total <= 1 or part is None:  # nothing or one element: no loop to share
             return super()._lower_reduce(u, idx, gate)
-        loop = self.new_range(-(-total // local), "reduce")
+        loop = self.new_range(-(-total // local), AxisKind.REDUCE)
         position = loop * local + part
         inner = dict(zip(axes, unflatten(position, sizes)))
         index = tuple(inner.get(a, i) for a, i in enumerate(idx))
@@ -188,7 +187,7 @@ class GroupedLinearizer(Linearizer):
         """Fold the output's other shares into this thread's register; return the total."""
         acc, block = share.src[0], self.groups.outputs
         count = idx_const(self.groups.shares - 1)
-        loop = UOp(Ops.RANGE, dtypes.index, (count,), (COMBINE_AXIS + number, "reduce"))
+        loop = self.axes.range(count, AxisKind.REDUCE)
         current = UOp(Ops.LOAD, red.dtype, (acc, loop))
         # share j of this output is at l + j*O. The guard holds l < O; clamped to it, l's bounds
         # show the verifier (codegen/verify.py) the load stays in the shared array

@@ -9,12 +9,12 @@ from fusegrad.codegen.grid import launch_size, linearize_grouped, lower_grouped,
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
+from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.verify import verify_program
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
-from fusegrad.uop.pattern import PatternMatcher, graph_rewrite
-from fusegrad.uop.symbolic import SIMPLIFY
+from fusegrad.uop.pattern import graph_rewrite
 
 
 @dataclass(frozen=True)
@@ -33,21 +33,6 @@ class KernelSource:
     local_size: tuple[int, ...] | None = None
     #: the variables (DEFINE_VAR) whose values the kernel takes after its buffers, in this order
     variables: tuple[UOp, ...] = ()
-
-
-def plugin_rules(stage: str, device: str) -> PatternMatcher:
-    """The rewrite rules plugins add at ``stage`` for ``device`` (hook ``fusegrad_rewrite_rules``),
-    asked once per plugin manager: rebuilding a matcher for every kernel would be wasted work."""
-    from fusegrad.plugin.manager import plugins
-
-    pm = plugins()
-    if (matcher := pm.rule_cache.get((stage, device))) is None:
-        found = pm.hook.fusegrad_rewrite_rules(stage=stage, device=device)
-        matcher = PatternMatcher([rule for m in found if m is not None for rule in m.rules])
-        if stage == "kernel":
-            matcher = SIMPLIFY + matcher
-        pm.rule_cache[(stage, device)] = matcher
-    return matcher
 
 
 def kernel_name(ast: UOp) -> str:
@@ -84,8 +69,16 @@ def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
 _DEFAULT = object()
 
 
-def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _DEFAULT) -> KernelSource:
+def generate(
+    ast: UOp,
+    renderer: Renderer,
+    rules: CodegenRules = CORE_RULES,
+    opts: KernelOpts | None | object = _DEFAULT,
+) -> KernelSource:
     """Turn a kernel AST into source for ``renderer`` (with ``opts``, else the heuristic's).
+
+    A pure function of its arguments: the plugins' rewrite rules come in ``rules`` (an opened
+    device's ``Runtime.rules``; core's alone by default), never from the plugin manager.
 
     On a grid device a long reduction may run as one group of threads per output instead
     (``codegen/grid.py``); ``opts`` (loop structure for loops) does not apply there.
@@ -102,10 +95,10 @@ def generate(ast: UOp, renderer: Renderer, opts: KernelOpts | None | object = _D
         print(f"--- optimisation: {opts}, groups: {group} ---")
     graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
-    graph = graph_rewrite(graph, plugin_rules("kernel", renderer.device))  # SIMPLIFY + plugins
+    graph = graph_rewrite(graph, rules.kernel)  # SIMPLIFY + plugins
     graph = decompose(graph, renderer)
-    if extra := plugin_rules("program", renderer.device).rules:
-        graph = graph_rewrite(graph, PatternMatcher(extra))
+    if rules.program is not None:
+        graph = graph_rewrite(graph, rules.program)
     _debug_stage("simplified and decomposed", graph)
     mulacc = Ops.MULACC in renderer.native_ops
     program = linearize_grouped(graph, group) if group else linearize(graph, fuse_mulacc=mulacc)

@@ -1,25 +1,29 @@
 """Linearisation: a kernel graph -> the ordered list of backend-contract ops a renderer walks.
 
-Loops nest in this order: the output loops (kinds "parallel"/"global"), then for each REDUCE
+Loops nest in this order: the output loops (kinds PARALLEL/GLOBAL), then for each REDUCE
 its reduce loop with the upcast loops inside it, and after the reductions a second copy of the
 upcast loops for what uses their results. Each node goes to the innermost loop it depends on,
 as early as its sources allow, so loop-invariant work is hoisted. A REDUCE becomes an
 accumulator (an array of them when it is upcast)::
 
     acc[u] = identity;  for r: for u: acc[u] = acc[u] <op> value(r, u);  ... for u: use acc[u]
+
+The copies of the upcast loops are new loops, numbered after the kernel's own. Last, each loop
+gets its compiler hint (codegen/hints.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from fusegrad.codegen.hints import hint_loops
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
+from fusegrad.uop.loops import AxisCounter, AxisKind
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 IDENTITY = {Ops.ADD: 0, Ops.MAX: None}  # None: the dtype's smallest value
 _STRUCTURE = (Ops.SINK, Ops.REDUCE, Ops.RANGE)
-_COPY_AXIS = 1000  # axis numbers of cloned upcast loops start here
 
 
 def ranges_used(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
@@ -35,10 +39,6 @@ def ranges_used(order: list[UOp]) -> dict[UOp, frozenset[UOp]]:
             inner = inner - {u.src[0]}
         used[u] = inner
     return used
-
-
-def _clone_loop(r: UOp, copy: int) -> UOp:
-    return r.replace(arg=(_COPY_AXIS * copy + r.arg[0], r.arg[1]))
 
 
 def _index(parts: list[UOp], sizes: list[int]) -> UOp:
@@ -61,13 +61,22 @@ class Linearizer:
         self.reduce_loops = {r for red in self.reduces for r in red.src[1:]}
         loops = sorted((u for u in self.order if u.op is Ops.RANGE and u not in self.reduce_loops),
                        key=lambda r: r.arg[0])
-        self.outer = [r for r in loops if r.arg[1] != "upcast"]
-        self.upcast = [r for r in loops if r.arg[1] == "upcast"]
+        self.outer = [r for r in loops if r.arg.kind is not AxisKind.UPCAST]
+        self.upcast = [r for r in loops if r.arg.kind is AxisKind.UPCAST]
+        self.axes = AxisCounter.after(self.order)
+        self.copies: dict[tuple[UOp, int], UOp] = {}
         self.after = self._after_reduce()
         self.program: list[UOp] = []
         self.placed: set[UOp] = set()
         if any(self.used[red] & self.reduce_loops for red in self.reduces):
             raise NotImplementedError("a REDUCE inside another REDUCE must be cut by the scheduler")
+
+    def copy_loop(self, r: UOp, copy: int) -> UOp:
+        """Copy number ``copy`` of loop ``r`` (1: where accumulators start, 2: after the reductions):
+        a loop of the same size and kind, made once."""
+        if (loop := self.copies.get((r, copy))) is None:
+            loop = self.copies[(r, copy)] = self.axes.range(r.src[0], r.arg.kind)
+        return loop
 
     def _after_reduce(self) -> set[UOp]:
         after: set[UOp] = set()
@@ -111,8 +120,8 @@ class Linearizer:
     def place_reduce(self, red: UOp, number: int) -> Callable[[dict[UOp, UOp]], UOp]:
         """Emit the accumulator and loops of one REDUCE; return how to read its result."""
         value = red.src[0]
-        loops = [r for r in red.src[1:] if r.arg[1] != "lane"]
-        lanes = [r for r in red.src[1:] if r.arg[1] == "lane"]
+        loops = [r for r in red.src[1:] if r.arg.kind is not AxisKind.LANE]
+        lanes = [r for r in red.src[1:] if r.arg.kind is AxisKind.LANE]
         ups = [u for u in self.upcast if u in self.used[red]]
         sizes = [u.src[0].arg for u in ups + lanes]
         acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, prod(sizes)))
@@ -122,7 +131,7 @@ class Linearizer:
             return UOp(Ops.INDEX, red.dtype, (acc, _index(index, sizes))) if sizes else acc
 
         self.place([start, acc])
-        init_loops = [_clone_loop(u, 1) for u in ups + lanes]
+        init_loops = [self.copy_loop(u, 1) for u in ups + lanes]
         self.place_nested(init_loops, set(self.outer), [], self.used)
         self.place_tree(UOp(Ops.STORE, src=(slot(init_loops), start)))
         self.close(init_loops)
@@ -152,7 +161,7 @@ class Linearizer:
 
     def place_rest(self, results: dict[UOp, Callable[[dict[UOp, UOp]], UOp]]) -> None:
         """What needs the reductions or the upcast loops: in a copy of the upcast loops."""
-        copies = {u: _clone_loop(u, 2) for u in self.upcast} if self.reduces else {u: u for u in self.upcast}
+        copies = {u: self.copy_loop(u, 2) if self.reduces else u for u in self.upcast}
         done: dict[UOp, UOp] = {}
         upcast = set(self.upcast)
         for u in self.order:
@@ -174,6 +183,7 @@ class Linearizer:
 
 
 def linearize(sink: UOp, fuse_mulacc: bool = False) -> list[UOp]:
-    """Order a kernel graph into a program: PARAMs and constants, loops, accumulators, stores.
-    With ``fuse_mulacc`` a float sum of products accumulates with MULACC (one rounding)."""
-    return Linearizer(sink, fuse_mulacc).linearize()
+    """Order a kernel graph into a program: PARAMs and constants, loops, accumulators, stores,
+    each loop with its compiler hint. With ``fuse_mulacc`` a float sum of products accumulates
+    with MULACC (one rounding)."""
+    return hint_loops(Linearizer(sink, fuse_mulacc).linearize())

@@ -5,21 +5,43 @@ The kernel computes each element of its output. The output index is one flat loo
 carrying the index of the element it needs, and turns every movement op into arithmetic on that
 index. A reshape becomes ``//`` and ``%``, a permute reorders, an expand drops an index, a pad
 becomes a bounds check that gates the load, a shrink adds an offset and a flip mirrors. Nothing
-is copied. A reduce opens a loop of its own (a RANGE of kind "reduce") and becomes ``REDUCE``.
+is copied. A reduce opens a loop of its own (a RANGE of kind ``AxisKind.REDUCE``) and becomes
+``REDUCE``. The loops are numbered in the order they are opened (``AxisCounter``): the output
+loops first, then the upcast loops, then the reductions' loops.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusegrad.codegen.opt import UPCAST_AXIS, KernelOpts
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod, strides_for
+from fusegrad.uop.loops import AxisCounter, AxisKind
 from fusegrad.uop.ops import GroupOp, Ops, UOp, sym_max, toposort
 
 Index = tuple[UOp, ...]
 #: kernels doing more element operations than this run their outermost loop on all cores
 PARALLEL_WORK = 1 << 16
+
+
+@dataclass(frozen=True)
+class KernelOpts:
+    """The loop structure of a kernel, chosen by the optimiser (codegen/opt.py) and followed by
+    lowering: output axes as loops in ``order`` (outermost first), ``upcast`` pairs
+    ``(axis, amount)`` that become inner loops of ``amount`` trips, and ``lanes``."""
+
+    order: tuple[int, ...]
+    upcast: tuple[tuple[int, int], ...] = ()
+    #: ``(reduced axis, amount)``: that axis of the reduction runs as vector lanes, each with an
+    #: accumulator of its own, combined after the loop
+    lanes: tuple[int, int] | None = None
+    #: the two innermost reduced axes, when next to each other, run as one loop (rows of 20
+    #: become one run of 400: room for wide lanes); ``lanes`` then names the inner one
+    merge: bool = False
+    #: ``(axis, trips)``: that axis's loop is split in two, the inner part of ``trips`` placed
+    #: innermost of the output loops (a matmul walks ``trips`` column panels for each block of
+    #: rows, so the rows are read once per panel group, the panels stay in cache for all rows)
+    tile: tuple[tuple[int, int], ...] = ()
 
 
 def idx_const(v: int | UOp) -> UOp:
@@ -93,16 +115,14 @@ def reduce_identity(op: Ops, dtype: DType) -> UOp:
 
 @dataclass
 class Lowerer:
-    """Walks one kernel AST; ``next_axis`` numbers the loops it opens."""
+    """Walks one kernel AST; ``axes`` numbers the loops it opens (after the output loops)."""
 
     opts: KernelOpts | None = None
-    next_axis: int = 100  # reduce loops are numbered after the output loops
+    axes: AxisCounter = field(default_factory=AxisCounter)
     memo: dict = field(default_factory=dict)
 
-    def new_range(self, size: int | UOp, kind: str) -> UOp:
-        r = UOp(Ops.RANGE, dtypes.index, (idx_const(size),), (self.next_axis, kind))
-        self.next_axis += 1
-        return r
+    def new_range(self, size: int | UOp, kind: AxisKind) -> UOp:
+        return self.axes.range(size, kind)
 
     def lower(self, u: UOp, idx: Index, gate: UOp) -> UOp:
         """The value of element ``idx`` of ``u``; loads happen only where ``gate`` holds."""
@@ -176,8 +196,9 @@ class Lowerer:
         sizes = {a: src.shape[a] for a in looped if a != (pair[0] if pair else None)}
         if pair:
             sizes[pair[1]] = src.shape[pair[0]] * src.shape[pair[1]]
-        loops = {a: self.new_range(n // (lanes if a == lane_axis else 1), "reduce") for a, n in sizes.items()}
-        lane = [self.new_range(lanes, "lane")] if lane_axis in loops else []
+        loops = {a: self.new_range(n // (lanes if a == lane_axis else 1), AxisKind.REDUCE)
+                 for a, n in sizes.items()}
+        lane = [self.new_range(lanes, AxisKind.LANE)] if lane_axis in loops else []
         position = {a: loop * lanes + lane[0] if lane and a == lane_axis else loop for a, loop in loops.items()}
         if pair:
             width = src.shape[pair[1]]
@@ -190,22 +211,24 @@ class Lowerer:
 
 
 def output_index(
-    shape: tuple[int, ...], grid: bool, opts: KernelOpts | None, parallel: bool
+    shape: tuple[int, ...], grid: bool, opts: KernelOpts | None, parallel: bool, axes: AxisCounter
 ) -> tuple[Index, UOp]:
-    """Per-axis output indices and the flat store position.
+    """Per-axis output indices and the flat store position; ``axes`` numbers the loops.
 
     Without ``opts`` the output is one flat loop (or grid index). With them, each axis of the
     output has its own loop, in ``opts.order``; an upcast axis of ``U`` is split into an outer
-    loop and an inner loop of ``U`` trips (kind "upcast") that the compiler can vectorise.
+    loop and an inner loop of ``U`` trips (kind ``UPCAST``) that the compiler can vectorise.
+    With ``parallel`` the outermost output loop is of kind ``PARALLEL`` (run on all cores).
     """
     n = prod(shape)
+    outermost = AxisKind.PARALLEL if parallel else AxisKind.GLOBAL
     if opts is None:
         if n == 1:
             flat = idx_const(0)
         elif grid:  # a symbolic size launches threads for its largest value (see lower_kernel)
             flat = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx0", sym_max(n)))
         else:
-            flat = UOp(Ops.RANGE, dtypes.index, (idx_const(n),), (0, "parallel" if parallel else "global"))
+            flat = axes.range(n, outermost)
         return unflatten(flat, shape), flat
     upcast = dict(opts.upcast)
     blocks = {d: -(-shape[d] // upcast.get(d, 1)) for d in range(len(shape))}
@@ -214,10 +237,8 @@ def output_index(
     looped += [(d, tile[d]) for d in opts.order if d in tile]  # tiles: innermost output loops
     loops: dict[int, list[UOp]] = {}
     for i, (d, trips) in enumerate(looped):
-        kind = "parallel" if parallel and i == 0 else "global"
-        loops.setdefault(d, []).append(UOp(Ops.RANGE, dtypes.index, (idx_const(trips),), (i, kind)))
-    inner = {d: UOp(Ops.RANGE, dtypes.index, (idx_const(u),), (UPCAST_AXIS + i, "upcast"))
-             for i, (d, u) in enumerate(opts.upcast)}
+        loops.setdefault(d, []).append(axes.range(trips, outermost if i == 0 else AxisKind.GLOBAL))
+    inner = {d: axes.range(u, AxisKind.UPCAST) for d, u in opts.upcast}
     idx = []
     for d, size in enumerate(shape):
         block = idx_const(0)
@@ -238,12 +259,13 @@ def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
     per_output = max((sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1)
     work = sym_max(value.size) * per_output
-    idx, flat = output_index(value.shape, grid, opts, parallel=work > PARALLEL_WORK)
+    lowerer = Lowerer(opts)
+    idx, flat = output_index(value.shape, grid, opts, work > PARALLEL_WORK, lowerer.axes)
     gate = UOp.const(dtypes.bool, True)
     if grid and isinstance(value.size, UOp):
         # threads past the size this launch has load nothing; what they store lands in the
         # spare end of the output, which is allocated for the variables' largest values
         gate = flat.lt(value.size)
-    result = Lowerer(opts).lower(value, idx, gate)
+    result = lowerer.lower(value, idx, gate)
     write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
     return UOp(Ops.SINK, dtypes.void, (write,))

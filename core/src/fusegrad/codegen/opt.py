@@ -18,35 +18,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusegrad.codegen.lower import KernelOpts, lower_kernel  # (KernelOpts: what lowering follows)
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
+from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.pattern import graph_rewrite
+from fusegrad.uop.symbolic import SIMPLIFY, terms
 
-#: upcast loops are numbered from here, after the output loops and before reduce loops
-UPCAST_AXIS = 50
 #: at most this many accumulators per kernel in any candidate (BEAM's limit; the heuristic
 #: sizes its tiles from the target's registers, see ``RegisterBudget``)
 MAX_ACCUMULATORS = 256
-
-
-@dataclass(frozen=True)
-class KernelOpts:
-    """The loop structure of a kernel: output axes as loops in ``order`` (outermost first),
-    ``upcast`` pairs ``(axis, amount)`` that become inner loops of ``amount`` trips, and ``lanes``."""
-
-    order: tuple[int, ...]
-    upcast: tuple[tuple[int, int], ...] = ()
-    #: ``(reduced axis, amount)``: that axis of the reduction runs as vector lanes, each with an
-    #: accumulator of its own, combined after the loop
-    lanes: tuple[int, int] | None = None
-    #: the two innermost reduced axes, when next to each other, run as one loop (rows of 20
-    #: become one run of 400: room for wide lanes); ``lanes`` then names the inner one
-    merge: bool = False
-    #: ``(axis, trips)``: that axis's loop is split in two, the inner part of ``trips`` placed
-    #: innermost of the output loops (a matmul walks ``trips`` column panels for each block of
-    #: rows, so the rows are read once per panel group, the panels stay in cache for all rows)
-    tile: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,10 +72,6 @@ def _reduce_of(value: UOp) -> UOp | None:
 
 def _lowered(value: UOp, opts: KernelOpts | None) -> list[UOp]:
     """The nodes of ``value``'s kernel lowered with ``opts`` (None: one flat loop), simplified."""
-    from fusegrad.codegen.lower import lower_kernel
-    from fusegrad.uop.pattern import graph_rewrite
-    from fusegrad.uop.symbolic import SIMPLIFY
-
     out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, value.size)))
     sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
     return toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=opts), SIMPLIFY)])
@@ -109,10 +88,11 @@ def _index_divisions(value: UOp, opts: KernelOpts | None) -> int:
 
 
 def _output_loops(nodes: list[UOp], shape: tuple[int, ...]) -> dict[int, UOp]:
-    """Output axis -> its loop in the plain kernel (size-1 axes have none; loop number i is the
-    i-th axis longer than 1)."""
+    """Output axis -> its loop in the plain kernel (size-1 axes have none; the output loops are
+    numbered first, loop number i is the i-th axis longer than 1)."""
     looped = [d for d, s in enumerate(shape) if s > 1]
-    return {looped[u.arg[0]]: u for u in nodes if u.op is Ops.RANGE and u.arg[1] in ("global", "parallel")}
+    outputs = (AxisKind.GLOBAL, AxisKind.PARALLEL)
+    return {looped[u.arg.axis]: u for u in nodes if u.op is Ops.RANGE and u.arg.kind in outputs}
 
 
 def _load_axes(nodes: list[UOp], shape: tuple[int, ...]) -> list[set[int]]:
@@ -125,9 +105,7 @@ def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
     """Whether some input read inside the reduction is read at consecutive addresses as
     ``loop`` counts up. (A read the reduction does not move, such as a per-channel bias, is
     loaded once per output and says nothing about how to vectorise.)"""
-    from fusegrad.uop.symbolic import terms
-
-    reduce_loops = {u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "reduce"}
+    reduce_loops = {u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE}
     for u in nodes:
         if u.op is Ops.LOAD and loop in terms(index := u.src[0].src[1]):
             if not reduce_loops or reduce_loops & set(toposort([index])):
@@ -136,7 +114,8 @@ def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
 
 
 def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
-    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "reduce"), key=lambda u: u.arg[0])
+    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE),
+                   key=lambda u: u.arg.axis)
     return bool(loops) and _reads_consecutively(nodes, loops[-1])
 
 
@@ -194,7 +173,7 @@ def _upcast_reads_consecutively(value: UOp, axis: int, amount: int) -> bool:
     axis is split into panel and lane)."""
     opts = KernelOpts(tuple(range(len(value.shape))), ((axis, amount),))
     nodes = _lowered(value, opts)
-    lane = next(u for u in nodes if u.op is Ops.RANGE and u.arg[1] == "upcast")
+    lane = next(u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.UPCAST)
     return _reads_consecutively(nodes, lane)
 
 

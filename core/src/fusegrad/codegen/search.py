@@ -119,7 +119,7 @@ def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | 
     for _ in range(2):
         todo = [o for o in dict.fromkeys(frontier + [n for f in frontier for n in _neighbours(f, ast)])
                 if o not in timed]
-        kernels = [generate(ast, rt.renderer, o) for o in todo]
+        kernels = [generate(ast, rt.renderer, rt.rules, o) for o in todo]
         # one batch per core, built in parallel (a batch is one compiler process on the CPU)
         cores = os.cpu_count() or 1
         batches = [kernels[i::cores] for i in range(cores) if kernels[i::cores]]

@@ -30,13 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.device import Buffer
-from fusegrad.engine import realize
-from fusegrad.errors import FusegradError
+from fusegrad.engine import capture, realize
+from fusegrad.errors import JitError  # re-exported: fusegrad.engine.jit.JitError
 from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
-
-
-class JitError(FusegradError, RuntimeError):
-    """A function TinyJit cannot capture; the message says why and what to do."""
 
 
 @dataclass
@@ -101,6 +97,8 @@ class TinyJit:
             else:
                 self.signature = signature  # the same capture, with new values of its variables
         if self.calls >= 2:
+            if capture.active() is not None:  # inside another capture: run, so it sees the kernels
+                return _realized(self.fn(*args, **kwargs))
             return self._replay(buffers, values)
         self.calls += 1
         if self.calls == 1:
@@ -109,22 +107,15 @@ class TinyJit:
         return self._capture(buffers, signature, args, kwargs)
 
     def _capture(self, inputs: list[Buffer], signature: tuple, args: tuple, kwargs: dict) -> Any:
-        from fusegrad import tensor_autograd
-
-        recorded: list[tuple[Any, list[Buffer]]] = []
-        log: list[tuple[Any, Any]] = []
-        realize.recorder, tensor_autograd.ASSIGN_LOG = recorded.append, log
-        try:
+        with capture.capturing() as recorded:
             out = _realized(self.fn(*args, **kwargs))
-        finally:
-            realize.recorder, tensor_autograd.ASSIGN_LOG = None, None
-        self.assigned = _assigned(log)
+        self.assigned = _assigned(recorded.assigns)
         position = {id(b): i for i, b in enumerate(inputs)}
         self.launches = [
             _Launch(runner, [b.handle for b in bufs],
                     [(k, position[id(b)]) for k, b in enumerate(bufs) if id(b) in position], bufs,
                     bool(runner.kernel.variables))
-            for runner, bufs in recorded
+            for runner, bufs in recorded.launches
         ]
         self.signature, self.outputs = signature, out
         self.free_signature, self.values = _unbound_signature(signature)

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from fusegrad import caches
 from fusegrad.codegen.kernel import KernelSource, generate
-from fusegrad.device import Buffer, Device
-from fusegrad.errors import CompileError
+from fusegrad.codegen.search import beam_search
+from fusegrad.device import Buffer, Device, plugin_manager
+from fusegrad.engine import capture
+from fusegrad.errors import CompileError, JitError
 from fusegrad.helpers import Context
 from fusegrad.schedule.kernelize import KernelStep, Plan, abstract, make_plan
+from fusegrad.schedule.layout import Capabilities
 from fusegrad.uop.ops import UOp, graph_variables
 
 
@@ -57,8 +60,7 @@ class Runner:
 
 
 _runners: dict[tuple[UOp, str], Runner] = {}
-#: set by TinyJit while it captures: called with (runner, buffers) after every kernel launch
-recorder: Callable[[tuple[Runner, list[Buffer]]], None] | None = None
+caches.register("kernel runners", _runners.clear)
 
 
 def _compile(kernel: KernelSource, device: str) -> Runner:
@@ -81,7 +83,7 @@ def _compile_batch(kernels: list[KernelSource], device: str) -> list[Runner | Co
             runners.append(binary)
             continue
         GlobalCounters.compiles += 1
-        _plugins().hook.fusegrad_kernel_compiled(
+        plugin_manager().hook.fusegrad_kernel_compiled(
             name=kernel.name, device=device, source=kernel.source, seconds=seconds
         )
         runners.append(Runner(kernel, rt.program(kernel.name, binary), device))
@@ -92,11 +94,9 @@ def _generate(ast: UOp, device: str) -> KernelSource:
     rt = Device[device]
     # BEAM searches the optimiser's actions; none apply to a kernel over a variable
     if Context.BEAM and rt.renderer.grid_dims is None and not graph_variables([ast]):
-        from fusegrad.codegen.search import beam_search
-
-        kernel = generate(ast, rt.renderer, beam_search(ast, rt, device, Context.BEAM))
+        kernel = generate(ast, rt.renderer, rt.rules, beam_search(ast, rt, device, Context.BEAM))
     else:
-        kernel = generate(ast, rt.renderer)
+        kernel = generate(ast, rt.renderer, rt.rules)
     if Context.DEBUG >= 3:
         print(kernel.source)
     return kernel
@@ -162,7 +162,7 @@ def run_plan(plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = N
     if not plan.compiled:
         compile_steps(plan.steps)
         plan.compiled = True
-    timing, listeners = Context.DEBUG >= 2, _has_run_listeners()
+    timing, listeners, recording = Context.DEBUG >= 2, _has_run_listeners(), capture.active()
     start = time.perf_counter()
     for step in plan.steps:
         if type(step) is KernelStep:
@@ -170,20 +170,18 @@ def run_plan(plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = N
                 step.runner = get_runner(step.ast, step.device)
             vals = step.runner.vals(values) if step.runner.kernel.variables else ()
             seconds = step.runner([buffers[s].handle for s in step.slots], timing, vals)
-            if recorder is not None:
-                recorder((step.runner, [buffers[s] for s in step.slots]))
+            if recording is not None:
+                recording.launched(step.runner, [buffers[s] for s in step.slots])
             GlobalCounters.kernel_count += 1
             GlobalCounters.global_ops += step.runner.kernel.flops
             if timing:
                 _report(step.runner, seconds)
             if listeners:
-                _plugins().hook.fusegrad_kernel_run(
+                plugin_manager().hook.fusegrad_kernel_run(
                     name=step.runner.kernel.name, device=step.device, seconds=seconds
                 )
         else:
-            if recorder is not None:
-                from fusegrad.engine.jit import JitError
-
+            if recording is not None:
                 raise JitError("TinyJit cannot capture a copy between devices yet; move tensors first")
             _copy(buffers[step.dest], buffers[step.source])
     if Context.DEBUG >= 1:
@@ -194,15 +192,9 @@ def run_plan(plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = N
     return buffers
 
 
-def _plugins():
-    from fusegrad.plugin.manager import plugins
-
-    return plugins()
-
-
 def _has_run_listeners() -> bool:
     """Whether any plugin listens to kernel launches (asked once per plugin manager)."""
-    pm = _plugins()
+    pm = plugin_manager()
     if pm.has_run_listeners is None:
         pm.has_run_listeners = bool(pm.hook.fusegrad_kernel_run.get_hookimpls())
     return pm.has_run_listeners
@@ -221,6 +213,7 @@ def _copy(dest: Buffer, source: Buffer) -> None:
 
 
 _plans: dict[tuple, Plan] = {}
+caches.register("plans", _plans.clear)
 
 
 def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dict[UOp, int]]:
@@ -228,8 +221,19 @@ def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dic
     key = (abstract_roots, tuple(devices), tuple(b.device for b in inputs))
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = make_plan(abstract_roots, list(devices), [b.device for b in inputs])
+        slot_devices = [b.device for b in inputs]
+        plan = _plans[key] = make_plan(abstract_roots, list(devices), slot_devices, capabilities)
     return plan, inputs, values
+
+
+def capabilities(device: str) -> Capabilities:
+    """What the scheduler's layout pass needs to know of ``device`` (opening it)."""
+    return Capabilities.of(Device[device].renderer)
+
+
+def open_device(device: str) -> None:
+    """Open ``device`` now, so that a name that cannot be used fails early and clearly."""
+    Device[device]
 
 
 def plan_for(roots: list[UOp], devices: list[str]) -> Plan:

@@ -20,6 +20,7 @@ import numpy as np
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FileFormatError, FusegradError, UnsafePickleError
+from fusegrad.nn.host import tensor_from_host
 from fusegrad.tensor import Tensor
 
 #: The storage classes old-style (typed) storages are pickled as, and the dtype they hold.
@@ -163,8 +164,6 @@ class CheckpointUnpickler(pickle.Unpickler):
         metadata: Any = None,
     ) -> Tensor:
         """``torch._utils._rebuild_tensor_v3``: as v2, with the dtype given separately."""
-        from fusegrad.nn.state import tensor_from_host  # not at the top: state imports us
-
         stored = dtype.np.newbyteorder(">" if self.big_endian else "<")
         flat = np.frombuffer(storage.data, dtype=stored, count=len(storage.data) // dtype.itemsize)
         span = sum((n - 1) * s for n, s in zip(size, stride, strict=True))

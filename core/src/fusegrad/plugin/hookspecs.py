@@ -3,7 +3,12 @@
 A plugin is a module registered under the entry-point group ``fusegrad`` (see the backend author's
 guide). It sets ``FUSEGRAD_BACKEND_API = BACKEND_API_VERSION`` and implements any of these
 functions, decorated with ``fusegrad.plugin.hookimpl``. Hook modules must import nothing heavy:
-import your runtime library inside the hook that needs it.
+import your runtime library inside the function that needs it (a ``DeviceSpec``'s ``open``).
+
+A backend implements ``fusegrad_devices``: each ``DeviceSpec`` it returns carries ``open(name)``,
+which builds the device's four parts as one ``Runtime``. The four part hooks
+(``fusegrad_allocator`` ...) are overrides: they let a plugin replace one part of a device that
+another plugin opens, and ``fusegrad devices`` shows who replaced what.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ if TYPE_CHECKING:
 
 PROJECT = "fusegrad"
 #: The version of this hook interface. A plugin built for another one is refused with a message.
-BACKEND_API_VERSION = 1
+#: 2: a device is opened by its ``DeviceSpec.open``; the part hooks only override.
+BACKEND_API_VERSION = 2
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -27,52 +33,62 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @hookspec
 def fusegrad_devices() -> list[DeviceSpec]:
-    """Return the devices this plugin offers, as ``DeviceSpec(name, priority, probe, count)``.
+    """Return the devices this plugin offers, as ``DeviceSpec(name, priority, probe, count, open)``.
 
     Called once, the first time any device is looked up. Every plugin's answers are collected.
     ``priority`` orders devices for ``Device.DEFAULT`` (PYTHON is 0, CPU 10, GPUs 20 and more).
     ``probe()`` is called lazily and returns None when usable, else the reason it is not.
-    Since API version 1.
+    ``open(name)`` is called once per instance (``"OPENCL:1"``), when it is first used, and
+    returns its ``Runtime(name, allocator, renderer, compiler, program)``; import the runtime
+    library there. Since API version 1; ``open`` since API version 2.
     """
 
 
 @hookspec(firstresult=True)
 def fusegrad_allocator(device: str) -> Allocator | None:
-    """Return the ``Allocator`` for ``device`` (e.g. ``"CPU"`` or ``"OPENCL:1"``), or None if not yours.
+    """Override: return an ``Allocator`` to use for ``device`` (``"CPU"``, ``"OPENCL:1"``), or None.
 
-    Called once, when the device is first opened. The first non-None answer wins, so a plugin
-    marked ``tryfirst=True`` can replace another plugin's allocator. Since API version 1.
+    Called once, when the device is first opened, after its ``DeviceSpec.open``. The first
+    non-None answer replaces the allocator ``open`` built (mark the hook ``tryfirst=True`` to be
+    asked before other overrides); ``fusegrad devices`` names the plugin that replaced it.
+    Answer None for every device you do not mean to change. Since API version 1; an override
+    since API version 2.
     """
 
 
 @hookspec(firstresult=True)
 def fusegrad_renderer(device: str) -> Renderer | None:
-    """Return the ``Renderer`` for ``device``, or None if it is not yours.
+    """Override: return a ``Renderer`` to use for ``device``, or None.
 
-    Called once, when the device is first opened. The first non-None answer wins, so a plugin
-    marked ``tryfirst=True`` can replace another plugin's renderer. Since API version 1.
+    Called once, when the device is first opened, after its ``DeviceSpec.open``. The first
+    non-None answer replaces the renderer ``open`` built; ``fusegrad devices`` names the plugin
+    that replaced it. Since API version 1; an override since API version 2.
     """
 
 
 @hookspec(firstresult=True)
 def fusegrad_compiler(device: str) -> Compiler | None:
-    """Return the ``Compiler`` for ``device``, or None if it is not yours.
+    """Override: return a ``Compiler`` to use for ``device``, or None.
 
-    Called once, when the device is first opened. The first non-None answer wins: this is how a
-    plugin swaps only the compiler of another backend (e.g. other C compiler flags for CPU).
-    The compiler's ``identity`` must differ from the one it replaces, so cached binaries don't mix.
-    Since API version 1.
+    Called once, when the device is first opened, after its ``DeviceSpec.open``. The first
+    non-None answer replaces the compiler ``open`` built: this is how a plugin swaps only the
+    compiler of another backend (e.g. other C compiler flags for CPU), and ``fusegrad devices``
+    says so. The compiler's ``identity`` must differ from the one it replaces, so cached
+    binaries don't mix. Since API version 1; an override since API version 2.
     """
 
 
 @hookspec(firstresult=True)
 def fusegrad_program(device: str) -> type | None:
-    """Return the program class for ``device``: ``cls(name, binary)`` makes a callable kernel.
+    """Override: return a program class to use for ``device``, or None.
 
-    The callable takes ``(*buffer_handles, global_size=, local_size=, vals=, wait=)`` and returns
-    the kernel's time in seconds when ``wait`` is true. On grid devices ``global_size`` is the
-    threads the kernel needs and ``local_size`` the threads per group (None: choose): launch
-    whole groups covering ``global_size``. Since API version 1.
+    ``cls(name, binary)`` makes a callable kernel, the contract ``Runtime.program`` follows: it
+    takes ``(*buffer_handles, global_size=, local_size=, vals=, wait=)`` and returns the kernel's
+    time in seconds when ``wait`` is true. On grid devices ``global_size`` is the threads the
+    kernel needs and ``local_size`` the threads per group (None: choose): launch whole groups
+    covering ``global_size``. Called once, when the device is first opened, after its
+    ``DeviceSpec.open``; the first non-None answer wins. Since API version 1; an override since
+    API version 2.
     """
 
 
@@ -82,7 +98,8 @@ def fusegrad_rewrite_rules(stage: str, device: str) -> PatternMatcher | None:
 
     Stages: ``"kernel"`` (the kernel graph before optimisation) and ``"program"`` (the linear
     program's graph before rendering). Rules from all plugins are appended after core's, for
-    devices whose name is ``device``. Since API version 1.
+    devices whose name is ``device``. Called once per stage when the device is opened; the rules
+    are kept on its ``Runtime`` and passed to code generation. Since API version 1.
     """
 
 

@@ -8,11 +8,22 @@ import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
+from typing import Any
 
 import pluggy
 
+from fusegrad import caches
+from fusegrad.codegen.rules import CodegenRules
 from fusegrad.errors import PluginError
 from fusegrad.plugin import hookspecs
+
+#: What a plugin built for an older backend API version must change, by that version.
+UPGRADES = {
+    1: "version 2 replaced the hooks fusegrad_allocator/renderer/compiler/program, which every "
+    "backend answered for its own device, with DeviceSpec(..., open=f), where f(name) returns "
+    "the device's Runtime; those hooks now only override a part of another plugin's device. "
+    "Give each DeviceSpec an open= (see docs/backend-guide.md) and set FUSEGRAD_BACKEND_API = 2",
+}
 
 
 @dataclass
@@ -36,7 +47,6 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
         self.has_run_listeners: bool | None = None  # cached by the engine's hot path
-        self.rule_cache: dict = {}  # (stage, device) -> rewrite rules, built by codegen once
         self._specs: dict | None = None
 
     def load_module(self, info: PluginInfo, module: ModuleType) -> None:
@@ -50,11 +60,45 @@ class PluginManager(pluggy.PluginManager):
                 f"FUSEGRAD_BACKEND_API = {hookspecs.BACKEND_API_VERSION} in it if it was made for that"
             )
         if api != hookspecs.BACKEND_API_VERSION:
-            raise PluginError(
-                f"built for backend API version {api}, but this fusegrad speaks version "
-                f"{hookspecs.BACKEND_API_VERSION}; install a {info.distribution} release made for it"
-            )
+            raise PluginError(_version_mismatch(info, api))
         self.register(module, name=info.name)
+
+    def device_owner(self, device: str) -> str:
+        """The name of the plugin that offers ``device`` (``"OPENCL:1"`` -> ``"opencl"``)."""
+        base = device.partition(":")[0]
+        return next((info.name for info in self.infos if base in info.devices), "?")
+
+    def part_overrides(self, device: str, parts: tuple[str, ...]) -> dict[str, tuple[str, Any]]:
+        """Which of ``device``'s ``parts`` (``device.PARTS``) plugins replace, each as (plugin
+        name, part).
+
+        Asks the override hooks ``fusegrad_<part>`` in pluggy's order (``tryfirst`` first); the
+        first answer that is not None wins, and its plugin is named so it can be shown.
+        """
+        found: dict[str, tuple[str, Any]] = {}
+        for part in parts:
+            for impl in reversed(getattr(self.hook, f"fusegrad_{part}").get_hookimpls()):
+                if impl.hookwrapper or getattr(impl, "wrapper", False):
+                    continue
+                try:
+                    answer = impl.function(device=device)
+                except Exception as e:
+                    raise PluginError(
+                        f"plugin {impl.plugin_name!r} failed in fusegrad_{part}(device={device!r})"
+                        f": {type(e).__name__}: {e}"
+                    ) from e
+                if answer is not None:
+                    found[part] = (impl.plugin_name, answer)
+                    break
+        return found
+
+    def codegen_rules(self, device: str) -> CodegenRules:
+        """Core's rewrite rules plus every plugin's for ``device`` (hook
+        ``fusegrad_rewrite_rules``), asked once, when the device is opened."""
+        return CodegenRules.with_plugins(
+            self.hook.fusegrad_rewrite_rules(stage="kernel", device=device),
+            self.hook.fusegrad_rewrite_rules(stage="program", device=device),
+        )
 
     def device_specs(self) -> dict:
         """Every device every plugin announced, by name (first announcement wins)."""
@@ -86,6 +130,18 @@ class PluginManager(pluggy.PluginManager):
                     info.devices.append(spec.name)
             self._specs = specs
         return self._specs
+
+
+def _version_mismatch(info: PluginInfo, api: object) -> str:
+    """Why a plugin built for backend API version ``api`` is refused, and what to change."""
+    speaks = hookspecs.BACKEND_API_VERSION
+    message = (
+        f"plugin {info.name!r} ({info.distribution} {info.version}) is built for backend API "
+        f"version {api}, but this fusegrad speaks version {speaks}"
+    )
+    if isinstance(api, int) and api in UPGRADES:
+        return f"{message}: {UPGRADES[api]}, or install a {info.distribution} release made for it"
+    return f"{message}; install a {info.distribution} release made for version {speaks}"
 
 
 def _builtin_plugins() -> list[tuple[str, str, str]]:
@@ -153,11 +209,5 @@ def reset() -> None:
     they are forgotten too, or a replaced compiler would never be asked.
     """
     global _manager
-    from fusegrad.device import Device
-    from fusegrad.engine import realize
-
     _manager = None
-    Device._open.clear()
-    Device._default = None
-    realize._runners.clear()
-    realize._plans.clear()
+    caches.reset()

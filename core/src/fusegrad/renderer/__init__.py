@@ -8,6 +8,7 @@ No part of core asks for a device's name.
 from __future__ import annotations
 
 from fusegrad.dtype import DType, dtypes
+from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 
@@ -61,8 +62,23 @@ class Renderer:
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8
 
+    #: a loop variable is named by its loop's kind and number (``LoopArg``): ``gidx0`` an output
+    #: loop, ``pidx0`` one spread over the cores, ``ridx3`` a reduction's, ``uidx5`` an upcast
+    #: loop over a register tile, ``vidx4`` a reduction's vector lanes (see uop/loops.py)
+    loop_prefixes: dict[AxisKind, str] = {
+        AxisKind.GLOBAL: "gidx",
+        AxisKind.PARALLEL: "pidx",
+        AxisKind.REDUCE: "ridx",
+        AxisKind.UPCAST: "uidx",
+        AxisKind.LANE: "vidx",
+    }
+
     def __init__(self, device: str = ""):
         self.device = device
+
+    def loop_name(self, loop: UOp) -> str:
+        """The name of a RANGE's loop variable: its kind's prefix and its number (``ridx3``)."""
+        return f"{self.loop_prefixes[loop.arg.kind]}{loop.arg.axis}"
 
     def dtype_advice(self, dtype: DType) -> str:
         """What to do about ``dtype`` when this target cannot hold it; ends the error message."""

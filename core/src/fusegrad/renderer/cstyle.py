@@ -1,14 +1,17 @@
-"""The base of every C-family renderer (C, OpenCL C, CUDA C, Metal): one table of op spellings
-and one walk over the linear program. A backend subclass changes only what its language spells
-differently: type names, the kernel signature, how a thread finds its index, math functions."""
+"""The base of every C-family renderer (C, OpenCL C, CUDA C, Metal): tables of op spellings
+and a walk over the linear program that renders each op by its entry in ``OP_RENDERERS``. A
+backend subclass changes only what its language spells differently: type names, the kernel
+signature, how a thread finds its index, math functions, the pragmas before loops."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.renderer import Renderer
+from fusegrad.uop.loops import AxisKind, LoopHint
 from fusegrad.uop.ops import GroupOp, Ops, UOp, variables_of
 
 
@@ -47,6 +50,121 @@ def fill_param_gaps(params: list[UOp]) -> list[UOp]:
 def grid_index_kind(name: str) -> str:
     """The kind of a grid index from its SPECIAL's name: ``gidx``, ``group`` or ``lidx``."""
     return name.rstrip("0123456789")
+
+
+@dataclass
+class RenderContext:
+    """One render of a kernel in progress: the name (a C expression) of each value rendered so
+    far, the lines of the body, the buffers met, and how deep the open loops and ifs nest."""
+
+    renderer: CStyleRenderer
+    names: dict[UOp, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    params: list[UOp] = field(default_factory=list)
+    depth: int = 1
+    #: values declared so far; numbers the next one (``val4``, ``alu5``: one count for all)
+    temps: int = 0
+
+    def emit(self, *lines: str) -> None:
+        self.lines.extend("  " * self.depth + line for line in lines)
+
+    def temp(self, u: UOp, prefix: str, expr: str) -> None:
+        """Declare ``u``'s value as a new variable ``{prefix}{n} = expr``."""
+        self.names[u] = f"{prefix}{self.temps}"
+        self.temps += 1
+        self.emit(f"{self.renderer.type_name(u.dtype)} {self.names[u]} = {expr};")
+
+    def open(self, *lines: str) -> None:
+        """Emit ``lines`` that open a block (a loop, an if); what follows is inside it."""
+        self.emit(*lines)
+        self.depth += 1
+
+    def close(self) -> None:
+        self.depth -= 1
+        self.emit("}")
+
+
+#: how one op of the linear program is rendered: ``(context, op, its sources' names)``. A value
+#: gets a name in ``context.names`` (a constant or an index is its expression), a statement
+#: emits lines. The spelling of each piece is the renderer's (``context.renderer.render_*``).
+OpRenderer = Callable[[RenderContext, UOp, list[str]], None]
+
+
+def _param(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # a buffer argument
+    ctx.params.append(u)
+    ctx.names[u] = f"data{u.arg[0]}"
+
+
+def _special(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # a grid index
+    ctx.names[u] = u.arg[0]
+    ctx.emit(*ctx.renderer.render_grid_index(u))
+
+
+def _range(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # a loop, named by its kind
+    name = ctx.names[u] = ctx.renderer.loop_name(u)
+    ctx.open(*ctx.renderer.render_loop(u, name, src[0]))
+
+
+def _group_op(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # shared array or barrier
+    ctx.names[u] = f"shared{u.arg[0]}" if u.op is Ops.DEFINE_LOCAL else ""
+    ctx.emit(ctx.renderer.render_group_op(u, ctx.names[u]))
+
+
+def _register(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # accumulator(s)
+    ctx.names[u] = f"acc{u.arg[0]}"
+    size = f"[{u.arg[1]}]" if u.arg[1] > 1 else ""
+    ctx.emit(f"{ctx.renderer.type_name(u.dtype)} {ctx.names[u]}{size};")
+
+
+def _load(ctx: RenderContext, u: UOp, src: list[str]) -> None:
+    """An accumulator is read where it is used; a buffer read (gated: ``gate?x:alt``) is a value."""
+    if u.src[0].op is Ops.DEFINE_REG:
+        ctx.names[u] = src[0]
+    else:
+        ctx.temp(u, "val", f"({src[1]}?{src[0]}:{src[2]})" if len(src) == 3 else src[0])
+
+
+def _name(expr: Callable[[RenderContext, UOp, list[str]], str]) -> OpRenderer:
+    """An op that is an expression where it is used, declaring nothing."""
+
+    def render(ctx: RenderContext, u: UOp, src: list[str]) -> None:
+        ctx.names[u] = expr(ctx, u, src)
+
+    return render
+
+
+def _value(prefix: str, expr: Callable[[CStyleRenderer, UOp, list[str]], str]) -> OpRenderer:
+    """An op whose value is declared as a variable ``{prefix}{n}``."""
+
+    def render(ctx: RenderContext, u: UOp, src: list[str]) -> None:
+        ctx.temp(u, prefix, expr(ctx.renderer, u, src))
+
+    return render
+
+
+#: how the C-family renderers render each op; a backend's renderer may replace entries in its
+#: own ``op_renderers``. An op missing from the table cannot be rendered.
+OP_RENDERERS: dict[Ops, OpRenderer] = {
+    **{op: _value("alu", lambda r, u, src: r.render_alu(u, src)) for op in GroupOp.ALU},
+    Ops.PARAM: _param,
+    Ops.CONST: _name(lambda ctx, u, src: ctx.renderer.render_const(u.arg, u.dtype)),
+    Ops.DEFINE_VAR: _name(lambda ctx, u, src: u.arg[0]),
+    Ops.SPECIAL: _special,
+    Ops.RANGE: _range,
+    Ops.END: lambda ctx, u, src: ctx.close(),
+    Ops.IF: lambda ctx, u, src: ctx.open(f"if ({src[0]}) {{"),
+    Ops.ENDIF: lambda ctx, u, src: ctx.close(),
+    Ops.DEFINE_LOCAL: _group_op,
+    Ops.BARRIER: _group_op,
+    Ops.DEFINE_REG: _register,
+    Ops.INDEX: _name(lambda ctx, u, src: f"{src[0]}[{src[1]}]"),
+    Ops.LOAD: _load,
+    Ops.STORE: lambda ctx, u, src: ctx.emit(f"{src[0]} = {src[1]};"),
+    Ops.CAST: _value("cast", lambda r, u, src: r.render_cast(src[0], u.dtype)),
+    Ops.BITCAST: _value(
+        "cast", lambda r, u, src: r.render_bitcast(src[0], u.src[0].dtype, u.dtype)
+    ),
+}
 
 
 class CStyleRenderer(Renderer):
@@ -106,6 +224,11 @@ class CStyleRenderer(Renderer):
     local_qualifier = ""
     #: the statement that waits for every thread of the group, with shared memory in sync
     barrier = ""
+    #: how each op is rendered (see ``OP_RENDERERS``)
+    op_renderers: dict[Ops, OpRenderer] = OP_RENDERERS
+    #: the line before a loop, by its kind and hint (``LoopArg``, chosen by codegen); ``{trips}``
+    #: is the loop's trip count. None in the base: GPU kernels have few loops, and no pragmas
+    loop_pragmas: dict[tuple[AxisKind, LoopHint], str] = {}
 
     # ---- pieces a subclass overrides ------------------------------------------------------------
 
@@ -150,8 +273,11 @@ class CStyleRenderer(Renderer):
         return f"{self.local_qualifier}{self.type_name(u.dtype)} {name}[{u.arg[1]}];"
 
     def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
-        """The line(s) that open the loop of a RANGE."""
-        return [f"for (int {name} = 0; {name} < {size}; {name}++) {{"]
+        """The line(s) that open the loop of a RANGE: its pragma (``loop_pragmas``), the ``for``."""
+        loop = f"for (int {name} = 0; {name} < {size}; {name}++) {{"
+        if (pragma := self.loop_pragmas.get((u.arg.kind, u.arg.hint))) is None:
+            return [loop]
+        return [pragma.format(trips=u.src[0].arg), loop]
 
     def render_cast(self, x: str, dtype: DType) -> str:
         return f"(({self.type_name(dtype)})({x}))"
@@ -211,70 +337,14 @@ class CStyleRenderer(Renderer):
     # ---- the walk ------------------------------------------------------------------------------
 
     def render(self, name: str, program: list[UOp]) -> str:
-        names: dict[UOp, str] = {}
-        lines: list[str] = []
-        params: list[UOp] = []
-        depth = 1
-        counter = 0
-
-        def emit(line: str) -> None:
-            lines.append("  " * depth + line)
-
-        def temp(u: UOp, prefix: str, expr: str) -> None:
-            nonlocal counter
-            names[u] = f"{prefix}{counter}"
-            counter += 1
-            emit(f"{self.type_name(u.dtype)} {names[u]} = {expr};")
-
+        """The kernel's source: each op of ``program`` rendered by its entry in ``op_renderers``."""
+        ctx = RenderContext(self)
         for u in program:
-            op, src = u.op, [names.get(s, "") for s in u.src]
-            if op is Ops.PARAM:
-                params.append(u)
-                names[u] = f"data{u.arg[0]}"
-            elif op is Ops.CONST:
-                names[u] = self.render_const(u.arg, u.dtype)
-            elif op is Ops.DEFINE_VAR:
-                names[u] = u.arg[0]
-            elif op is Ops.SPECIAL:
-                names[u] = u.arg[0]
-                for line in self.render_grid_index(u):
-                    emit(line)
-            elif op is Ops.RANGE:
-                names[u] = f"ridx{u.arg[0]}"
-                for line in self.render_loop(u, names[u], src[0]):
-                    emit(line)
-                depth += 1
-            elif op is Ops.IF:
-                emit(f"if ({src[0]}) {{")
-                depth += 1
-            elif op in (Ops.END, Ops.ENDIF):
-                depth -= 1
-                emit("}")
-            elif op in (Ops.DEFINE_LOCAL, Ops.BARRIER):
-                names[u] = f"shared{u.arg[0]}" if op is Ops.DEFINE_LOCAL else ""
-                emit(self.render_group_op(u, names[u]))
-            elif op is Ops.DEFINE_REG:
-                names[u] = f"acc{u.arg[0]}"
-                size = f"[{u.arg[1]}]" if u.arg[1] > 1 else ""
-                emit(f"{self.type_name(u.dtype)} {names[u]}{size};")
-            elif op is Ops.INDEX:
-                names[u] = f"{src[0]}[{src[1]}]"
-            elif op is Ops.LOAD and u.src[0].op is Ops.DEFINE_REG:
-                names[u] = src[0]
-            elif op is Ops.LOAD:
-                temp(u, "val", f"({src[1]}?{src[0]}:{src[2]})" if len(src) == 3 else src[0])
-            elif op is Ops.STORE:
-                emit(f"{src[0]} = {src[1]};")
-            elif op is Ops.CAST:
-                temp(u, "cast", self.render_cast(src[0], u.dtype))
-            elif op is Ops.BITCAST:
-                temp(u, "cast", self.render_bitcast(src[0], u.src[0].dtype, u.dtype))
-            elif op in GroupOp.ALU:
-                temp(u, "alu", self.render_alu(u, src))
-            else:
-                raise NotImplementedError(f"{type(self).__name__} cannot render {op}")
-        body = "\n".join(lines)
-        signature = self.kernel_signature(name, params, program)
+            if (render_op := self.op_renderers.get(u.op)) is None:
+                raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
+            render_op(ctx, u, [ctx.names.get(s, "") for s in u.src])
+        body = "\n".join(ctx.lines)
+        signature = self.kernel_signature(name, ctx.params, program)
         return f"{self.prelude(program)}{signature} {{\n{body}\n}}\n"
 
     def render_alu(self, u: UOp, src: list[str]) -> str:

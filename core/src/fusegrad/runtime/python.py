@@ -3,19 +3,22 @@
 Its "source" is the linear program as JSON; its "binary" the same bytes. Kernels are launched
 over a one-dimensional grid and every grid index runs at once as a numpy lane, so a value is a
 numpy array over the lanes; loops run one trip at a time, in Python. Every op follows the
-backend contract's semantics (C's integer division and remainder, wrap-around integers).
+backend contract's semantics (C's integer division and remainder, wrap-around integers), as the
+ALU table that constant folding reads too says (``uop/alu.py``, its ``array`` column).
 """
 
 from __future__ import annotations
 
 import json
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from fusegrad.device import Allocator, Compiler
-from fusegrad.dtype import DType, dtypes
+from fusegrad.dtype import dtypes
 from fusegrad.renderer import Renderer
+from fusegrad.uop.alu import ARRAY
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 
@@ -50,7 +53,7 @@ class PythonRenderer(Renderer):
 def _plain(arg: Any) -> Any:
     if isinstance(arg, tuple):
         return [_plain(a) for a in arg]
-    if isinstance(arg, Ops):
+    if isinstance(arg, Enum):  # an op, a loop's kind or hint
         return arg.name
     return arg
 
@@ -64,38 +67,6 @@ class PythonCompiler(Compiler):
     def compile(self, source: str) -> bytes:
         json.loads(source)  # a malformed program fails here, as a compile error would
         return source.encode()
-
-
-def _c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """C's truncating division, with x // 0 = 0 as everywhere in fusegrad (see Ops.IDIV)."""
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    return np.where(b == 0, np.zeros_like(q), np.where((a < 0) != (safe < 0), -q, q))
-
-
-def _alu(op: Ops, dtype: DType, args: list[np.ndarray]) -> np.ndarray:
-    a = args[0]
-    if op is Ops.NEG:
-        return np.logical_not(a) if dtype == dtypes.bool else np.negative(a)
-    if op is Ops.IDIV:
-        return _c_div(a, args[1])
-    if op is Ops.MOD:
-        rest = a - args[1] * _c_div(a, args[1])
-        return np.where(args[1] == 0, np.zeros_like(rest), rest)  # x % 0 = 0
-    if op is Ops.WHERE:
-        return np.where(a, args[1], args[2])
-    if op is Ops.MULACC:
-        return a * args[1] + args[2]
-    return _NUMPY_OPS[op](*args)
-
-
-_NUMPY_OPS = {
-    Ops.RECIP: np.reciprocal, Ops.SQRT: np.sqrt, Ops.EXP2: np.exp2, Ops.LOG2: np.log2,
-    Ops.SIN: np.sin, Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum,
-    Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.AND: np.bitwise_and,
-    Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift,
-    Ops.SHR: np.right_shift,
-}
 
 
 _ATOMICS = {Ops.ATOMIC_AND: np.bitwise_and, Ops.ATOMIC_OR: np.bitwise_or}
@@ -169,7 +140,7 @@ class PythonProgram:
             elif op is Ops.BITCAST:
                 values[pc] = np.asarray(values[src[0]]).view(dtype.np)
             elif op in GroupOp.ALU:
-                values[pc] = np.asarray(_alu(op, dtype, [values[s] for s in src])).astype(dtype.np)
+                values[pc] = np.asarray(ARRAY[op](*[values[s] for s in src])).astype(dtype.np)
             pc += 1
 
     def _load(self, src: list[int], values: list[Any], regs: dict) -> np.ndarray:

@@ -20,12 +20,14 @@ padding. A kernel never sees a size-0 axis, whose index math would divide by zer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fusegrad.dtype import DType
 from fusegrad.errors import FusegradError
 from fusegrad.helpers import prod
+from fusegrad.schedule.layout import Capabilities, lay_out
 from fusegrad.uop import ops
 from fusegrad.uop.ops import (
     GroupOp,
@@ -354,11 +356,15 @@ def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]
     return UOp(Ops.SINK, root.dtype, (store,)), tuple(slots)
 
 
-def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str]) -> Plan:
-    """Cut an abstracted graph into steps. ``devices[i]`` is where root ``i`` lives."""
+def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str],
+              capabilities: Callable[[str], Capabilities] | None = None) -> Plan:
+    """Cut an abstracted graph into steps. ``devices[i]`` is where root ``i`` lives. With the
+    ``capabilities`` of each device, the layout pass first lays out reductions for it."""
     order = toposort(list(roots))
     if (folded := fold_empty(list(roots), order)) != list(roots):
         roots, order = tuple(folded), toposort(folded)
+    if capabilities is not None and (laid := lay_out(roots, devices, capabilities)) != roots:
+        roots, order = laid, toposort(list(laid))
     realize = find_realizes(list(roots), order)
     n_inputs = len(slot_devices)
     slot_of: dict[UOp, int] = {u: u.arg[0] for u in order if u.op is Ops.PARAM}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from fusegrad import caches
 from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.tensor import Tensor
@@ -37,16 +38,19 @@ def held_dtypes(device: str) -> frozenset[DType]:
     from fusegrad.codegen.kernel import generate
     from fusegrad.errors import UnsupportedOp
 
-    renderer, held = Device[device].renderer, set()
+    runtime, held = Device[device], set()
     for dtype in ALL_DTYPES:
         x = Tensor.empty(4, dtype=dtype, device=device)
         try:
             for step in x.flip(0).contiguous().schedule():
-                generate(step.ast, renderer)
+                generate(step.ast, runtime.renderer, runtime.rules)
         except UnsupportedOp:
             continue
         held.add(dtype)
     return frozenset(held)
+
+
+caches.register("held dtypes", held_dtypes.cache_clear)
 
 
 def require_dtypes(device: str, *wanted: DType) -> None:
@@ -131,5 +135,6 @@ def program_ops(tensor: Tensor) -> set[Ops]:
     """The contract ops in the kernels that would compute ``tensor`` (not yet realized)."""
     from fusegrad.codegen.kernel import generate
 
-    renderer = Device[tensor.device].renderer
-    return {u.op for step in tensor.schedule() for u in generate(step.ast, renderer).program}
+    rt = Device[tensor.device]
+    kernels = [generate(step.ast, rt.renderer, rt.rules) for step in tensor.schedule()]
+    return {u.op for kernel in kernels for u in kernel.program}

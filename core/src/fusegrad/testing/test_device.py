@@ -92,25 +92,24 @@ def test_compiler_is_deterministic(conformance_device):
     x = Tensor(np.ones(8, np.float32), device=conformance_device)
     from fusegrad.codegen.kernel import generate
 
-    source = generate((x * 2).schedule()[0].ast, runtime.renderer).source
+    source = generate((x * 2).schedule()[0].ast, runtime.renderer, runtime.rules).source
     assert isinstance(runtime.compiler.identity, str) and runtime.compiler.identity
     assert runtime.compiler.compile(source) == runtime.compiler.compile(source)
 
 
-def test_hooks_answer_only_for_their_device(conformance_device):
-    """The plugin's firstresult hooks return None for other names, so other devices still open."""
+def test_device_is_opened_by_its_spec(conformance_device):
+    """The plugin's ``DeviceSpec.open`` builds all four parts for the instance asked for, and
+    core records which plugin supplied each (another plugin's override is named there)."""
     base = conformance_device.partition(":")[0]
     owner = next(i for i in plugins().infos if base in i.devices)
-    module = plugins().get_plugin(owner.name)
-    for hook in (
-        "fusegrad_allocator",
-        "fusegrad_renderer",
-        "fusegrad_compiler",
-        "fusegrad_program",
-    ):
-        impl = getattr(module, hook, None)
-        assert impl is not None, f"plugin {owner.name} offers {base} but has no {hook}"
-        assert impl(device=f"NOT{base}") is None, f"{hook} answered for device NOT{base}"
+    spec = plugins().device_specs()[base]
+    assert spec.open is not None, f"plugin {owner.name} offers {base} without DeviceSpec.open"
+    runtime = Device[conformance_device]
+    assert runtime.name == Device.canonicalize(conformance_device)
+    assert set(runtime.suppliers) == {"allocator", "renderer", "compiler", "program"}
+    for part, plugin in runtime.suppliers.items():
+        assert getattr(runtime, part) is not None, f"{base} opened without its {part}"
+        assert plugin == owner.name or plugins().has_plugin(plugin), (part, plugin)
 
 
 def test_unsupported_dtype_is_refused(conformance_device):
@@ -165,7 +164,7 @@ def test_locals_and_barriers(conformance_device, conformance_renderer):
         )
     x = np.random.default_rng(5).standard_normal(100_003).astype(np.float32) - 10
     step = Tensor(x, device=conformance_device).max().schedule()[-1]
-    ops = [u.op for u in generate(step.ast, renderer).program]
+    ops = [u.op for u in generate(step.ast, renderer, Device[conformance_device].rules).program]
     assert {Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.IF, Ops.ENDIF} <= set(ops)
     assert ops.index(Ops.BARRIER) < ops.index(Ops.IF) < ops.index(Ops.ENDIF)
     assert Tensor(x, device=conformance_device).max().numpy() == x.max()  # all below 0

@@ -1,4 +1,4 @@
-"""The one IR node, ``UOp``, and the ``Ops`` it may carry.
+"""The one IR node, ``UOp``, and the ``Ops`` it may carry (defined in ``uop/opcodes.py``).
 
 Every stage of the pipeline is a graph of UOps; the stages differ only in which ops appear:
 
@@ -15,108 +15,13 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterable
-from enum import Enum, auto
 from typing import Any
 
+from fusegrad import caches
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod
-
-
-class Ops(Enum):
-    """Every op a UOp can carry. Groups of them are in ``GroupOp``."""
-
-    # tensor graph
-    BUFFER = auto()  # arg: Buffer; a realized 1-d buffer
-    RESHAPE = auto()  # arg: new shape
-    PERMUTE = auto()  # arg: order of the source axes
-    EXPAND = auto()  # arg: new shape (size-1 axes grow)
-    PAD = auto()  # arg: ((before, after), ...) per axis
-    SHRINK = auto()  # arg: ((start, end), ...) per axis
-    FLIP = auto()  # arg: tuple of bools, one per axis
-    REDUCE_AXIS = auto()  # arg: (Ops.ADD | Ops.MAX, axes)
-    CONTIGUOUS = auto()  # forces a buffer to exist here
-    COPY = auto()  # arg: target device name
-    DETACH = auto()  # cuts gradients; no-op for values
-    # src: (value, *inputs); arg: (rule, params). The value is src[0]; its gradient is not taken
-    # through src[0]'s graph but given by ``rule(g, inputs, params)`` (see gradient.py). The
-    # scheduler drops the node (schedule/kernelize.py ``abstract``).
-    CUSTOM_GRAD = auto()
-    # symbolic sizes (a sequence length that changes between calls); see ``Variable``
-    DEFINE_VAR = auto()  # arg: (name, min, max); an int the kernel takes as an argument
-    BIND = auto()  # src: (DEFINE_VAR, CONST value); a variable with its value for one call
-    # kernel graph and linear program
-    SINK = auto()
-    PARAM = auto()  # arg: (position, element count); a buffer argument of a kernel
-    DEFINE_LOCAL = auto()
-    DEFINE_REG = auto()  # arg: (id, count); an accumulator
-    SPECIAL = auto()  # arg: (name, size); a group/thread index
-    RANGE = auto()  # src: (size,); arg: (axis id, kind)
-    END = auto()  # src: (range,); closes a loop
-    REDUCE = auto()  # src: (value, *ranges); arg: Ops.ADD | Ops.MAX
-    IF = auto()
-    ENDIF = auto()
-    BARRIER = auto()
-    INDEX = auto()  # src: (param, offset); a pointer into a buffer
-    LOAD = auto()  # src: (index,) or (index, gate, alternative)
-    STORE = auto()  # src: (index, value)
-    ATOMIC_AND = auto()  # src: (index, value); *index &= value, atomically (packed narrow stores)
-    ATOMIC_OR = auto()  # src: (index, value[, after]); *index |= value atomically, after ``after``
-    CONST = auto()
-    CAST = auto()
-    BITCAST = auto()
-    # ALU
-    NEG = auto()
-    RECIP = auto()
-    SQRT = auto()
-    EXP2 = auto()
-    LOG2 = auto()
-    SIN = auto()
-    ADD = auto()
-    MUL = auto()
-    IDIV = auto()  # truncates towards zero, as C does; x // 0 = 0 (never traps: guard_division)
-    MOD = auto()  # takes the sign of the dividend, as C does; x % 0 = 0
-    MAX = auto()
-    CMPLT = auto()
-    CMPNE = auto()
-    AND = auto()
-    OR = auto()
-    XOR = auto()
-    SHL = auto()
-    SHR = auto()
-    WHERE = auto()
-    MULACC = auto()  # optional: a * b + c
-
-    def __repr__(self) -> str:
-        return f"Ops.{self.name}"
-
-    # members are singletons compared by identity: hash by identity too, in C (Enum's own
-    # __hash__ is Python code, and every UOp built hashes its op)
-    __hash__ = object.__hash__
-
-
-class GroupOp:
-    """Named sets of ops that rules and passes match on."""
-
-    Unary = frozenset({Ops.NEG, Ops.RECIP, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN})
-    Binary = frozenset(
-        {Ops.ADD, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE}
-        | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
-    )
-    Ternary = frozenset({Ops.WHERE, Ops.MULACC})
-    ALU = Unary | Binary | Ternary
-    Movement = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP})
-    Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.AND, Ops.OR, Ops.XOR})
-    Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
-
-
-# The ops a linear kernel program may contain: what every renderer must handle (DESIGN.md section 3).
-BACKEND_OPS = frozenset(
-    {Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF}
-    | {Ops.ENDIF, Ops.BARRIER, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CONST, Ops.CAST, Ops.BITCAST}
-    | GroupOp.ALU
-    # only in programs for renderers with ``min_storage_bits`` > 8 (see codegen/decompose.py)
-    | {Ops.ATOMIC_AND, Ops.ATOMIC_OR}
-)
+from fusegrad.uop.alu import exec_alu
+from fusegrad.uop.opcodes import BACKEND_OPS, GroupOp, Ops  # noqa: F401 (re-exported)
 
 
 def _const_key(arg: Any) -> Any:
@@ -311,6 +216,7 @@ _SET_OP, _SET_DTYPE, _SET_SRC, _SET_ARG, _SET_SHAPE, _SET_BOUNDS = (
 #: training step (Adam's betas, a mean's 1/N, a derivative's 2 or ln 2) come back every step
 #: with the same shapes; a lookup here replaces building their nodes again. Cleared when large.
 _SCALARS: dict[tuple, UOp] = {}
+caches.register("broadcast scalars", _SCALARS.clear)
 _SCALARS_LIMIT = 4096
 
 
@@ -390,8 +296,6 @@ def sym_eval(x: sint, values: dict[UOp, int] | None = None) -> int:
         if values is None or x not in values:
             raise ValueError(f"Variable {x.arg[0]!r} has no value here; bind it: var.bind(n)")
         return values[x]
-    from fusegrad.uop.symbolic import exec_alu
-
     return exec_alu(x.op, x.dtype, tuple(sym_eval(s, values) for s in x.src))
 
 

@@ -8,78 +8,11 @@ Index expressions come from composing movement ops (a reshape turns an index int
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Callable
 
-from fusegrad.dtype import DType, cast_scalar, dtypes
+from fusegrad.dtype import DType, dtypes
+from fusegrad.uop.alu import exec_alu
 from fusegrad.uop.ops import GroupOp, Ops, UOp, wraps
 from fusegrad.uop.pattern import PatternMatcher, UPat
-
-
-def _c_div(a, b):
-    """C's integer division: truncates towards zero."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
-
-
-def _c_mod(a, b):
-    """C's remainder: takes the sign of the dividend."""
-    return a - b * _c_div(a, b)
-
-
-def _safe_log2(x: float) -> float:
-    if x < 0 or math.isnan(x):
-        return math.nan
-    return -math.inf if x == 0 else math.log2(x)
-
-
-def _safe_sqrt(x: float) -> float:
-    return math.nan if x < 0 or math.isnan(x) else math.sqrt(x)
-
-
-def _safe_recip(x: float) -> float:
-    return math.copysign(math.inf, x) if x == 0 else 1 / x
-
-
-def _safe_exp2(x: float) -> float:
-    try:
-        return 2.0**x
-    except OverflowError:
-        return math.inf
-
-
-def _safe_sin(x: float) -> float:
-    return math.nan if math.isinf(x) else math.sin(x)
-
-
-# What each ALU op computes on Python scalars; the PYTHON device and constant folding share it.
-ALU_PYTHON: dict[Ops, Callable] = {
-    Ops.NEG: lambda a: -a if not isinstance(a, bool) else not a,
-    Ops.RECIP: _safe_recip,
-    Ops.SQRT: _safe_sqrt,
-    Ops.EXP2: _safe_exp2,
-    Ops.LOG2: _safe_log2,
-    Ops.SIN: _safe_sin,
-    Ops.ADD: operator.add,
-    Ops.MUL: operator.mul,
-    Ops.IDIV: lambda a, b: _c_div(a, b) if b != 0 else 0,  # x // 0 = x % 0 = 0, on every
-    Ops.MOD: lambda a, b: _c_mod(a, b) if b != 0 else 0,   # device (codegen/lower.py)
-    Ops.MAX: max,
-    Ops.CMPLT: operator.lt,
-    Ops.CMPNE: operator.ne,
-    Ops.AND: operator.and_,
-    Ops.OR: operator.or_,
-    Ops.XOR: operator.xor,
-    Ops.SHL: lambda a, b: a << b,
-    Ops.SHR: lambda a, b: a >> b,
-    Ops.WHERE: lambda c, a, b: a if c else b,
-    Ops.MULACC: lambda a, b, c: a * b + c,
-}
-
-
-def exec_alu(op: Ops, dtype: DType, args: tuple) -> bool | int | float:
-    """Evaluate one ALU op on Python scalars, with the result wrapped to ``dtype``."""
-    return cast_scalar(ALU_PYTHON[op](*args), dtype)
 
 
 def fold_constants(op: UOp) -> UOp | None:

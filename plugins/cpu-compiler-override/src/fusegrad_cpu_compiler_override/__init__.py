@@ -1,7 +1,9 @@
-"""Replaces the CPU backend's compiler, and nothing else, through a ``tryfirst`` hook.
+"""Replaces the CPU backend's compiler, and nothing else, through an override hook.
 
-``fusegrad_compiler`` is a firstresult hook: the first plugin to answer for a device wins, and
-``tryfirst=True`` puts this one before the CPU backend's. The CPU device keeps its renderer,
+The CPU backend opens its device (``DeviceSpec.open``); then core asks the override hooks, and
+the first ``fusegrad_compiler`` answer that is not None replaces the compiler it built
+(``tryfirst=True`` puts this one before other overrides). ``fusegrad devices`` shows the CPU
+compiler as supplied by this plugin, with a warning. The CPU device keeps its renderer,
 allocator and program class; only the flags its kernels are built with change (``-O2``, no
 ``-march=native``: binaries that run on any CPU of the same architecture). The compiler's
 ``identity`` differs from the backend's, so the two never share cached binaries.
@@ -19,7 +21,7 @@ from fusegrad.plugin import hookimpl
 if TYPE_CHECKING:
     from fusegrad.device import Compiler
 
-FUSEGRAD_BACKEND_API = 1
+FUSEGRAD_BACKEND_API = 2
 #: Portable, and still without contraction so that results round as numpy's do.
 FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
 

@@ -2,37 +2,23 @@
 
 This module holds the hook implementations only, and imports nothing heavy: fusegrad imports it
 when it discovers plugins, also in programs that never use this device. Import your runtime
-library (pyopencl, a driver binding...) inside the hooks, which run when the device is opened.
+library (pyopencl, a driver binding...) inside ``open_runtime``, which runs when the device is
+opened.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from fusegrad.device import DeviceSpec
+from fusegrad.device import DeviceSpec, Runtime
 from fusegrad.plugin import hookimpl
-
-if TYPE_CHECKING:
-    from fusegrad.device import Allocator, Compiler
-    from fusegrad.renderer import Renderer
 
 #: The backend API version this plugin was written for; fusegrad refuses a plugin whose
 #: version differs from its own, saying which. Keep pyproject.toml's keyword in step.
-FUSEGRAD_BACKEND_API = 1
+FUSEGRAD_BACKEND_API = 2
 #: The device's name, as users write it (``Tensor(..., device="TEMPLATE")``, ``DEV=TEMPLATE``).
 NAME = "TEMPLATE"
 #: Orders devices for ``Device.DEFAULT``: PYTHON is 0, CPU 10, GPUs 20 and more. A template
 #: should never become anyone's default device, so it sits below PYTHON.
 PRIORITY = -1
-
-
-def is_mine(device: str) -> bool:
-    """Whether ``device`` (``"TEMPLATE"``, ``"TEMPLATE:1"``) names this plugin's device.
-
-    Every firstresult hook below answers None for other names: that is how several plugins
-    share the hooks.
-    """
-    return device.partition(":")[0] == NAME
 
 
 def probe() -> str | None:
@@ -45,43 +31,22 @@ def probe() -> str | None:
     return None
 
 
+def open_runtime(name: str) -> Runtime:
+    """Build the device's four parts for instance ``name`` (``"TEMPLATE"``, ``"TEMPLATE:1"``).
+
+    Called once per instance, the first time it is used: import your runtime library here,
+    never at the top of this module. Replace each part with yours, one at a time.
+    """
+    from fusegrad_template.compiler import TemplateCompiler
+    from fusegrad_template.device import TemplateAllocator, TemplateProgram
+    from fusegrad_template.renderer import TemplateRenderer
+
+    return Runtime(
+        name, TemplateAllocator(), TemplateRenderer(name), TemplateCompiler(), TemplateProgram
+    )
+
+
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
     """Announce the device; ``count`` is how many instances (``TEMPLATE:0``...) exist."""
-    return [DeviceSpec(NAME, PRIORITY, probe, count=1)]
-
-
-@hookimpl
-def fusegrad_allocator(device: str) -> Allocator | None:
-    if not is_mine(device):
-        return None
-    from fusegrad_template.device import TemplateAllocator
-
-    return TemplateAllocator()
-
-
-@hookimpl
-def fusegrad_renderer(device: str) -> Renderer | None:
-    if not is_mine(device):
-        return None
-    from fusegrad_template.renderer import TemplateRenderer
-
-    return TemplateRenderer(device)
-
-
-@hookimpl
-def fusegrad_compiler(device: str) -> Compiler | None:
-    if not is_mine(device):
-        return None
-    from fusegrad_template.compiler import TemplateCompiler
-
-    return TemplateCompiler()
-
-
-@hookimpl
-def fusegrad_program(device: str) -> type | None:
-    if not is_mine(device):
-        return None
-    from fusegrad_template.device import TemplateProgram
-
-    return TemplateProgram
+    return [DeviceSpec(NAME, PRIORITY, probe, count=1, open=open_runtime)]

@@ -1,0 +1,128 @@
+"""Loop hints: how each loop of a linear program should become vector code (``LoopHint``).
+
+The optimiser plans short loops (kinds UPCAST and LANE, see codegen/opt.py) as register tiles,
+and kernels that need a loop per axis end in an innermost loop over neighbouring elements. A C
+compiler left to itself often misses both, so once the program is linear (every loop's body
+known) each such loop gets a hint, recorded on its RANGE, that a renderer turns into its
+language's form (``CStyleRenderer.loop_pragmas``):
+
+- UNROLL for a short loop around other loops, or one that keeps accumulators in registers.
+  Left to itself, gcc vectorises an upcast tile along whichever loop it likes, sometimes the
+  outer one, and then shuffles the accumulators on every iteration (a conv kernel ran 6x slower
+  so). Unrolling the whole tile gives the register tile the optimiser planned: once every
+  accumulator is a statement of its own, gcc keeps them in registers and packs the statements
+  of a row into vector instructions. (With ``omp simd`` on the inner loop it kept the
+  accumulator array in memory and stored it back on every step: a matmul at half speed.) That
+  holds for a tile inside one reduce loop; inside several (a convolution's channels and window)
+  gcc packs nothing, so there the tile's vector loop stays SIMD.
+- SIMD for another innermost short loop that reads memory consecutively, and for the innermost
+  loop of an elementwise kernel whose reads move by one (or by one every k steps).
+"""
+
+from __future__ import annotations
+
+from fusegrad.uop.loops import AxisKind, LoopHint
+from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
+from fusegrad.uop.symbolic import terms
+
+#: loops the optimiser made short and fixed on purpose
+_SHORT_LOOPS = (AxisKind.UPCAST, AxisKind.LANE)
+#: ops gcc's straight-line vectoriser (SLP) leaves scalar once a loop is unrolled: a ternary may
+#: not become ``vmaxps`` without -ffinite-math-only, and a long body (an exp) is not packed at all
+_NOT_PACKED = frozenset({*GroupOp.Comparison, Ops.WHERE, Ops.MAX})
+#: the most statements an unrolled lane loop may make (lanes x body) before it is left to SIMD
+_UNROLL_STATEMENTS = 512
+
+
+def reads_consecutively(loop: UOp, body: list[UOp], halving: bool = False) -> bool:
+    """Whether every memory access in ``body`` that moves with ``loop`` moves by one element
+    (or, with ``halving``, by one element every ``k`` steps: ``loop // k``, as a pooling's
+    backward reads, which vector code does with a shuffle)."""
+    for u in body:
+        if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
+            index = u.src[0].src[1]
+            moving = [t for t in terms(index) if loop in toposort([t])]
+            for t in moving:
+                slow = t.op is Ops.IDIV and t.src[0] is loop and t.src[1].op is Ops.CONST
+                if t is not loop and not (halving and slow):
+                    return False
+    return True
+
+
+def _uses_accumulators(body: list[UOp]) -> bool:
+    """Whether ``body`` reads or writes an element of a reduction's accumulator array."""
+    return any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX
+               and u.src[0].src[0].op is Ops.DEFINE_REG for u in body)
+
+
+def _packs_in_registers(loop: UOp, body: list[UOp]) -> bool:
+    """Whether unrolling ``loop`` leaves code gcc packs into vector registers. An upcast tile
+    always (its rows are the register tile); a lane loop only when its body is short arithmetic.
+    Unrolled, a sum's accumulators live in registers (under ``omp simd`` gcc loads and stores
+    each on every step: a 16M sum ran 10-20% slower); a max or an exp unrolled runs scalar (a
+    softmax row max ran 1.8x slower)."""
+    if loop.arg.kind is AxisKind.UPCAST:
+        return True
+    if any(u.op in _NOT_PACKED for u in body):
+        return False
+    return loop.src[0].arg * len(body) <= _UNROLL_STATEMENTS
+
+
+def loop_spans(program: list[UOp]) -> dict[UOp, tuple[int, int]]:
+    """Each loop -> (position of its RANGE, position of its END), inner loops first."""
+    opened: dict[UOp, int] = {}
+    spans: dict[UOp, tuple[int, int]] = {}
+    for i, u in enumerate(program):
+        if u.op is Ops.RANGE:
+            opened[u] = i
+        elif u.op is Ops.END and (loop := u.src[0]) in opened:
+            spans[loop] = (opened[loop], i)
+    return spans
+
+
+def _reduce_loops_around(loop: UOp, spans: dict[UOp, tuple[int, int]]) -> int:
+    start, end = spans[loop]
+    reduces = [(s, e) for r, (s, e) in spans.items() if r.arg.kind is AxisKind.REDUCE]
+    return sum(1 for s, e in reduces if s < start and end < e)
+
+
+def _hint(loop: UOp, body: list[UOp], spans: dict[UOp, tuple[int, int]],
+          elementwise: bool) -> LoopHint:
+    """The hint for ``loop``, whose body is ``body`` (see the module docstring)."""
+    innermost = not any(b.op is Ops.RANGE for b in body)
+    if loop.arg.kind in _SHORT_LOOPS:
+        # a tile inside several reduce loops (a convolution's channels, then its window) stays
+        # a loop of vectors: unrolled there, gcc left the whole tile scalar (a conv 8-19x slower)
+        if not innermost or (_uses_accumulators(body) and _packs_in_registers(loop, body)
+                             and _reduce_loops_around(loop, spans) < 2):
+            return LoopHint.UNROLL
+        return LoopHint.SIMD if reads_consecutively(loop, body) else LoopHint.NONE
+    if elementwise and innermost and reads_consecutively(loop, body, halving=True):
+        # gcc leaves many such loops scalar on its own: a pooling's backward ran 4x slower
+        return LoopHint.SIMD
+    return LoopHint.NONE
+
+
+def hint_loops(program: list[UOp]) -> list[UOp]:
+    """``program`` with each loop's RANGE carrying its hint (the ops inside rebuilt on it)."""
+    spans = loop_spans(program)
+    elementwise = not any(u.op is Ops.DEFINE_REG for u in program)
+    hints = {loop: _hint(loop, program[start + 1 : end], spans, elementwise)
+             for loop, (start, end) in spans.items()}
+    hints = {loop: hint for loop, hint in hints.items() if hint is not LoopHint.NONE}
+    return _rebuilt(program, hints) if hints else program
+
+
+def _rebuilt(program: list[UOp], hints: dict[UOp, LoopHint]) -> list[UOp]:
+    """``program`` with the loops of ``hints`` given their hint, and every op that uses one of
+    them (its loop variable, its END) rebuilt on the new loop."""
+    done: dict[UOp, UOp] = {}
+
+    def new(u: UOp) -> UOp:
+        if (hit := done.get(u)) is None:
+            src = tuple(new(s) for s in u.src)
+            arg = u.arg._replace(hint=hints[u]) if u in hints else u.arg
+            hit = done[u] = u if src == u.src and u not in hints else UOp(u.op, u.dtype, src, arg)
+        return hit
+
+    return [new(u) for u in program]

@@ -1,0 +1,255 @@
+"""The layout pass: memory-layout choices for the target, made on the graph before it is cut.
+
+The Tensor layer builds only the math; this pass, run by ``make_plan`` with the capabilities of
+each device the graph runs on, rewrites three shapes of reduction so that kernels read memory
+the way the target likes it:
+
+- a long full reduction (a sum of 2**18 elements or more) is cut in two, so that every core or
+  thread group takes a part of it (``split_reduction``);
+- a matmul's right operand ``w`` (k, m) is copied into panels of ``p`` columns, one run each,
+  on targets that loop over their output (``panel_right_operand``);
+- a convolution's weight is copied with its output channels innermost, so the kernel loads a
+  vector of filters at once (``channels_innermost``).
+
+The copies are CONTIGUOUS nodes: the scheduler makes each a kernel of its own. The pass runs
+after autograd, on the abstracted graph, so a plan (cached by graph structure and devices)
+holds its result: its choices depend only on the graph and on the devices' capabilities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fusegrad.helpers import prod
+from fusegrad.uop.ops import Ops, UOp, is_symbolic, toposort
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the layout pass needs to know of a target (read from its renderer)."""
+
+    #: bytes one SIMD register holds: a matmul panel is two registers wide
+    vector_bytes: int = 16
+    #: None: the kernel loops over its output itself (CPU); N: launched over an N-dim grid
+    grid_dims: int | None = None
+    #: loops over more elements than this run on several threads (CPU)
+    parallel_threshold: int = 1 << 15
+
+    @staticmethod
+    def of(renderer: Any) -> Capabilities:
+        """The capabilities of ``renderer`` (a ``Renderer``)."""
+        return Capabilities(renderer.vector_bytes, renderer.grid_dims, renderer.parallel_threshold)
+
+
+#: a full reduction of this many elements or more is cut in two (``split_reduction``)
+SPLIT_ELEMENTS = 1 << 18
+#: a matmul's right operand is copied into panels from this many elements on
+PANEL_ELEMENTS = 1 << 16
+
+
+def lay_out(roots: tuple[UOp, ...], devices: list[str],
+            capabilities: Callable[[str], Capabilities]) -> tuple[UOp, ...]:
+    """``roots`` with the layout rules applied to each reduction, for the device it runs on
+    (``devices[i]`` is where root ``i`` lives; a COPY reads its source on the source's device)."""
+    order = toposort(list(roots))
+    if not any(u.op is Ops.REDUCE_AXIS for u in order):
+        return roots
+    device_of = _devices(roots, devices)
+    done: dict[UOp, UOp] = {}
+    added: set[UOp] = set()  # reshapes the rules put over a reduction's result
+    for u in order:
+        new = _rebuilt(u, done, added)
+        if new.op is Ops.REDUCE_AXIS:
+            new = _lay_out_reduce(new, capabilities(device_of[u]))
+            if new.op is Ops.RESHAPE:
+                added.add(new)
+        done[u] = new
+    return tuple(done[r] for r in roots)
+
+
+def _rebuilt(u: UOp, done: dict[UOp, UOp], added: set[UOp]) -> UOp:
+    """``u`` over its rewritten sources. A reshape of a reshape the pass added is one reshape,
+    as Tensor would have built it."""
+    src = tuple(done[s] for s in u.src)
+    if src == u.src:
+        return u
+    if u.op is Ops.RESHAPE and src[0] in added:
+        return _reshape(src[0].src[0], u.arg)
+    return u.replace(src=src)
+
+
+def _lay_out_reduce(red: UOp, caps: Capabilities) -> UOp:
+    """The first layout rule that applies to ``red``, or ``red`` itself."""
+    for rule in (split_reduction, panel_right_operand, channels_innermost):
+        if (new := rule(red, caps)) is not None:
+            return new
+    return red
+
+
+def _devices(roots: tuple[UOp, ...], devices: list[str]) -> dict[UOp, str]:
+    """Where each node runs: its root's device, or a COPY's source device below the COPY."""
+    device_of: dict[UOp, str] = {}
+    stack = list(zip(roots, devices))
+    while stack:
+        node, dev = stack.pop()
+        if node in device_of:
+            continue
+        device_of[node] = dev
+        stack.extend((s, node.arg[0] if node.op is Ops.COPY else dev) for s in node.src)
+    return device_of
+
+
+# ---- rules: each takes a REDUCE_AXIS and returns its replacement, or None -------------------
+
+
+def split_reduction(red: UOp, caps: Capabilities) -> UOp | None:
+    """A long full reduction in two steps, so that every core (or thread group) takes a part:
+    reduce(x) -> reduce(reduce(x as (parts, n / parts), axis 1), axis 0)."""
+    x = red.src[0]
+    n = prod(x.shape)
+    if red.arg[1] != tuple(range(len(x.shape))) or is_symbolic(x.shape) or n < SPLIT_ELEMENTS:
+        return None
+    if caps.grid_dims is None and n <= caps.parallel_threshold:  # one thread would do it all
+        return None
+    parts = next((p for p in (64, 32, 16, 8, 4, 2) if n % p == 0), None)
+    if parts is None:
+        return None
+    op, dtype = red.arg[0], red.dtype
+    rows = _reshape(x, (parts, n // parts))
+    partial = _reshape(UOp(Ops.REDUCE_AXIS, dtype, (rows,), (op, (1,))), (parts,))
+    total = UOp(Ops.REDUCE_AXIS, dtype, (partial,), (op, (0,)))
+    return _reshape(total, red.shape)
+
+
+def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
+    """A matmul reading its right operand ``w`` (k, m) from panels of ``p`` columns, each one run
+    of ``k * p`` elements (``(m/p, k, p)`` in memory).
+
+    A matmul kernel on a target that loops over its output computes a tile of rows by ``p``
+    columns (two SIMD registers wide), reading one row of the panel per step of k. In row-major
+    ``w`` those rows are m elements apart; with m a power of two they all land in the same few
+    cache sets and evict each other, so the panel is read from memory again for every tile. The
+    copy costs one pass over ``w``; the kernel then reads each panel as one run (a 1024 matmul:
+    2x faster). A matmul is ``sum(x[..., n, 1, k] * w.T[1, m, k], axis=-1)``, as Tensor builds it.
+    """
+    if caps.grid_dims is not None or (found := _matmul_operand(red)) is None:
+        return None
+    chain, w = found
+    k, m = w.shape
+    p = 2 * caps.vector_bytes // w.dtype.itemsize
+    if is_symbolic(w.shape) or prod(w.shape) < PANEL_ELEMENTS or m % p or m == p:
+        return None
+    panels = _reshape(w, (k, m // p, p))
+    panels = _permute(UOp(Ops.CONTIGUOUS, w.dtype, (_permute(panels, (1, 0, 2)),)), (1, 0, 2))
+    return _rebuild_chain(chain, _reshape(panels, (k, m)))
+
+
+def channels_innermost(red: UOp, caps: Capabilities) -> UOp | None:
+    """A convolution reading its weight with the output channels innermost (a small copy), so
+    that the kernel loads a vector of filters at once and reuses each input element for all
+    of them. A convolution is, as Tensor builds it, ``sum(windows * weight, axes)`` over
+    (N, groups, C_out, C_in, *out, *kernel), with the weight viewed as
+    (1, groups, C_out, C_in, 1..., *kernel) and the sum over C_in and the kernel axes."""
+    if (found := _conv_weight(red)) is None:
+        return None
+    chain, weight = found  # weight: (groups, C_out, C_in, *kernel)
+    ndim = len(weight.shape)
+    order = (0, *range(2, ndim), 1)
+    copy = UOp(Ops.CONTIGUOUS, weight.dtype, (_permute(weight, order),))
+    return _rebuild_chain(chain, _permute(copy, tuple(order.index(a) for a in range(ndim))))
+
+
+# ---- matching --------------------------------------------------------------------------------
+
+
+def _product(red: UOp) -> tuple[list[UOp], UOp, UOp] | None:
+    """For ``sum(a * b)`` (maybe ``sum(cast(a * b))``): the nodes from ``red`` down to the MUL,
+    and ``a`` and ``b``."""
+    if red.arg[0] is not Ops.ADD:
+        return None
+    chain, mul = [red], red.src[0]
+    if mul.op is Ops.CAST:
+        chain.append(mul)
+        mul = mul.src[0]
+    if mul.op is not Ops.MUL:
+        return None
+    return chain + [mul], mul.src[0], mul.src[1]
+
+
+def _views_down(u: UOp, ops: tuple[Ops, ...]) -> tuple[list[UOp], UOp]:
+    """The single-source nodes of ``ops`` from ``u`` down, and the first node of another op."""
+    chain = []
+    while u.op in ops:
+        chain.append(u)
+        u = u.src[0]
+    return chain, u
+
+
+def _matmul_operand(red: UOp) -> tuple[list[UOp], UOp] | None:
+    """For a matmul ``sum(x[..., n, 1, k] * w.T[1, m, k], -1)`` with ``w`` 2-d: the nodes from
+    ``red`` down to ``w`` (``w``'s PERMUTE last), and ``w``."""
+    if (found := _product(red)) is None:
+        return None
+    chain, a, b = found
+    ndim = len(chain[-1].shape)
+    if red.arg[1] != (ndim - 1,) or ndim < 3 or _below(a, (Ops.EXPAND,)).shape[-2] != 1:
+        return None
+    views, t = _views_down(b, (Ops.EXPAND, Ops.CAST, Ops.RESHAPE))
+    if t.op is not Ops.PERMUTE or t.arg != (1, 0) or not views or views[-1].op is not Ops.RESHAPE:
+        return None
+    # the reshapes only add leading size-1 axes to w.T (m, k)
+    if any(v.op is Ops.RESHAPE and v.shape[-2:] != t.shape for v in views):
+        return None
+    return chain + views + [t], t.src[0]
+
+
+def _conv_weight(red: UOp) -> tuple[list[UOp], UOp] | None:
+    """For a convolution (see ``channels_innermost``): the nodes from ``red`` down to the
+    weight's view, and the weight (groups, C_out, C_in, *kernel) under it."""
+    if (found := _product(red)) is None:
+        return None
+    chain, a, b = found
+    d = len(chain[-1].shape)
+    n = (d - 4) // 2
+    if n < 1 or d != 4 + 2 * n or red.arg[1] != (3, *range(4 + n, 4 + 2 * n)):
+        return None
+    if _below(a, (Ops.EXPAND,)).shape[2] != 1:
+        return None
+    views, view = _views_down(b, (Ops.EXPAND, Ops.CAST))
+    if view.op is not Ops.RESHAPE or view.src[0].op is not Ops.RESHAPE:
+        return None
+    shape, weight = view.shape, view.src[0]
+    if shape[0] != 1 or any(s != 1 for s in shape[4 : 4 + n]):
+        return None
+    if weight.shape != shape[1:4] + shape[4 + n :]:
+        return None
+    return chain + views + [view], weight
+
+
+def _below(u: UOp, ops: tuple[Ops, ...]) -> UOp:
+    return _views_down(u, ops)[1]
+
+
+def _rebuild_chain(chain: list[UOp], bottom: UOp) -> UOp:
+    """``chain`` (each node reading the next, the MUL reading its second source) rebuilt over
+    ``bottom`` in place of the last node's source."""
+    cur = bottom
+    for node in reversed(chain):
+        if node.op is Ops.MUL:
+            cur = node.replace(src=(node.src[0], cur))
+        else:
+            cur = node.replace(src=(cur,))
+    return cur
+
+
+# ---- movement ops, as the Tensor methods build them (no node for a no-op) ---------------------
+
+
+def _reshape(u: UOp, shape: tuple) -> UOp:
+    return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), shape)
+
+
+def _permute(u: UOp, order: tuple[int, ...]) -> UOp:
+    return u if order == tuple(range(len(order))) else UOp(Ops.PERMUTE, u.dtype, (u,), order)

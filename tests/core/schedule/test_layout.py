@@ -1,0 +1,83 @@
+"""The layout pass (schedule/layout.py): copies and splits for the target, made at schedule time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fusegrad import Tensor
+from fusegrad.schedule.layout import Capabilities, lay_out
+from fusegrad.tensor import _unreshaped
+from fusegrad.uop.ops import Ops, UOp, toposort
+
+CPU = Capabilities(vector_bytes=32)  # loops over its output, on several threads
+GRID = Capabilities(vector_bytes=16, grid_dims=1)
+ONE_THREAD = Capabilities(vector_bytes=32, parallel_threshold=1 << 40)
+
+
+def _laid_out(t: Tensor, caps: Capabilities) -> list[UOp]:
+    (root,) = lay_out((_unreshaped(t.uop),), [t.device], lambda _device: caps)
+    return toposort([root])
+
+
+def _count(nodes: list[UOp], op: Ops) -> int:
+    return sum(u.op is op for u in nodes)
+
+
+def _realized(*shape: int) -> Tensor:
+    return Tensor.empty(*shape, device="CPU")
+
+
+def test_the_tensor_graph_has_no_layout_copies_or_splits():
+    """Tensor builds the math only: no panel copy, no weight copy, one reduce for a long sum."""
+    matmul = _realized(256, 256) @ _realized(256, 256)
+    conv = _realized(8, 3, 28, 28).conv2d(_realized(16, 3, 5, 5))
+    for t in (matmul, conv):
+        assert _count(toposort([t.uop]), Ops.CONTIGUOUS) == 0
+    assert _count(toposort([_realized(1 << 20).sum().uop]), Ops.REDUCE_AXIS) == 1
+
+
+def test_matmul_reads_its_right_operand_from_panels_on_a_target_that_loops_over_its_output():
+    nodes = _laid_out(_realized(64, 256) @ _realized(256, 512), CPU)
+    (copy,) = [u for u in nodes if u.op is Ops.CONTIGUOUS]
+    assert copy.shape == (512 // 16, 256, 16)  # (m / p, k, p): p = two 32-byte registers of floats
+
+
+def test_matmul_reads_its_right_operand_in_place_on_a_grid_or_when_small():
+    assert _count(_laid_out(_realized(64, 256) @ _realized(256, 512), GRID), Ops.CONTIGUOUS) == 0
+    assert _count(_laid_out(_realized(64, 128) @ _realized(128, 128), CPU), Ops.CONTIGUOUS) == 0
+
+
+def test_convolution_weight_is_copied_with_output_channels_innermost():
+    nodes = _laid_out(_realized(8, 3, 28, 28).conv2d(_realized(16, 3, 5, 5)), GRID)
+    (copy,) = [u for u in nodes if u.op is Ops.CONTIGUOUS]
+    assert copy.shape == (1, 3, 5, 5, 16)  # (groups, C_in, *kernel, C_out)
+
+
+def test_long_full_sum_is_split_where_the_device_runs_parts_in_parallel():
+    big = _realized(1 << 20).sum()
+    assert _count(_laid_out(big, CPU), Ops.REDUCE_AXIS) == 2
+    assert _count(_laid_out(big, GRID), Ops.REDUCE_AXIS) == 2
+    assert _count(_laid_out(big, ONE_THREAD), Ops.REDUCE_AXIS) == 1
+    assert _count(_laid_out(_realized(1 << 10).sum(), CPU), Ops.REDUCE_AXIS) == 1
+
+
+def test_laid_out_kernels_compute_the_same_values():
+    Tensor.manual_seed(0)
+    x = Tensor.rand(1 << 19, device="CPU")
+    a, b = Tensor.rand(96, 256, device="CPU"), Tensor.rand(256, 512, device="CPU")
+    assert len(x.sum().schedule()) == 2  # the 64 partial sums, their sum
+    assert len((a.realize() @ b.realize()).schedule()) == 2  # the panels, the matmul
+    np.testing.assert_allclose(x.sum().numpy(), x.numpy().astype(np.float64).sum(), rtol=1e-5)
+    np.testing.assert_allclose(x.max().numpy(), x.numpy().max())
+    np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
+
+
+def test_gradients_are_taken_on_the_plain_graph():
+    """The split happens after autograd: the max's gradient is shared equally among its ties,
+    two in the first of the 64 parts and one in the last (split first, they got 1/4, 1/4, 1/2)."""
+    values = np.zeros(1 << 18, np.float32)
+    values[[0, 1, -1]] = 1.0
+    x = Tensor(values, device="CPU", requires_grad=True)
+    x.max().backward()
+    np.testing.assert_allclose(x.grad.numpy()[[0, 1, -1]], [1 / 3] * 3, rtol=1e-6)
+    assert x.grad.numpy()[2:-1].sum() == 0
