@@ -119,3 +119,91 @@ def test_multinomial_draws_in_proportion_to_the_weights():
 def test_functional_errors_say_what_is_wrong(fn, error):
     with pytest.raises((RuntimeError, ValueError, IndexError), match=error):
         fn()
+
+
+X2, TX2 = _t(2, 3)
+X3, TX3 = _t(2, 3, 4)
+ERRORS_MORE = [  # issue 16's functions: (id, fusegrad's call, torch's call, what our message says)
+    ("prelu_channels", lambda: X2.prelu(Tensor.ones(2)), lambda: F.prelu(TX2, torch.ones(2)), "channel"),
+    ("softshrink_negative", lambda: X2.softshrink(-1.0), lambda: F.softshrink(TX2, -1.0), "lambda"),
+    ("dropout2d_p", lambda: X3.dropout2d(1.5), lambda: F.dropout2d(TX3, 1.5), "between 0 and 1"),
+    ("pixel_unshuffle_size", lambda: X3.reshape(1, 2, 3, 4).pixel_unshuffle(2),
+     lambda: F.pixel_unshuffle(TX3.reshape(1, 2, 3, 4), 2), "height 3"),
+    ("cdist_1d", lambda: X2[0].cdist(X2[0]), lambda: torch.cdist(TX2[0], TX2[0]), "at least 2-d"),
+    ("cdist_columns", lambda: X2.cdist(X3[0]), lambda: torch.cdist(TX2, TX3[0]), "columns"),
+    ("cdist_p", lambda: X2.cdist(X2, -1), lambda: torch.cdist(TX2, TX2, -1), "non-negative"),
+    ("triplet_ndim", lambda: X2.triplet_margin_loss(X2[0], X2), lambda: F.triplet_margin_loss(TX2, TX2[0], TX2),
+     "same number of dimensions"),
+    ("triplet_margin", lambda: X2.triplet_margin_loss(X2, X2, -1.0),
+     lambda: F.triplet_margin_loss(TX2, TX2, TX2, -1.0), "greater than 0"),
+    ("gaussian_var_size", lambda: X2.gaussian_nll_loss(X2, Tensor.ones(3, 3)),
+     lambda: F.gaussian_nll_loss(TX2, TX2, torch.ones(3, 3)), "incorrect size"),
+    ("gaussian_var_negative", lambda: X2.gaussian_nll_loss(X2, -X2.abs()),
+     lambda: F.gaussian_nll_loss(TX2, TX2, -TX2.abs()), "negative"),
+    ("poisson_reduction", lambda: X2.poisson_nll_loss(X2, reduction="typo"),
+     lambda: F.poisson_nll_loss(TX2, TX2, reduction="typo"), "reduction"),
+    ("margin_ranking_reduction", lambda: X2.margin_ranking_loss(X2, X2, reduction="typo"),
+     lambda: F.margin_ranking_loss(TX2, TX2, TX2, reduction="typo"), "reduction"),
+    ("adaptive_max_pool1d_dims", lambda: X4.adaptive_max_pool1d(2), lambda: F.adaptive_max_pool1d(TX4, 2),
+     "2 to 3 dimensions"),
+    ("adaptive_avg_pool1d_dims", lambda: X2[0].adaptive_avg_pool1d(2), lambda: F.adaptive_avg_pool1d(TX2[0], 2),
+     "2 to 3 dimensions"),
+    ("fold_channels", lambda: Tensor.ones(1, 5, 4).fold((3, 3), 2), lambda: F.fold(torch.ones(1, 5, 4), (3, 3), 2),
+     "kernel_size"),
+    ("fold_blocks", lambda: Tensor.ones(1, 4, 5).fold((3, 3), 2), lambda: F.fold(torch.ones(1, 4, 5), (3, 3), 2),
+     "sliding blocks"),
+    ("affine_grid_theta", lambda: Tensor.ones(1, 2, 3).affine_grid((1, 1, 4, 4, 4)),
+     lambda: F.affine_grid(torch.ones(1, 2, 3), (1, 1, 4, 4, 4), False), r"\(1, 3, 4\)"),
+    ("affine_grid_size", lambda: Tensor.ones(1, 2, 3).affine_grid((1, 1, 4)),
+     lambda: F.affine_grid(torch.ones(1, 2, 3), (1, 1, 4), False), "4-d and 5-d"),
+    ("grid_sample_mode", lambda: X4.grid_sample(Tensor.zeros(1, 3, 3, 2), mode="typo"),
+     lambda: F.grid_sample(TX4, torch.zeros(1, 3, 3, 2), mode="typo", align_corners=False), "mode"),
+    ("grid_sample_padding", lambda: X4.grid_sample(Tensor.zeros(1, 3, 3, 2), padding_mode="typo"),
+     lambda: F.grid_sample(TX4, torch.zeros(1, 3, 3, 2), padding_mode="typo", align_corners=False), "padding_mode"),
+    ("grid_sample_batch", lambda: X4.grid_sample(Tensor.zeros(2, 3, 3, 2)),
+     lambda: F.grid_sample(TX4, torch.zeros(2, 3, 3, 2), align_corners=False), "same N"),
+    ("ctc_input_length", lambda: X3.ctc_loss(Tensor([[1, 2]] * 3), [3, 3, 3], [2, 2, 2]),
+     lambda: F.ctc_loss(TX3, torch.tensor([[1, 2]] * 3), torch.tensor([3, 3, 3]), torch.tensor([2, 2, 2])),
+     "at most T"),
+    ("ctc_reduction", lambda: X3.ctc_loss(Tensor([[1]] * 3), [2, 2, 2], [1, 1, 1], reduction="typo"),
+     lambda: F.ctc_loss(TX3, torch.tensor([[1]] * 3), torch.tensor([2, 2, 2]), torch.tensor([1, 1, 1]),
+                        reduction="typo"), "reduction"),
+]
+
+
+@pytest.mark.parametrize("ours, theirs, message", [e[1:] for e in ERRORS_MORE], ids=[e[0] for e in ERRORS_MORE])
+def test_functional_more_errors_as_torch(ours, theirs, message):
+    """Each mistake raises an exception of the type torch raises for it, saying what was wrong."""
+    with pytest.raises(Exception) as theirs_raised:
+        theirs()
+    with pytest.raises(theirs_raised.type, match=message):
+        ours()
+
+
+def test_dropout2d_zeros_whole_channels():
+    x = Tensor.ones(20, 30, 3, 2)
+    assert x.dropout2d(0.5) is x  # not training
+    Tensor.manual_seed(2)
+    out = x.dropout2d(0.25, training=True).numpy()
+    per_channel = out.reshape(20, 30, -1)
+    assert (per_channel == per_channel[..., :1]).all()  # a channel is kept or zeroed whole
+    assert set(np.unique(out)) <= {0.0, np.float32(1 / 0.75)}
+    assert 0.15 < (per_channel[..., 0] == 0).mean() < 0.35
+    with Tensor.train():
+        assert (x.dropout2d(1.0).numpy() == 0).all()
+    assert x[:, :, 0, 0].dropout2d(0.5, training=True).shape == (20, 30)
+
+
+def test_gumbel_softmax_samples_the_categorical_distribution():
+    Tensor.manual_seed(4)
+    logits = Tensor([[0.0, 1.0, 2.0]]).log_softmax(-1).expand(3000, 3)
+    soft = logits.gumbel_softmax(tau=0.5).numpy()
+    assert np.allclose(soft.sum(-1), 1, atol=1e-5) and (soft >= 0).all()
+    hard = logits.gumbel_softmax(hard=True)
+    picked = hard.numpy()
+    assert set(np.unique(picked)) <= {0.0, 1.0} and (picked.sum(-1) == 1).all()
+    want = np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum()
+    assert np.abs(picked.mean(0) - want).max() < 0.04  # argmax of logits + Gumbel noise ~ softmax
+    x = Tensor([[0.5, -1.0, 2.0]])  # the hard sample's gradient is the soft sample's
+    (grad,) = (x.gumbel_softmax(hard=True) * Tensor([[1.0, 2.0, 3.0]])).sum().gradient(x)
+    assert np.isfinite(grad.numpy()).all() and abs(grad.numpy().sum()) < 1e-5

@@ -16,15 +16,17 @@ import numpy as np
 
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
+from fusegrad.engine import realize as engine
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
+from fusegrad.schedule.kernelize import KernelStep
 from fusegrad.tensor_aliases import AliasMixin
 from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
 from fusegrad.tensor_functional import FunctionalMixin
 from fusegrad.tensor_index import IndexMixin
 from fusegrad.tensor_join import JoinMixin
 from fusegrad.tensor_math import MathMixin
-from fusegrad.tensor_movement import MovementMixin
+from fusegrad.tensor_movement import MovementMixin, _unreshaped, broadcast_shapes
 from fusegrad.tensor_nn import NNMixin
 from fusegrad.tensor_random import RandomMixin
 from fusegrad.tensor_sampling import SamplingMixin
@@ -40,19 +42,6 @@ def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     """The graph node of a realized buffer, viewed with ``shape``."""
     node = UOp(Ops.BUFFER, buf.dtype, (), buf)
     return node if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
-
-
-def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape PyTorch broadcasts ``shapes`` to; a ShapeError names them when they don't fit."""
-    ndim = max(len(s) for s in shapes)
-    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
-    out = []
-    for sizes in zip(*padded):
-        big = {s for s in sizes if s != 1}
-        if len(big) > 1:
-            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast")
-        out.append(big.pop() if big else 1)
-    return tuple(out)
 
 
 class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, IndexMixin, NNMixin,
@@ -146,22 +135,17 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
 
     def schedule(self, *others: Tensor) -> list:
         """The kernels realizing these tensors would run, without running them."""
-        from fusegrad.engine.realize import plan_for
-        from fusegrad.schedule.kernelize import KernelStep
-
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
         if not todo:
             return []
-        plan = plan_for([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
+        plan = engine.plan_for([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
         return [s for s in plan.steps if isinstance(s, KernelStep)]
 
     def realize(self, *others: Tensor) -> Tensor:
         """Compute this tensor (and ``others``) now, in as few kernels as the graph allows."""
-        from fusegrad.engine.realize import realize_uops
-
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
         if todo:
-            buffers = realize_uops([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
+            buffers = engine.realize_uops([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
             keep_graph = bool(_GRAD_TENSORS)
             for t, buf in zip(todo, buffers):
                 if keep_graph and t._graph is None:
@@ -214,9 +198,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         device = Device.canonicalize(device)
         if device == self.device:
             return self
-        from fusegrad.engine.realize import open_device
-
-        open_device(device)  # fail early and clearly if it cannot be opened
+        engine.open_device(device)  # fail early and clearly if it cannot be opened
         # copy the buffer itself (or a contiguous copy of a view), then view it again there
         src = self.uop if _is_buffer(self.uop) else self.contiguous().uop
         if src.op is Ops.RESHAPE:
@@ -653,7 +635,7 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         """
         x = self._float_operand()
         s = (1 + (-x).exp()).reciprocal()
-        return s._with_gradient(_sigmoid_gradient, (x,), (self.device,))
+        return s._with_gradient(_sigmoid_gradient, (x,))
 
     def tanh(self) -> Tensor:
         """tanh(x) = 2 * sigmoid(2x) - 1"""
@@ -774,13 +756,11 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         return self.matmul(other)
 
 
-def _sigmoid_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
+def _sigmoid_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
     """d sigmoid(x) = s * (1 - s), finite for every x. Through its building blocks it would be
     0 * e**-x = 0 * inf = nan for x below about -88, where e**-x overflows and s is 0."""
-    (device,) = params
-    grad, x = Tensor._wrap(g, device), Tensor._wrap(inputs[0], device)
     s = (1 + (-x).exp()).reciprocal()  # the same nodes as the value's
-    return ((grad * s * (1 - s)).uop,)
+    return (grad * s * (1 - s),)
 
 
 def _sum_dtype(dtype: DType) -> DType:
@@ -813,11 +793,6 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
         return prod(shape), prod(shape)
     receptive = prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
-
-
-def _unreshaped(u: UOp) -> UOp:
-    """What to realize for ``u``: a reshape costs nothing once its source has a buffer."""
-    return u.src[0] if u.op is Ops.RESHAPE else u
 
 
 def buffer_of(u: UOp) -> Buffer | None:

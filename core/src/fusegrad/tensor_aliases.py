@@ -19,10 +19,10 @@ import numpy as np
 
 from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import ShapeError
+from fusegrad.tensor_movement import broadcast_shapes
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
-    from fusegrad.uop.ops import UOp
 
 
 def _axes(dims: int | Sequence[int]) -> tuple[int, ...]:
@@ -34,37 +34,27 @@ def _size(size: tuple) -> tuple[int, ...]:
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
 
 
-def _wrapped(device: str, *uops: UOp) -> list[Tensor]:
-    from fusegrad.tensor import Tensor
-
-    return [Tensor._wrap(u, device) for u in uops]
-
-
-def _atan2_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _atan2_gradient(grad: Tensor, y: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
     """d atan2(y, x) = (x dy - y dx) / (x**2 + y**2), PyTorch's (nan at the origin)."""
-    grad, y, x = _wrapped(params[0], g, *inputs)
     scale = grad / (x * x + y * y)
-    return (scale * x).uop, (-scale * y).uop
+    return scale * x, -scale * y
 
 
-def _hypot_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _hypot_gradient(grad: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """d hypot(a, b) = (a da + b db) / hypot(a, b), PyTorch's (nan at the origin)."""
-    grad, a, b = _wrapped(params[0], g, *inputs)
     scale = grad / (a * a + b * b).sqrt()
-    return (scale * a).uop, (scale * b).uop
+    return scale * a, scale * b
 
 
-def _xlogy_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _xlogy_gradient(grad: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """d xlogy(x, y) = ln(y) dx + x / y dy, PyTorch's (dx 0 where x = 0 and y <= 0)."""
-    grad, x, y = _wrapped(params[0], g, *inputs)
     dx = ((x == 0) & (y <= 0)).where(0.0, grad * y.log())
-    return dx.uop, (grad * x / y).uop
+    return dx, grad * x / y
 
 
-def _expm1_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
+def _expm1_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
     """d expm1(x) = e**x."""
-    grad, x = _wrapped(params[0], g, *inputs)
-    return ((grad * x.exp()).uop,)
+    return (grad * x.exp(),)
 
 
 class AliasMixin:
@@ -475,7 +465,7 @@ class AliasMixin:
         t = (ay > ax).where(math.pi / 2 - t, t)
         t = x.signbit().where(math.pi - t, t)
         out = (x.isnan() | y.isnan()).where(math.nan, t.copysign(y))
-        return out.detach()._with_gradient(_atan2_gradient, (y, x), (y.device,))
+        return out.detach()._with_gradient(_atan2_gradient, (y, x))
 
     def hypot(self, other: Tensor | float) -> Tensor:
         """sqrt(a**2 + b**2) without overflow: max * sqrt(1 + (min / max)**2); inf if either is."""
@@ -485,7 +475,7 @@ class AliasMixin:
         ratio = (big == 0).where(0.0, small / big)
         out = (big == 0).where(0.0, big * (1 + ratio * ratio).sqrt())
         out = ((a.abs() == math.inf) | (b.abs() == math.inf)).where(math.inf, out)
-        return out.detach()._with_gradient(_hypot_gradient, (a, b), (a.device,))
+        return out.detach()._with_gradient(_hypot_gradient, (a, b))
 
     def expm1(self) -> Tensor:
         """e**x - 1, accurate near 0: (u - 1) * x / ln(u) for u = e**x (Kahan), which cancels the
@@ -499,7 +489,7 @@ class AliasMixin:
         near = (x.abs() < 1) & (u != 1)
         kahan = (u - 1) * x / near.where(u, math.e).log()
         out = near.where(kahan, (u == 1).where(x, u - 1))
-        return out.detach()._with_gradient(_expm1_gradient, (x,), (x.device,))
+        return out.detach()._with_gradient(_expm1_gradient, (x,))
 
     def frac(self) -> Tensor:
         """The fractional part, x - trunc(x), with x's sign."""
@@ -528,7 +518,7 @@ class AliasMixin:
         x, y = self._operands(other)  # type: ignore[attr-defined]
         x, y = x._float_operand(), y._float_operand()
         out = x * ((x == 0) & y.isnan().logical_not()).where(1.0, y).log()
-        return out.detach()._with_gradient(_xlogy_gradient, (x, y), (x.device,))
+        return out.detach()._with_gradient(_xlogy_gradient, (x, y))
 
     def deg2rad(self) -> Tensor:
         """Degrees to radians."""
@@ -561,8 +551,6 @@ class AliasMixin:
         """``gather`` with the other axes broadcast (both flattened if ``dim`` is None)."""
         if dim is None:
             return self.reshape(-1).gather(0, indices.reshape(-1))  # type: ignore[attr-defined]
-        from fusegrad.tensor import broadcast_shapes
-
         axis = self._axis(dim)  # type: ignore[attr-defined]
         if indices.ndim != self.ndim:
             raise ShapeError(f"take_along_dim needs indices with as many axes as the input, got "
@@ -573,19 +561,15 @@ class AliasMixin:
 
         return along(self).gather(axis, along(indices))
 
-    @staticmethod
-    def tril_indices(row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64,
+    @classmethod
+    def tril_indices(cls, row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64,
                      device: str | None = None) -> Tensor:
         """The (row, column) coordinates of the lower triangle of a ``row`` x ``col`` matrix, a
         (2, N) tensor, as ``torch.tril_indices``."""
-        from fusegrad.tensor import Tensor
+        return cls(np.stack(np.tril_indices(row, offset, col)), device=device, dtype=dtype)
 
-        return Tensor(np.stack(np.tril_indices(row, offset, col)), device=device, dtype=dtype)
-
-    @staticmethod
-    def triu_indices(row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64,
+    @classmethod
+    def triu_indices(cls, row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64,
                      device: str | None = None) -> Tensor:
         """The (row, column) coordinates of the upper triangle of a ``row`` x ``col`` matrix."""
-        from fusegrad.tensor import Tensor
-
-        return Tensor(np.stack(np.triu_indices(row, offset, col)), device=device, dtype=dtype)
+        return cls(np.stack(np.triu_indices(row, offset, col)), device=device, dtype=dtype)

@@ -21,22 +21,25 @@ _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
 REALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def _tensor_rule(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
+    """A ``_with_gradient`` rule, written with Tensors, called by ``gradient.py`` with UOps."""
+    rule, cls, device, extra = params
+    grads = rule(cls._wrap(g, device), *(cls._wrap(u, device) for u in inputs), *extra)
+    return tuple(None if t is None else t.uop for t in grads)
+
+
 class _Switch(ContextDecorator):
     """A class-level flag usable as ``with`` block or decorator, restoring the old value."""
 
-    def __init__(self, name: str, value: bool):
-        self.name, self.value = name, value
+    def __init__(self, cls: type, name: str, value: bool):
+        self.cls, self.name, self.value = cls, name, value
 
     def __enter__(self) -> None:
-        from fusegrad.tensor import Tensor
-
-        self.old = getattr(Tensor, self.name)
-        setattr(Tensor, self.name, self.value)
+        self.old = getattr(self.cls, self.name)
+        setattr(self.cls, self.name, self.value)
 
     def __exit__(self, *_: Any) -> None:
-        from fusegrad.tensor import Tensor
-
-        setattr(Tensor, self.name, self.old)
+        setattr(self.cls, self.name, self.old)
 
 
 class AutogradMixin:
@@ -53,15 +56,15 @@ class AutogradMixin:
     #: set by ``Tensor.no_grad_mode()``: optimizers and ``backward`` refuse to build gradients
     no_grad: ClassVar[bool] = False
 
-    @staticmethod
-    def train(mode: bool = True) -> _Switch:
+    @classmethod
+    def train(cls, mode: bool = True) -> _Switch:
         """``with Tensor.train(): ...`` (or as a decorator) sets ``Tensor.training``."""
-        return _Switch("training", mode)
+        return _Switch(cls, "training", mode)
 
-    @staticmethod
-    def no_grad_mode() -> _Switch:
+    @classmethod
+    def no_grad_mode(cls) -> _Switch:
         """``with Tensor.no_grad_mode(): ...`` sets ``Tensor.no_grad``."""
-        return _Switch("no_grad", True)
+        return _Switch(cls, "no_grad", True)
 
     @property
     def requires_grad(self) -> bool | None:
@@ -83,15 +86,17 @@ class AutogradMixin:
         """The graph to differentiate: the lazy one, even if this tensor was realized since."""
         return self._graph if self._graph is not None else self.uop
 
-    def _with_gradient(self, rule: Any, inputs: tuple[Tensor, ...], params: tuple) -> Tensor:
-        """This value, whose gradient with respect to ``inputs`` is ``rule(g, inputs, params)``
-        (UOps in, one UOp per input out) instead of the derivative of the ops that computed it.
+    def _with_gradient(self, rule: Any, inputs: tuple[Tensor, ...], params: tuple = ()) -> Tensor:
+        """This value, whose gradient with respect to ``inputs`` is ``rule(g, *inputs, *params)``
+        (Tensors in, one Tensor or None per input out) instead of the derivative of the ops that
+        computed it.
 
-        For ops whose derivative through their building blocks is correct but slow (convolution).
-        ``rule`` should be a module-level function and ``params`` hashable, so equal graphs stay
-        equal nodes.
+        For ops whose derivative through their building blocks is slow (convolution) or not
+        finite where PyTorch's is. ``rule`` should be a module-level function and ``params``
+        hashable, so equal graphs stay equal nodes.
         """
-        node = UOp(Ops.CUSTOM_GRAD, self.uop.dtype, (self.uop, *(t.uop for t in inputs)), (rule, params))
+        arg = (_tensor_rule, (rule, type(self), self.device, params))
+        node = UOp(Ops.CUSTOM_GRAD, self.uop.dtype, (self.uop, *(t.uop for t in inputs)), arg)
         return self._wrap(node, self.device)  # type: ignore[attr-defined]
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
@@ -142,10 +147,8 @@ class AutogradMixin:
 
     def assign(self, x: Tensor | Any) -> Tensor:
         """Make this tensor hold ``x``'s values (same shape; cast to this dtype). Lazy."""
-        from fusegrad.tensor import Tensor
-
-        if not isinstance(x, Tensor):
-            x = Tensor(x, device=self.device, dtype=self.uop.dtype)  # type: ignore[attr-defined]
+        if not isinstance(x, type(self)):
+            x = type(self)(x, device=self.device, dtype=self.uop.dtype)  # type: ignore[attr-defined]
         if x.shape != self.uop.shape:
             raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.uop.shape}")
         if x.device != self.device:  # type: ignore[attr-defined]

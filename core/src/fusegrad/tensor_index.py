@@ -17,7 +17,7 @@ import numpy as np
 from fusegrad.dtype import dtypes, promote_types
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
-from fusegrad.tensor_movement import ADVANCED_INDEX
+from fusegrad.tensor_movement import ADVANCED_INDEX, broadcast_shapes
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -462,8 +462,6 @@ class IndexMixin:
         """
         if mask.dtype != dtypes.bool:
             raise InvalidArgument(f"masked_select needs a bool mask, got {mask.dtype.name}")
-        from fusegrad.tensor import broadcast_shapes
-
         shape = broadcast_shapes(self.shape, mask.shape)
         x, m = self._broadcast_to(shape).flatten(), mask._broadcast_to(shape).flatten()
         hit = m._nth_true(size)  # (n, size)
@@ -589,8 +587,6 @@ class IndexMixin:
     def _take(self, picks: list[tuple[int, Tensor]]) -> Tensor:
         """Index axes with int tensors; their broadcast shape goes where numpy puts it."""
         axes = [a for a, _ in picks]
-        from fusegrad.tensor import broadcast_shapes
-
         try:
             bshape = broadcast_shapes(*(t.shape for _, t in picks))
         except ShapeError:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FusegradError, InvalidArgument
 from fusegrad.helpers import prod
-from fusegrad.uop.ops import Ops, UOp
+from fusegrad.uop.ops import Ops
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -29,16 +29,12 @@ _MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dt
 
 
 
-def _pow_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _pow_gradient(grad: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """d x**y / dx = y * x**(y-1) (0 where y = 0) and d x**y / dy = x**y * ln x (0 where x = 0
     and y >= 0), as PyTorch defines them at the edges."""
-    from fusegrad.tensor import Tensor
-
-    (device,) = params
-    grad, x, y = (Tensor._wrap(u, device) for u in (g, *inputs))
     dx = (y == 0).where(0.0, y * x._float_pow(y - 1))
     dy = ((x == 0) & (y >= 0)).where(0.0, x._float_pow(y) * x.log())
-    return (grad * dx).cast(x.dtype).uop, (grad * dy).cast(y.dtype).uop
+    return (grad * dx).cast(x.dtype), (grad * dy).cast(y.dtype)
 
 #: (bits of a partial quotient, the integer type of the same size) for ``_fmod_magnitude``: the
 #: divisor splits into a high part of p - k significand bits and a low part of k, so that a
@@ -70,25 +66,17 @@ def _fmod_magnitude(a: Tensor, b: Tensor) -> Tensor:
     return b.isnan().where(b, r)
 
 
-def _fmod_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _fmod_gradient(grad: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """d fmod(a, b) = (1, -trunc(a / b)), as PyTorch's."""
-    from fusegrad.tensor import Tensor
-
-    (device,) = params
-    grad, a, b = (Tensor._wrap(u, device) for u in (g, *inputs))
-    return grad.uop, (-grad * (a / b).trunc()).uop
+    return grad, -grad * (a / b).trunc()
 
 
-def _remainder_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _remainder_gradient(grad: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
     """d (a % b) = (1, -floor(a / b)), the quotient taken as PyTorch takes it: (a - fmod(a, b)) / b
     rounded, which is exact, where floor(a / b) may round up (1000.7 / 0.1 to 10007)."""
-    from fusegrad.tensor import Tensor
-
-    (device,) = params
-    grad, a, b = (Tensor._wrap(u, device) for u in (g, *inputs))
     r = a.fmod(b)
     quotient = ((a - r) / b).round() - ((r != 0) & ((r < 0) != (b < 0))).cast(a.dtype)
-    return grad.uop, (-grad * quotient).uop
+    return grad, -grad * quotient
 
 
 class MathMixin:
@@ -117,7 +105,7 @@ class MathMixin:
                 return self.sqrt()
             if exponent == -0.5:  # rsqrt's value ((-0.0) ** -0.5 is -inf), pow's gradient
                 base, exp = self._operands(exponent)
-                return base.rsqrt()._with_gradient(_pow_gradient, (base, exp), (self.device,))
+                return base.rsqrt()._with_gradient(_pow_gradient, (base, exp))
         base, exp = self._operands(exponent, reverse)
         if base.dtype.is_int:
             return base._int_pow_exact(exp)
@@ -174,7 +162,7 @@ class MathMixin:
         result = no_real.where(math.nan, result)
         one = (exp == 0) | (self == 1) | ((self == -1) & exp.isinf())
         result = one.where(1.0, result)
-        return result._with_gradient(_pow_gradient, (self, exp), (self.device,))
+        return result._with_gradient(_pow_gradient, (self, exp))
 
     def __pow__(self, x):
         return self.pow(x)
@@ -217,7 +205,7 @@ class MathMixin:
         if a.dtype.is_unsigned:
             return r
         out = ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-        return out._with_gradient(_remainder_gradient, (a, b), (self.device,)) if a.dtype.is_float else out
+        return out._with_gradient(_remainder_gradient, (a, b)) if a.dtype.is_float else out
 
     mod = remainder
 
@@ -237,7 +225,7 @@ class MathMixin:
             return a._alu(Ops.MOD, b)  # C's %, which truncates
         wide = dtypes.float32 if a.dtype.itemsize < 4 else a.dtype  # (halves: exact in float32)
         out = _fmod_magnitude(a.abs().cast(wide), b.abs().cast(wide)).cast(a.dtype).copysign(a)
-        return out._with_gradient(_fmod_gradient, (a, b), (self.device,))
+        return out._with_gradient(_fmod_gradient, (a, b))
 
     def __floordiv__(self, x):
         return self.floor_divide(x)

@@ -35,6 +35,24 @@ def _sizes(args: tuple) -> tuple:
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
 
 
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape PyTorch broadcasts ``shapes`` to; a ShapeError names them when they don't fit."""
+    ndim = max(len(s) for s in shapes)
+    padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
+    out = []
+    for sizes in zip(*padded):
+        big = {s for s in sizes if s != 1}
+        if len(big) > 1:
+            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+        out.append(big.pop() if big else 1)
+    return tuple(out)
+
+
+def _unreshaped(u: UOp) -> UOp:
+    """What to realize for ``u``: a reshape costs nothing once its source has a buffer."""
+    return u.src[0] if u.op is Ops.RESHAPE else u
+
+
 class MovementMixin:
     """Reshaping, reordering, broadcasting, padding and slicing."""
 
@@ -99,8 +117,6 @@ class MovementMixin:
             raise ShapeError(f"cannot reshape {self.shape} ({old_n} elements) to {new} ({new_n} elements)")
         if new == self.shape:
             return self
-        from fusegrad.tensor import _unreshaped
-
         # a reshape of a reshape is one: a buffer viewed with a symbolic shape stays a buffer
         src = _unreshaped(self.uop)
         return self._wrap(UOp(Ops.RESHAPE, src.dtype, (src,), new), self.device)  # type: ignore[attr-defined]

@@ -40,18 +40,16 @@ def _innermost(t: Tensor, axis: int) -> Tensor:
     return t.permute(order).contiguous().permute([order.index(a) for a in range(t.ndim)])
 
 
-def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, UOp]:
+def _conv_gradient(
+    grad: Tensor, xp: Tensor, weight: Tensor, stride: tuple, dilation: tuple, groups: int
+) -> tuple[Tensor, Tensor]:
     """d conv / d (padded input, weight), given the gradient ``g`` of the output.
 
     Taken through the window ops, the input's gradient would be one value per window element
     written out (for a 5x5 kernel, 25 times the input's size) and then summed back. It is the
     transposed convolution of ``g`` instead: a reduction of the same shape as the forward one.
     """
-    from fusegrad.tensor import Tensor
-
-    stride, dilation, groups, device = params
-    grad, xp, weight = (Tensor._wrap(u, device) for u in (g, *inputs))
-    if g.op is not Ops.BUFFER:  # computed once: both gradients below read it in other layouts
+    if grad.uop.op is not Ops.BUFFER:  # computed once: both gradients below read it in other layouts
         grad = grad.contiguous()
     n, (cout, cin_g, *ks) = weight.ndim - 2, weight.shape
     batch, outs = grad.shape[0], grad.shape[2:]
@@ -68,7 +66,7 @@ def _conv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp,
         grad = _innermost(grad, 1)
     g_win = grad.reshape((chunks, batch // chunks, groups, cout // groups, 1) + outs + (1,) * n)
     dw = (win * g_win).sum([1] + list(range(5, 5 + n))).reshape(chunks, -1).sum(0).reshape(weight.shape)
-    return dx.uop, dw.uop
+    return dx, dw
 
 
 #: (shape, kernel, stride, dilation) -> the movement ops ``_pool`` applies, as (op, arg) pairs
@@ -91,14 +89,10 @@ def _pool_moves(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...],
     return tuple(reversed(moves))
 
 
-def _unpool_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp, None]:
+def _unpool_gradient(grad: Tensor, values: Tensor, index: Tensor) -> tuple[Tensor, None]:
     """d max_unpool / d values: the output's gradient at each value's position (all of it to
     every value sent to one position, as PyTorch; the scatter keeps only the last one's)."""
-    from fusegrad.tensor import Tensor
-
-    (device,) = params
-    grad, index = Tensor._wrap(g, device), Tensor._wrap(inputs[1], device)
-    return grad.gather(-1, index).uop, None
+    return grad.gather(-1, index), None
 
 
 def _check_reduction(reduction: str) -> None:
@@ -210,7 +204,7 @@ class NNMixin:
         w = weight.reshape((groups, cout // groups, cin_g) + tuple(ks))
         w = w.reshape((1, groups, cout // groups, cin_g) + (1,) * n + tuple(ks))
         out = (win * w).sum([3] + list(range(4 + n, 4 + 2 * n))).reshape((batch, cout) + outs)
-        out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups, x.device))
+        out = out._with_gradient(_conv_gradient, (xp, weight), (stride, dilation, groups))
         if bias is not None:
             # over the spatial axes merged: the bias gradient then sums long contiguous rows
             merged = (batch, cout, math.prod(outs))  # (not -1: it cannot be inferred for batch 0)
@@ -378,7 +372,7 @@ class NNMixin:
         values, index = self.reshape(lead + (count,)), indices.reshape(lead + (count,))
         planes = type(self).zeros(lead + (math.prod(outs),), dtype=self.dtype, device=self.device)
         out = planes.scatter(-1, index, values)._with_gradient(
-            _unpool_gradient, (values, index), (self.device,)
+            _unpool_gradient, (values, index)
         )
         return out.reshape(lead + outs)
 

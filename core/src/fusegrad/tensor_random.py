@@ -15,7 +15,6 @@ from fusegrad.errors import InvalidArgument, ShapeError
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
-    from fusegrad.uop.ops import UOp
 
 #: erfinv(x) = x * P(w - 2.5) for w = -ln((1 - x)(1 + x)) < 5, else x * Q(sqrt(w) - 3): the
 #: single-precision approximation of M. Giles, "Approximating the erfinv function" (GPU Computing
@@ -47,12 +46,10 @@ def _erfinv(x: Tensor) -> Tensor:
     return (x.abs() == 1).where(x * math.inf, y)
 
 
-def _erfinv_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
+def _erfinv_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
     """d erfinv(x) = sqrt(pi) / 2 * e**(erfinv(x)**2), PyTorch's."""
-    cls, device = params
-    grad, x = cls._wrap(g, device), cls._wrap(inputs[0], device)
     y = _erfinv(x)
-    return ((grad * (math.sqrt(math.pi) / 2) * (y * y).exp()).uop,)
+    return (grad * (math.sqrt(math.pi) / 2) * (y * y).exp(),)
 
 
 class RandomMixin:
@@ -100,5 +97,5 @@ class RandomMixin:
         """
         x = self._float_operand()
         wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
-        out = _erfinv(wide)._with_gradient(_erfinv_gradient, (wide,), (type(self), x.device))
+        out = _erfinv(wide)._with_gradient(_erfinv_gradient, (wide,))
         return out.cast(x.dtype)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument
-from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor import Tensor
@@ -29,11 +28,11 @@ class ValuesIndices(NamedTuple):
 def _checkpoint(x: Tensor) -> Tensor:
     """``x.contiguous()``, whose gradient is made contiguous too: a kernel boundary in both passes
     (the gradient of ``contiguous`` alone passes through, and would fuse the backward steps)."""
-    return x.contiguous()._with_gradient(_contiguous_gradient, (x,), ())
+    return x.contiguous()._with_gradient(_contiguous_gradient, (x,))
 
 
-def _contiguous_gradient(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp]:
-    return (UOp(Ops.CONTIGUOUS, g.dtype, (g,)),)
+def _contiguous_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
+    return (grad.contiguous(),)
 
 
 class ScanMixin:

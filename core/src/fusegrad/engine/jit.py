@@ -32,6 +32,7 @@ from typing import Any
 from fusegrad.device import Buffer
 from fusegrad.engine import capture, realize
 from fusegrad.errors import JitError  # re-exported: fusegrad.engine.jit.JitError
+from fusegrad.tensor import Tensor, buffer_of
 from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
 
 
@@ -84,8 +85,6 @@ class TinyJit:
         self.free_signature, self.values = None, {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from fusegrad.tensor import Tensor
-
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
         buffers = [t._buffer() for t in tensors]  # realizes lazy inputs into buffers
         signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
@@ -164,8 +163,6 @@ def _unbound_signature(signature: tuple) -> tuple[tuple | None, dict]:
 
 def _rebind_outputs(out: Any, values: dict) -> None:
     """Give the captured outputs the shapes the variables' new values make."""
-    from fusegrad.tensor import Tensor
-
     for t in [out] if isinstance(out, Tensor) else (out.values() if isinstance(out, dict) else out):
         if isinstance(t, Tensor) and t.uop.op is Ops.RESHAPE and is_symbolic(t.uop.arg):
             shape = tuple(rebind(s, values) for s in t.uop.arg)
@@ -174,8 +171,6 @@ def _rebind_outputs(out: Any, values: dict) -> None:
 
 def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:
     """The tensors a captured call assigned to, with the buffers its kernels read and wrote."""
-    from fusegrad.tensor import buffer_of
-
     first: dict[int, tuple[Any, Any]] = {}
     for tensor, before in log:
         first.setdefault(id(tensor), (tensor, before))
@@ -197,8 +192,6 @@ def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:
 
 def _realized(out: Any) -> Any:
     """Realize every tensor in ``out`` (a tensor, or a tuple/list/dict of them)."""
-    from fusegrad.tensor import Tensor
-
     found = [out] if isinstance(out, Tensor) else [
         v for v in (out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ())
         if isinstance(v, Tensor)

@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from fusegrad import caches
+from fusegrad.codegen.kernel import generate
 from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
+from fusegrad.errors import UnsupportedOp
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Ops
 
@@ -35,9 +37,6 @@ def held_dtypes(device: str) -> frozenset[DType]:
     Found by generating, not running, one kernel per dtype: only core's capability-driven
     decisions are consulted, the device is never asked.
     """
-    from fusegrad.codegen.kernel import generate
-    from fusegrad.errors import UnsupportedOp
-
     runtime, held = Device[device], set()
     for dtype in ALL_DTYPES:
         x = Tensor.empty(4, dtype=dtype, device=device)
@@ -133,8 +132,6 @@ def against_oracle(
 
 def program_ops(tensor: Tensor) -> set[Ops]:
     """The contract ops in the kernels that would compute ``tensor`` (not yet realized)."""
-    from fusegrad.codegen.kernel import generate
-
     rt = Device[tensor.device]
     kernels = [generate(step.ast, rt.renderer, rt.rules) for step in tensor.schedule()]
     return {u.op for kernel in kernels for u in kernel.program}

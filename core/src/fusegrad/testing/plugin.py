@@ -56,8 +56,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     name = session.config.getoption("--fusegrad-device")
     if name is None:
         return
-    from fusegrad.device import Device
-    from fusegrad.errors import FusegradError
+    from fusegrad.device import Device  # deferred: fusegrad loads only for a conformance run
+    from fusegrad.errors import FusegradError  # deferred: as above
 
     try:
         Device[name]
@@ -69,7 +69,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     name = config.getoption("--fusegrad-device")
     if name is None:
         return None
-    from fusegrad.device import Device
+    from fusegrad.device import Device  # deferred: fusegrad loads only for a conformance run
 
     renderer = Device[name].renderer
     held = ", ".join(d.name for d in sorted(renderer.supported_dtypes, key=lambda d: d.priority))
@@ -84,7 +84,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 @pytest.fixture(scope="session")
 def conformance_device(request: pytest.FixtureRequest) -> str:
     """The device under test, canonical (``"CPU"``, ``"OPENCL:1"``)."""
-    from fusegrad.device import Device
+    from fusegrad.device import Device  # deferred: fusegrad loads only for a conformance run
 
     name = request.config.getoption("--fusegrad-device")
     if name is None:
@@ -95,7 +95,7 @@ def conformance_device(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def conformance_renderer(conformance_device: str) -> Any:
     """The renderer of the device under test: its capabilities decide what is skipped."""
-    from fusegrad.device import Device
+    from fusegrad.device import Device  # deferred: fusegrad loads only for a conformance run
 
     return Device[conformance_device].renderer
 

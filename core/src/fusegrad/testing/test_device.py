@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fusegrad.codegen.kernel import generate
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.engine.realize import get_runner
@@ -19,6 +20,7 @@ from fusegrad.testing.oracle import (
     random_array,
     require_dtypes,
 )
+from fusegrad.uop.ops import Ops
 
 NUMPY_DTYPES = [d for d in ALL_DTYPES if d.np is not None]
 
@@ -90,8 +92,6 @@ def test_compiler_is_deterministic(conformance_device):
     """The same source compiles to the same bytes, and the compiler names itself for the cache."""
     runtime = Device[conformance_device]
     x = Tensor(np.ones(8, np.float32), device=conformance_device)
-    from fusegrad.codegen.kernel import generate
-
     source = generate((x * 2).schedule()[0].ast, runtime.renderer, runtime.rules).source
     assert isinstance(runtime.compiler.identity, str) and runtime.compiler.identity
     assert runtime.compiler.compile(source) == runtime.compiler.compile(source)
@@ -153,9 +153,6 @@ def _reduce(x, axis, op: str):
 def test_locals_and_barriers(conformance_device, conformance_renderer):
     """Shared (local) memory and barriers, where the renderer declares them: a long reduction
     becomes one group per output (DEFINE_LOCAL, BARRIER, IF/ENDIF), and computes what numpy does."""
-    from fusegrad.codegen.kernel import generate
-    from fusegrad.uop.ops import Ops
-
     renderer = conformance_renderer
     if not getattr(renderer, "has_local", False) or renderer.grid_dims is None:
         pytest.skip(

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fusegrad import caches
-from fusegrad.dtype import DType, dtypes
+from fusegrad.dtype import DType, cast_scalar, dtypes
 from fusegrad.helpers import prod
 from fusegrad.uop.alu import exec_alu
 from fusegrad.uop.opcodes import BACKEND_OPS, GroupOp, Ops  # noqa: F401 (re-exported)
@@ -97,8 +97,6 @@ class UOp:
     @staticmethod
     def const(dtype: DType, value: Any) -> UOp:
         """A scalar constant."""
-        from fusegrad.dtype import cast_scalar
-
         return UOp(Ops.CONST, dtype, (), cast_scalar(value, dtype))
 
     def alu(self, op: Ops, *src: UOp) -> UOp:
