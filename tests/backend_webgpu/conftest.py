@@ -23,18 +23,7 @@ def device() -> str:
     return "WEBGPU"
 
 
-#: Core tests whose expectation WGSL does not promise, with the reason.
-NOT_PROMISED = {
-    "test_pow_special_values": "WGSL lets a compiler treat infinities as indeterminate: "
-    "llvmpipe gives 0 for 0.0 ** -1.0, not inf",
-}
-#: Core tests that need float64 inside (WGSL has none): refused with UnsupportedOp, for now.
-#: tensor_math computes trunc/floor/ceil through float64.
-NEEDS_FLOAT64 = {
-    "test_unary[floor]",
-    "test_unary[ceil]",
-    "test_unary[trunc]",
-}
+# (what WGSL does not promise, infinities and nan, is tests/core/differential's NOT_PROMISED)
 
 
 @pytest.fixture(autouse=True)
@@ -46,16 +35,6 @@ def _adapter_dtypes(request: pytest.FixtureRequest) -> None:
     from fusegrad.dtype import DType
     from fusegrad.errors import UnsupportedOp
 
-    if request.node.name in NEEDS_FLOAT64 and request.node.module.__name__.endswith("test_math"):
-        request.applymarker(
-            pytest.mark.xfail(
-                reason="tensor_math computes this through float64, which WGSL lacks",
-                raises=UnsupportedOp,
-                strict=True,
-            )
-        )
-    if (reason := NOT_PROMISED.get(request.node.originalname)) is not None:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     if not request.node.function.__module__.startswith("core."):
         return  # this folder's own tests expect their refusals themselves
     params = getattr(request.node, "callspec", None)

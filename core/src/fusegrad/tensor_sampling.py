@@ -28,8 +28,8 @@ def _adaptive_windows(size: int, out: int) -> np.ndarray:
     lo = [j * size // out for j in range(out)]
     hi = [-(-(j + 1) * size // out) for j in range(out)]
     k = max((h - low for low, h in zip(lo, hi, strict=True)), default=1)
-    return np.array([[min(low + i, h - 1) for i in range(k)] for low, h in zip(lo, hi, strict=True)],
-                    dtype=np.int32).reshape(out, k)
+    rows = [[min(low + i, h - 1) for i in range(k)] for low, h in zip(lo, hi, strict=True)]
+    return np.array(rows, dtype=np.int32).reshape(out, k)
 
 
 def _check_pool_dims(x: Tensor, name: str, n: int) -> None:
@@ -47,6 +47,18 @@ def _logaddexp(*xs: Tensor) -> Tensor:
     total = sum(((x - top).exp() for x in xs[1:]), (xs[0] - top).exp())
     some = total > 0
     return some.where(some.where(total, 1.0).log(), -math.inf) + top
+
+
+def _stored_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
+    """d stored(x) = 1, the gradient stored too."""
+    return (grad.contiguous(),)
+
+
+def _stored(x: Tensor) -> Tensor:
+    """``x`` written to a buffer, and its gradient as well. A recurrence reads each step several
+    times: as an expression, fusion would inline it, and recompute it three times more often
+    with every step, forwards and backwards."""
+    return x.contiguous().detach()._with_gradient(_stored_gradient, (x,))
 
 
 def _host_ints(x: Tensor | Sequence[int] | int, name: str) -> list[int]:
@@ -231,7 +243,8 @@ class SamplingMixin:
                                   f"sequence ({batch}), each at most T={steps}")
         ext = np.full((batch, 2 * labels.shape[1] + 1), blank, dtype=np.int32)
         ext[:, 1::2] = labels
-        emit = lp.gather(2, type(self)(ext, device=self.device).unsqueeze(0).expand(steps, *ext.shape))
+        labels_at = type(self)(ext, device=self.device).unsqueeze(0).expand(steps, *ext.shape)
+        emit = lp.gather(2, labels_at)  # (T, N, 2S+1): log P(extended label s at step t)
         alpha = self._ctc_alpha(emit, ext, in_lens, blank)
         nll = -self._ctc_end(alpha, tgt_lens)
         if zero_infinity:
@@ -256,6 +269,7 @@ class SamplingMixin:
             one = alpha.pad((None, (1, 0)), value=-math.inf)[:, :size]
             two = skip_ok.where(alpha.pad((None, (2, 0)), value=-math.inf)[:, :size], -math.inf)
             alpha = (lengths > t).where(_logaddexp(alpha, one, two) + emit[t], alpha)
+            alpha = _stored(alpha)
         return alpha
 
     def _ctc_end(self: Tensor, alpha: Tensor, tgt_lens: list[int]) -> Tensor:

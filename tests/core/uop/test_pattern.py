@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
 from fusegrad import Tensor, dtypes
 from fusegrad.uop.ops import Ops, UOp, toposort
-from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from fusegrad.uop.pattern import (
+    PatternMatcher,
+    UPat,
+    fired_summary,
+    graph_rewrite,
+    rule_name,
+    rules_fired,
+)
 
 f32, i32, bool_ = dtypes.float32, dtypes.int32, dtypes.bool
 
@@ -265,3 +274,33 @@ def test_graph_rewrite_handles_deep_graphs():
     for _ in range(5000):
         deep = deep + 0
     assert graph_rewrite(deep, ADD_ZERO) is x
+
+
+# ---- which rules fired (DEBUG=4) -----------------------------------------------------------------
+
+
+def drop_mul_one(v: UOp) -> UOp:
+    return v
+
+
+def test_rules_fired_counts_each_rule_by_name_or_place():
+    by_lambda = (UPat.var("v") + 0, lambda v: v)
+    pm = PatternMatcher([by_lambda, (UPat.var("v") * 1, drop_mul_one)])
+    with rules_fired() as fired:
+        assert graph_rewrite((x + 0) * 1 + 0, pm) is x
+    line = by_lambda[1].__code__.co_firstlineno
+    assert {rule_name(fn): n for fn, n in fired.items()} == {
+        f"test_pattern.py:{line}": 2,
+        "drop_mul_one": 1,
+    }
+    assert fired_summary(fired) == f"rules fired: test_pattern.py:{line} x2, drop_mul_one x1"
+
+
+def test_rules_are_counted_only_inside_the_block():
+    with rules_fired() as outer:
+        graph_rewrite(x + 0, ADD_ZERO)
+        with rules_fired() as inner:
+            graph_rewrite((x + 0) + 0, ADD_ZERO)
+    graph_rewrite(x + 0, ADD_ZERO)
+    assert sum(outer.values()) == 1 and sum(inner.values()) == 2
+    assert fired_summary(Counter()) == "rules fired: none"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fusegrad.codegen.decompose import decompose
@@ -13,8 +14,10 @@ from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.verify import verify_program
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
+from fusegrad.uop.listing import print_listing
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
-from fusegrad.uop.pattern import graph_rewrite
+from fusegrad.uop.pattern import fired_summary, graph_rewrite, rules_fired
+from fusegrad.uop.spec import DECOMPOSED, LINEAR, LOWERED, check_stage
 
 
 @dataclass(frozen=True)
@@ -57,16 +60,27 @@ def _dim_name(size: int | UOp) -> str:
 
 
 def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
+    """At ``DEBUG>=4``, list a stage's result, one numbered line per node (``uop/listing.py``)."""
     if Context.DEBUG >= 4:
-        print(f"--- {title} ---")
-        if isinstance(graph, list):
-            for i, u in enumerate(graph):
-                print(f"{i:4d} {u.op.name:<12s} {u.dtype.name:<8s} {[graph.index(s) if s in graph else '-' for s in u.src]} {u.arg!r}")
-        else:
-            print(graph)
+        print_listing(title, graph)
+
+
+def _rewrite_stage(title: str, rewrite: Callable[[UOp], UOp], graph: UOp) -> UOp:
+    """Run one rewriting stage; at ``DEBUG>=4`` list its result and the rules that fired."""
+    if Context.DEBUG < 4:
+        return rewrite(graph)
+    with rules_fired() as fired:
+        graph = rewrite(graph)
+    _debug_stage(title, graph)
+    print(fired_summary(fired))
+    return graph
 
 
 _DEFAULT = object()
+#: the titles of generate's rewriting stages in DEBUG=4's output (docs/architecture.md shows them)
+SIMPLIFICATION = "symbolic simplification (kernel rules)"
+DECOMPOSITION = "decomposition (for what the renderer lacks)"
+PROGRAM_RULES = "program rules (plugins)"
 
 
 def generate(
@@ -92,21 +106,27 @@ def generate(
         opts = heuristic_opts(ast, renderer)
     group = plan_groups(ast, renderer) if grid and opts is None and not symbolic else None
     if Context.DEBUG >= 4:
-        print(f"--- optimisation: {opts}, groups: {group} ---")
+        print(f"--- optimisation ---\nloops: {opts}\ngroups: {group}")
     graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=opts)
     _debug_stage("lowered", graph)
-    graph = graph_rewrite(graph, rules.kernel)  # SIMPLIFY + plugins
-    graph = decompose(graph, renderer)
-    if rules.program is not None:
-        graph = graph_rewrite(graph, rules.program)
-    _debug_stage("simplified and decomposed", graph)
+    check_stage(graph, LOWERED)
+    graph = _rewrite_stage(SIMPLIFICATION, lambda g: graph_rewrite(g, rules.kernel), graph)
+    graph = _rewrite_stage(DECOMPOSITION, lambda g: decompose(g, renderer), graph)
+    if (program_rules := rules.program) is not None:
+        graph = _rewrite_stage(PROGRAM_RULES, lambda g: graph_rewrite(g, program_rules), graph)
+    elif Context.DEBUG >= 4:
+        print(f"--- {PROGRAM_RULES} ---\nno plugin adds program rules")
+    check_stage(graph, DECOMPOSED)
     mulacc = Ops.MULACC in renderer.native_ops
     program = linearize_grouped(graph, group) if group else linearize(graph, fuse_mulacc=mulacc)
     _debug_stage("linear program", program)
+    check_stage(program, LINEAR)
     name = kernel_name(ast)
     if Context.VERIFY:
         verify_program(name, program, renderer)
     source = renderer.render(name, program)
+    if Context.DEBUG >= 4:
+        print(f"--- rendered source ---\n{source}")
     global_size, local_size = launch_size(program, renderer)
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad import caches
-from fusegrad.codegen.kernel import KernelSource, generate
+from fusegrad.codegen.kernel import KernelSource, generate, kernel_name
 from fusegrad.codegen.search import beam_search
 from fusegrad.device import Buffer, Device, plugin_manager
 from fusegrad.engine import capture
@@ -22,7 +22,8 @@ from fusegrad.errors import CompileError, JitError
 from fusegrad.helpers import Context
 from fusegrad.schedule.kernelize import KernelStep, Plan, abstract, make_plan
 from fusegrad.schedule.layout import Capabilities
-from fusegrad.uop.ops import UOp, graph_variables
+from fusegrad.uop.listing import print_listing
+from fusegrad.uop.ops import Ops, UOp, graph_variables, toposort
 
 
 class GlobalCounters:
@@ -97,7 +98,7 @@ def _generate(ast: UOp, device: str) -> KernelSource:
         kernel = generate(ast, rt.renderer, rt.rules, beam_search(ast, rt, device, Context.BEAM))
     else:
         kernel = generate(ast, rt.renderer, rt.rules)
-    if Context.DEBUG >= 3:
+    if Context.DEBUG == 3:  # DEBUG>=4 prints it with the other stages (codegen/kernel.py)
         print(kernel.source)
     return kernel
 
@@ -223,7 +224,33 @@ def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dic
     if plan is None:
         slot_devices = [b.device for b in inputs]
         plan = _plans[key] = make_plan(abstract_roots, list(devices), slot_devices, capabilities)
+    if Context.DEBUG >= 4:
+        print_plan(roots, inputs, plan)
     return plan, inputs, values
+
+
+def print_plan(roots: list[UOp], inputs: list[Buffer], plan: Plan) -> None:
+    """``DEBUG=4``'s start: the tensor graph being realized, then its schedule (the kernels, the
+    buffers each reads and writes, as slots, and why the graph was cut there)."""
+    slot_of = {id(b): i for i, b in enumerate(inputs)}
+
+    def buffer_text(u: UOp) -> str:
+        return f"slot {slot_of[id(u.arg)]} {u.arg!r}" if u.op is Ops.BUFFER else ""
+
+    print_listing("tensor graph", toposort(roots), shapes=True, arg_text=buffer_text)
+    print("--- schedule ---")
+    n = plan.n_inputs
+    inputs_text = f"slots 0-{n - 1} are the inputs" if n > 1 else "slot 0 is the input" if n else "no inputs"
+    print(f"{len(plan.steps)} step(s); {inputs_text}")
+    for i, step in enumerate(plan.steps):
+        if isinstance(step, KernelStep):
+            out = step.slots[0]
+            size, dtype, _ = plan.new_slots[out - plan.n_inputs]
+            reads = ", ".join(map(str, step.slots[1:])) or "nothing"
+            print(f"{i:4d} {kernel_name(step.ast):<16s} {step.device:<6s} writes slot {out} "
+                  f"({dtype.name}[{size}]), reads {reads}\n       cut: {step.reason}")
+        else:
+            print(f"{i:4d} {'copy':<20s} writes slot {step.dest}, reads {step.source}")
 
 
 def capabilities(device: str) -> Capabilities:

@@ -40,6 +40,7 @@ from fusegrad.uop.ops import (
     toposort,
     unbind,
 )
+from fusegrad.uop.spec import KERNEL_AST, check_stage
 
 
 @dataclass
@@ -50,6 +51,7 @@ class KernelStep:
     slots: tuple[int, ...]
     device: str
     runner: Any = None  # the compiled kernel, attached on first run
+    reason: str = ""  # why the graph was cut here (DEBUG=4 prints it with the schedule)
 
 
 @dataclass
@@ -149,9 +151,11 @@ def fold_empty(roots: list[UOp], order: list[UOp]) -> list[UOp]:
     return [done[r] for r in roots]
 
 
-def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
+def _forced_realizes(roots: list[UOp], order: list[UOp], why: dict[UOp, str]) -> set[UOp]:
     """Roots, CONTIGUOUS, COPY (and what it copies), and reduces read by several consumers."""
     realize = {r for r in roots if r.op is not Ops.PARAM}
+    for r in realize:
+        why.setdefault(r, "a result asked for (a realized tensor)")
     consumers: dict[UOp, int] = {}
     reduce_below: dict[UOp, UOp] = {}  # a REDUCE_AXIS, or a movement op over one -> that reduce
     for u in order:
@@ -159,13 +163,24 @@ def _forced_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
             consumers[s] = consumers.get(s, 0) + 1
         if u.op in (Ops.CONTIGUOUS, Ops.COPY):
             realize.add(u)
+            why.setdefault(u, _FORCED[u.op])
         if u.op is Ops.COPY and u.src[0].op is not Ops.PARAM:
             realize.add(u.src[0])
+            why.setdefault(u.src[0], "copied to another device")
         if u.op is Ops.REDUCE_AXIS:
             reduce_below[u] = u
         elif u.op in GroupOp.Movement and u.src[0] in reduce_below:
             reduce_below[u] = reduce_below[u.src[0]]
-    return realize | {red for u, red in reduce_below.items() if consumers.get(u, 0) > 1}
+    shared = {red for u, red in reduce_below.items() if consumers.get(u, 0) > 1}
+    for red in shared:
+        why.setdefault(red, "a reduce read by several consumers")
+    return realize | shared
+
+
+_FORCED = {
+    Ops.CONTIGUOUS: "contiguous(): a copy in memory order (asked for, or by the layout pass)",
+    Ops.COPY: "a copy between devices",
+}
 
 
 #: a cut costs a kernel launch and a pass over memory: worth it when it saves this much ALU work
@@ -201,7 +216,7 @@ def _below_views(u: UOp) -> UOp:
     return u
 
 
-def _kernel_cuts(realize: set[UOp]) -> set[UOp]:
+def _kernel_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
     """Nodes that must be cut off from the kernels of ``realize`` to avoid repeated work.
 
     A REDUCE reached through an EXPAND/PAD (state bit 1) or inside a REDUCE (bit 2) would run
@@ -223,14 +238,24 @@ def _kernel_cuts(realize: set[UOp]) -> set[UOp]:
             if node.op is Ops.REDUCE_AXIS and state:
                 cuts.add(node)
                 work.append(node)
+                why.setdefault(node, _REPEATED_REDUCE[state])
                 continue
             if node.op is Ops.EXPAND and _repeats_work(node, base := _below_views(node), realize):
                 cuts.add(base)
                 work.append(base)
+                why.setdefault(base, "elementwise work read through an EXPAND (repeats add up)")
                 continue
             state |= 2 if node.op is Ops.REDUCE_AXIS else 1 if node.op in (Ops.EXPAND, Ops.PAD) else 0
             stack.extend((s, state) for s in node.src)
     return cuts
+
+
+#: why a reduce reached in _kernel_cuts' state gets a buffer: it would run again for each repeat
+_REPEATED_REDUCE = {
+    1: "a reduce read through an EXPAND or PAD (it would run again per repeated element)",
+    2: "a reduce inside another reduce (it would run again for each outer element)",
+    3: "a reduce read through an EXPAND or PAD inside another reduce (it would run again)",
+}
 
 
 def _kernels_computing(realize: set[UOp], wanted: frozenset[Ops]) -> dict[UOp, int]:
@@ -251,9 +276,14 @@ def _kernels_computing(realize: set[UOp], wanted: frozenset[Ops]) -> dict[UOp, i
     return reached_by
 
 
-def _shared_reduces(realize: set[UOp]) -> set[UOp]:
+def _shared_reduces(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
     """Reduces that two or more kernels would each compute: they get a buffer instead."""
-    return {u for u, n in _kernels_computing(realize, frozenset({Ops.REDUCE_AXIS})).items() if n > 1}
+    shared = set()
+    for u, n in _kernels_computing(realize, frozenset({Ops.REDUCE_AXIS})).items():
+        if n > 1:
+            shared.add(u)
+            why.setdefault(u, f"a reduce that {n} kernels would each compute")
+    return shared
 
 
 #: rounds of _shared_work: each sees the buffers the last chose (a ReLU under a pooling's
@@ -265,7 +295,7 @@ SHARED_WORK_KERNELS = 3
 SHARED_WORK_COST = 8
 
 
-def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
+def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> set[UOp]:
     """Costly elementwise results that three or more kernels would each compute again.
 
     A gradient flowing back through a pooling and a ReLU into a BatchNorm is read by each of
@@ -281,6 +311,7 @@ def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
         if _alu_cost(u, realize) < SHARED_WORK_COST:
             continue
         chosen.add(u)
+        why.setdefault(u, f"costly elementwise work that {reached_by[u]} kernels would compute")
         stack = list(u.src)
         while stack:
             v = stack.pop()
@@ -290,19 +321,22 @@ def _shared_work(realize: set[UOp], order: list[UOp]) -> set[UOp]:
     return chosen
 
 
-def find_realizes(roots: list[UOp], order: list[UOp]) -> set[UOp]:
-    """The nodes that must be written to a buffer; everything else fuses into its consumer."""
-    realize = _with_cuts(_forced_realizes(roots, order))
+def find_realizes(roots: list[UOp], order: list[UOp],
+                  why: dict[UOp, str] | None = None) -> set[UOp]:
+    """The nodes that must be written to a buffer; everything else fuses into its consumer.
+    ``why`` receives, for each, the first reason found for cutting the graph there."""
+    why = {} if why is None else why
+    realize = _with_cuts(_forced_realizes(roots, order, why), why)
     for _ in range(SHARED_WORK_ROUNDS):  # a buffer chosen leaves its sources to other kernels
-        if not (shared := _shared_work(realize, order) - realize):
+        if not (shared := _shared_work(realize, order, why) - realize):
             break
-        realize = _with_cuts(realize | shared)
+        realize = _with_cuts(realize | shared, why)
     return realize
 
 
-def _with_cuts(realize: set[UOp]) -> set[UOp]:
+def _with_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
     """``realize`` and the cuts its kernels need, until no kernel needs another."""
-    while added := (_kernel_cuts(realize) | _shared_reduces(realize)) - realize:
+    while added := (_kernel_cuts(realize, why) | _shared_reduces(realize, why)) - realize:
         realize = realize | added
     return realize
 
@@ -365,7 +399,8 @@ def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str
         roots, order = tuple(folded), toposort(folded)
     if capabilities is not None and (laid := lay_out(roots, devices, capabilities)) != roots:
         roots, order = laid, toposort(list(laid))
-    realize = find_realizes(list(roots), order)
+    why: dict[UOp, str] = {}
+    realize = find_realizes(list(roots), order, why)
     n_inputs = len(slot_devices)
     slot_of: dict[UOp, int] = {u: u.arg[0] for u in order if u.op is Ops.PARAM}
     device_of = _assign_devices(roots, devices, realize, slot_devices)
@@ -382,8 +417,9 @@ def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str
             steps.append(CopyStep(slot_of[u], slot_of[u.src[0]]))
             continue
         ast, slots = kernel_ast(u, slot_of)
+        check_stage(ast, KERNEL_AST)
         _check_devices(u, slots, device_of[u], n_inputs, slot_devices, new_slots)
-        steps.append(KernelStep(ast, slots, device_of[u]))
+        steps.append(KernelStep(ast, slots, device_of[u], reason=why.get(u, "")))
     outputs = [slot_of[r] for r in roots]
     memory = plan_memory(steps, new_slots, n_inputs, set(outputs))
     return Plan(steps, new_slots, outputs, n_inputs, memory=memory)

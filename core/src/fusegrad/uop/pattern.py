@@ -8,7 +8,10 @@ or ``None`` to decline. Tables compose with ``+``; the first rule that returns a
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fusegrad.dtype import DType
@@ -147,11 +150,50 @@ class PatternMatcher:
                 continue
             out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
             if out is not None and out is not u:
+                if _fired is not None:
+                    _fired[fn] += 1
                 if Context.DEBUG >= 5:
-                    code = fn.__code__
-                    print(f"rule {code.co_filename}:{code.co_firstlineno} rewrote {u.op}")
+                    print(f"rule {rule_name(fn)} rewrote {u.op}")
                 return out
         return None
+
+
+#: the rules that fired while ``rules_fired`` is active (None: nobody is counting, the fast path)
+_fired: Counter[Callable] | None = None
+
+
+def rule_name(fn: Callable) -> str:
+    """How DEBUG listings name a rule: its function's name, or ``file.py:line`` for a lambda."""
+    name = getattr(fn, "__name__", None)
+    if name != "<lambda>":
+        return name or repr(fn)
+    code = fn.__code__
+    return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+
+@contextmanager
+def rules_fired() -> Iterator[Counter[Callable]]:
+    """Count, by rule function, the rewrites made inside the ``with`` block (for ``DEBUG=4``).
+
+    Off by default, so a rewrite pays one global lookup for it; blocks may nest, each counting
+    only its own rewrites.
+    """
+    global _fired
+    outer, _fired = _fired, Counter()
+    try:
+        yield _fired
+    finally:
+        _fired = outer
+
+
+def fired_summary(fired: Counter[Callable]) -> str:
+    """``rules fired: fold_binary x3, symbolic.py:120 x1``, most frequent first."""
+    if not fired:
+        return "rules fired: none"
+    names: Counter[str] = Counter()
+    for fn, n in fired.items():
+        names[rule_name(fn)] += n
+    return "rules fired: " + ", ".join(f"{name} x{n}" for name, n in names.most_common())
 
 
 def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:

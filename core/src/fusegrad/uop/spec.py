@@ -9,8 +9,10 @@ otherwise fail far away, in a renderer or a C compiler. Here the stage that buil
 Each stage is a table ``Ops -> checks``; a check takes the UOp and returns what is wrong with it,
 or None. An op missing from a stage's table may not appear there at all.
 
-``verify`` runs when ``Context.VERIFY`` is set (always in the tests, ``VERIFY=1`` otherwise), once
-per kernel and stage, next to the kernel verifier of ``codegen/verify.py``.
+``check_stage`` runs ``verify`` when ``Context.VERIFY`` is set (always in the tests, by
+``tests/conftest.py``; ``VERIFY=1`` otherwise), once per kernel and stage: on each kernel AST the
+scheduler makes (``schedule/kernelize.py``) and after each stage of ``codegen/kernel.py:generate``,
+next to the kernel verifier of ``codegen/verify.py``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from enum import Enum
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import SpecError
+from fusegrad.helpers import Context
 from fusegrad.uop.ops import BACKEND_OPS, GroupOp, Ops, UOp, toposort
 
 Check = Callable[[UOp], "str | None"]
@@ -33,7 +36,7 @@ REDUCE_OPS = frozenset({Ops.ADD, Ops.MAX})
 WRITES = frozenset({Ops.STORE, Ops.ATOMIC_AND, Ops.ATOMIC_OR})
 
 
-# ---- checks: each returns what is wrong, or None ------------------------------------------------
+# ---- checks: each returns what is wrong, or None ---------------------------------------------
 
 
 def n_src(lo: int, hi: int | None = None) -> Check:
@@ -128,7 +131,27 @@ def _is_size(x: object) -> bool:
 
 def range_arg(arg: object) -> bool:
     """``(axis id, kind)``: the kind a loop-kind name or an enum member."""
-    return isinstance(arg, tuple) and len(arg) >= 2 and type(arg[0]) is int and isinstance(arg[1], str | Enum)
+    return (
+        isinstance(arg, tuple)
+        and len(arg) >= 2
+        and type(arg[0]) is int
+        and isinstance(arg[1], str | Enum)
+    )
+
+
+def special_arg(arg: object) -> bool:
+    """``(name, size)`` of a grid index."""
+    return isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[0], str) and _is_size(arg[1])
+
+
+def reduce_axis_arg(arg: object) -> bool:
+    """``(ADD or MAX, axes)`` of a REDUCE_AXIS."""
+    return isinstance(arg, tuple) and len(arg) == 2 and arg[0] in REDUCE_OPS and _ints(arg[1])
+
+
+def variable_arg(arg: object) -> bool:
+    """``(name, min, max)`` of a DEFINE_VAR."""
+    return isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str) and _ints(arg[1:])
 
 
 def const_arg(u: UOp) -> str | None:
@@ -136,7 +159,9 @@ def const_arg(u: UOp) -> str | None:
     kind = bool if u.dtype == dtypes.bool else float if u.dtype.is_float else int
     if type(u.arg) is kind:
         return None
-    return f"its value {u.arg!r} is a {type(u.arg).__name__}, a {u.dtype.name} holds a {kind.__name__}"
+    return (
+        f"its value {u.arg!r} is a {type(u.arg).__name__}, a {u.dtype.name} holds a {kind.__name__}"
+    )
 
 
 def gated_load(u: UOp) -> str | None:
@@ -172,12 +197,14 @@ def reduce_ranges(u: UOp) -> str | None:
     return f"it reduces over {', '.join(bad)}, not RANGE loops" if bad else None
 
 
-# ---- the rows shared between stages --------------------------------------------------------------
+# ---- the rows shared between stages ---------------------------------------------------------
 
 INDEX = dtypes.index
 SIZE_ARG = arg_is("a tuple of sizes", lambda a: isinstance(a, tuple) and all(map(_is_size, a)))
-PAIRS_ARG = arg_is("one (start, end) pair per axis",
-                   lambda a: isinstance(a, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in a))
+PAIRS_ARG = arg_is(
+    "one (start, end) pair per axis",
+    lambda a: isinstance(a, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in a),
+)
 BUFFER_ARG = arg_is("(number, element count)", lambda a: _ints(a, 2))
 
 ALU: dict[Ops, tuple[Check, ...]] = {
@@ -189,8 +216,7 @@ ALU: dict[Ops, tuple[Check, ...]] = {
     Ops.CAST: (n_src(1),),
     Ops.BITCAST: (n_src(1), same_size),
     Ops.CONST: (n_src(0), const_arg),
-    Ops.DEFINE_VAR: (n_src(0), dtype_is(INDEX), arg_is("(name, min, max)", lambda a: (
-        isinstance(a, tuple) and len(a) == 3 and isinstance(a[0], str) and _ints(a[1:])))),
+    Ops.DEFINE_VAR: (n_src(0), dtype_is(INDEX), arg_is("(name, min, max)", variable_arg)),
 }
 
 MOVEMENT: dict[Ops, tuple[Check, ...]] = {
@@ -199,8 +225,13 @@ MOVEMENT: dict[Ops, tuple[Check, ...]] = {
     Ops.PERMUTE: (n_src(1), src_dtype(0), arg_is("an order of axes", _ints)),
     Ops.PAD: (n_src(1), src_dtype(0), PAIRS_ARG),
     Ops.SHRINK: (n_src(1), src_dtype(0), PAIRS_ARG),
-    Ops.FLIP: (n_src(1), src_dtype(0), arg_is("one bool per axis", lambda a: (
-        isinstance(a, tuple) and all(type(b) is bool for b in a)))),
+    Ops.FLIP: (
+        n_src(1),
+        src_dtype(0),
+        arg_is(
+            "one bool per axis", lambda a: isinstance(a, tuple) and all(type(b) is bool for b in a)
+        ),
+    ),
 }
 
 #: after lowering: loops, index math and memory reached through INDEX
@@ -208,13 +239,16 @@ KERNEL: dict[Ops, tuple[Check, ...]] = {
     **ALU,
     Ops.PARAM: (n_src(0), BUFFER_ARG),
     Ops.RANGE: (n_src(1), dtype_is(INDEX), src_dtype(0), arg_is("(axis id, loop kind)", range_arg)),
-    Ops.SPECIAL: (n_src(0), dtype_is(INDEX), arg_is("(name, size)", lambda a: (
-        isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) and _is_size(a[1])))),
+    Ops.SPECIAL: (n_src(0), dtype_is(INDEX), arg_is("(name, size)", special_arg)),
     Ops.INDEX: (n_src(2), src_op(0, BUFFERS), src_dtype(0), src_dtype(1, INDEX)),
     Ops.LOAD: (n_src(1, 3), src_op(0, {Ops.INDEX}), src_dtype(0), gated_load),
     Ops.STORE: (n_src(2), dtype_is(dtypes.void), src_op(0, {Ops.INDEX}), stored_dtype),
-    Ops.REDUCE: (n_src(2, 64), src_dtype(0), reduce_ranges,
-                 arg_is("ADD or MAX", lambda a: a in REDUCE_OPS)),
+    Ops.REDUCE: (
+        n_src(2, 64),
+        src_dtype(0),
+        reduce_ranges,
+        arg_is("ADD or MAX", lambda a: a in REDUCE_OPS),
+    ),
     Ops.SINK: (n_src(1, 1 << 16), dtype_is(dtypes.void), all_src_op(WRITES)),
 }
 
@@ -228,7 +262,7 @@ def _atomics(table: Mapping[Ops, tuple[Check, ...]]) -> dict[Ops, tuple[Check, .
     }
 
 
-# ---- the stages ------------------------------------------------------------------------------------
+# ---- the stages ---------------------------------------------------------------------------------
 
 SPEC: dict[str, dict[Ops, tuple[Check, ...]]] = {
     # what the scheduler hands to codegen: tensor-graph ops over PARAM buffers, one STORE
@@ -236,8 +270,7 @@ SPEC: dict[str, dict[Ops, tuple[Check, ...]]] = {
         **ALU,
         **MOVEMENT,
         Ops.PARAM: (n_src(0), BUFFER_ARG),
-        Ops.REDUCE_AXIS: (n_src(1), src_dtype(0), arg_is("(ADD or MAX, axes)", lambda a: (
-            isinstance(a, tuple) and len(a) == 2 and a[0] in REDUCE_OPS and _ints(a[1])))),
+        Ops.REDUCE_AXIS: (n_src(1), src_dtype(0), arg_is("(ADD or MAX, axes)", reduce_axis_arg)),
         Ops.CONTIGUOUS: (n_src(1), src_dtype(0)),
         Ops.DETACH: (n_src(1), src_dtype(0)),
         Ops.STORE: (n_src(2), src_op(0, {Ops.PARAM}), stored_dtype),
@@ -246,18 +279,29 @@ SPEC: dict[str, dict[Ops, tuple[Check, ...]]] = {
     LOWERED: KERNEL,
     DECOMPOSED: _atomics(KERNEL),
     # the program a renderer gets: BACKEND_OPS only; accumulators are read and written directly
-    LINEAR: _atomics({
-        **{op: KERNEL[op] for op in KERNEL if op in BACKEND_OPS},
-        Ops.DEFINE_REG: (n_src(0), BUFFER_ARG),
-        Ops.DEFINE_LOCAL: (n_src(0), BUFFER_ARG),
-        Ops.LOAD: (n_src(1, 3), src_op(0, {Ops.INDEX, Ops.DEFINE_REG}), src_dtype(0), gated_load),
-        Ops.STORE: (n_src(2), dtype_is(dtypes.void), src_op(0, {Ops.INDEX, Ops.DEFINE_REG}),
-                    stored_dtype),
-        Ops.END: (n_src(1, 64), all_src_op({Ops.RANGE})),
-        Ops.IF: (n_src(1), src_dtype(0, dtypes.bool)),
-        Ops.ENDIF: (n_src(1), src_op(0, {Ops.IF})),
-        Ops.BARRIER: (),
-    }),
+    LINEAR: _atomics(
+        {
+            **{op: KERNEL[op] for op in KERNEL if op in BACKEND_OPS},
+            Ops.DEFINE_REG: (n_src(0), BUFFER_ARG),
+            Ops.DEFINE_LOCAL: (n_src(0), BUFFER_ARG),
+            Ops.LOAD: (
+                n_src(1, 3),
+                src_op(0, {Ops.INDEX, Ops.DEFINE_REG}),
+                src_dtype(0),
+                gated_load,
+            ),
+            Ops.STORE: (
+                n_src(2),
+                dtype_is(dtypes.void),
+                src_op(0, {Ops.INDEX, Ops.DEFINE_REG}),
+                stored_dtype,
+            ),
+            Ops.END: (n_src(1, 64), all_src_op({Ops.RANGE})),
+            Ops.IF: (n_src(1), src_dtype(0, dtypes.bool)),
+            Ops.ENDIF: (n_src(1), src_op(0, {Ops.IF})),
+            Ops.BARRIER: (),
+        }
+    ),
 }
 
 
@@ -279,7 +323,13 @@ def verify(uops: UOp | Iterable[UOp], stage: str) -> None:
         if (problem := problem_with(u, stage)) is not None:
             arg = "" if u.arg is None else f" arg={u.arg!r}"
             raise SpecError(
-                f"{u.op.name} {u.dtype.name}{arg} is not valid in the {stage}: {problem}. This is a "
-                "bug in the pass that built this stage (or in a plugin's rewrite rules); please "
+                f"{u.op.name} {u.dtype.name}{arg} is not valid in the {stage}: {problem}. This is "
+                "a bug in the pass that built this stage (or in a plugin's rewrite rules); please "
                 "report it with the kernel printed by DEBUG=4"
             )
+
+
+def check_stage(uops: UOp | Iterable[UOp], stage: str) -> None:
+    """``verify(uops, stage)`` when ``Context.VERIFY`` is on; the hook each stage calls."""
+    if Context.VERIFY:
+        verify(uops, stage)
