@@ -6,8 +6,8 @@ functions.
 Every ``import``/``from ... import`` of a ``fusegrad`` module is an edge, wherever it stands
 (at the top of a file or inside a function), except under ``if TYPE_CHECKING:``: those run only
 for the type checker. ``from fusegrad.pkg import name`` is an edge to ``fusegrad.pkg.name`` when
-that is a module, else to ``fusegrad.pkg``. A package's own ``__init__`` importing its submodules
-is part of the package and draws no edge. ``tests/core/test_import_graph.py`` asserts there are no
+that is a module, else to ``fusegrad.pkg`` (the package's ``__init__``, which imports its parts:
+those are edges too, so a part that imports its own package's face is a circle). ``tests/core/test_import_graph.py`` asserts there are no
 circles; this script prints them, and the imports made inside functions, for a person to read.
 """
 
@@ -69,17 +69,12 @@ def graph(root: Path = ROOT) -> tuple[dict[str, set[str]], list[tuple[str, int, 
                 continue
             # `from a.b import c`: names are a.b.c then a.b; the first that is a module wins
             target = next((n for n in names if n in mods), None)
-            if target is None or target == name or _inside(target, name, root):
+            if target is None or target == name:
                 continue
             edges[name].add(target)
             if in_function and "# deferred:" not in lines[line - 1]:
                 lazy.append((name, line, target))
     return edges, lazy
-
-
-def _inside(target: str, module: str, root: Path) -> bool:
-    """Whether ``module`` is a package's face (its ``__init__``) and ``target`` one of its parts."""
-    return target.startswith(module + ".") and (root / Path(*module.split("."))).is_dir()
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:

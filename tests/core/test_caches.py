@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 import fusegrad
-from fusegrad import GlobalCounters, Tensor, caches, tensor_nn
+from fusegrad import GlobalCounters, Tensor, caches
 from fusegrad.device import Device
 from fusegrad.engine import realize
+from fusegrad.tensor import nn_ops as tensor_nn
 from fusegrad.uop import ops
 
 

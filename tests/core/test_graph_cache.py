@@ -1,5 +1,5 @@
 """The caches that make building a training step's graph cheap give the graphs the plain
-construction gives (uop.ops.broadcast_scalar, tensor_nn._pool's replayed movement ops)."""
+construction gives (uop.ops.broadcast_scalar, tensor/nn_ops.py _pool's replayed movement ops)."""
 
 from __future__ import annotations
 

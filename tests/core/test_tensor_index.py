@@ -1,4 +1,4 @@
-"""``tensor_index.py``: what is not a comparison of values with torch (those are one line each in
+"""``tensor/index.py``: what is not a comparison of values with torch (those are one line each in
 tests/core/differential): errors as torch's, spellings, ``size=`` shapes, copies, dtypes kept."""
 
 from __future__ import annotations

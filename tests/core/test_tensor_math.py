@@ -1,4 +1,4 @@
-"""``tensor_math.py``: what is not a comparison of values with torch (those are one line each in
+"""``tensor/math_ops.py``: what is not a comparison of values with torch (those are one line each in
 tests/core/differential): errors as torch's, kernel counts, linspace's dtype and device."""
 
 from __future__ import annotations

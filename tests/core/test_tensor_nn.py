@@ -1,4 +1,4 @@
-"""``tensor_nn.py``: what is not a comparison of values with torch (those are one line each in
+"""``tensor/nn_ops.py``: what is not a comparison of values with torch (those are one line each in
 tests/core/differential/test_nn.py): dropout's statistics, errors as torch's."""
 
 from __future__ import annotations

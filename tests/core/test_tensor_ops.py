@@ -786,7 +786,7 @@ def test_to_same_device_is_identity(device):
     assert t.to(device.lower()) is t
 
 
-# ---- PyTorch's convenience methods (tensor_aliases.py): bad input raises what torch raises -------
+# ---- PyTorch's convenience methods (tensor/aliases.py): bad input raises what torch raises -------
 
 ALIAS_ERRORS = [  # (id, call on a zeros-maker ``z`` and an int-index maker ``i``)
     ("mm-inner", lambda z, i: z(2, 3).mm(z(4, 2))),

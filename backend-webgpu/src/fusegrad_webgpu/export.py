@@ -33,7 +33,7 @@ from fusegrad.engine.realize import plan_for
 from fusegrad.errors import FusegradError
 from fusegrad.nn.state import safe_save
 from fusegrad.schedule.kernelize import KernelStep, Plan, abstract
-from fusegrad.tensor import _unreshaped
+from fusegrad.tensor.movement import _unreshaped
 from fusegrad_webgpu.device import _BINDING, _DISPATCH
 from fusegrad_webgpu.renderer import DEFAULT_LIMITS, WGSLRenderer
 

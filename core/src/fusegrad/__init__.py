@@ -6,9 +6,9 @@
 from fusegrad.caches import reset as reset_caches
 from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
-from fusegrad.engine.jit import TinyJit
 from fusegrad.engine.realize import GlobalCounters
 from fusegrad.helpers import Context, context
+from fusegrad.jit import TinyJit
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Variable
 

@@ -80,4 +80,4 @@ class SpecError(FusegradError, RuntimeError):
 
 
 class JitError(FusegradError, RuntimeError):
-    """A function TinyJit cannot capture (engine/jit.py); the message says why and what to do."""
+    """A function TinyJit cannot capture (jit.py); the message says why and what to do."""

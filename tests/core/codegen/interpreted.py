@@ -13,7 +13,7 @@ from fusegrad.engine.realize import plan_for
 from fusegrad.renderer import Renderer
 from fusegrad.runtime.python import PythonAllocator, PythonProgram
 from fusegrad.schedule.kernelize import abstract
-from fusegrad.tensor import _unreshaped
+from fusegrad.tensor.movement import _unreshaped
 
 
 def run_with(t: Tensor, renderer: Renderer, check: Callable[[KernelSource], None] = lambda k: None) -> np.ndarray:

@@ -9,7 +9,7 @@ from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
 from fusegrad.renderer import Renderer
 from fusegrad.schedule.kernelize import abstract, make_plan
-from fusegrad.tensor import _unreshaped
+from fusegrad.tensor.movement import _unreshaped
 
 
 def _target(registers: int, vector_bytes: int) -> Renderer:

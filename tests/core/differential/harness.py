@@ -12,6 +12,9 @@ axis, extra dtypes and extreme values. A new op is one line in its family's list
 
 A case that fails because of a known bug carries ``xfail={"*": reason}`` (or one device's name
 for the key): it is marked ``xfail(strict=True)``, so the fix shows up as a failure to remove it.
+
+Besides PYTHON and CPU, cases run on ``EXTRA_DEVICES`` (OPENCL, WEBGPU) where they can be used:
+outputs only, the first case of each op and input dtypes (conftest.py picks them).
 """
 
 from __future__ import annotations

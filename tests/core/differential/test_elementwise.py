@@ -93,7 +93,7 @@ UNARY = [
     *unary("isfinite", grad=False, dtypes=(f32, f16, i32, u8, bool_)),
     *unary("logical_not", dtypes=(f32, i32, bool_)),
     *unary("bitwise_not", low=-50, high=50, dtypes=(i32, u8, i8, bool_)),
-    # PyTorch's convenience methods (tensor_aliases.py)
+    # PyTorch's convenience methods (tensor/aliases.py)
     *unary("expm1", low=-4, high=4, dtypes=(f32, f64, i32)),
     case("expm1-tiny", lambda x: x.expm1(), values(1e-10, -1e-7, 3e-5, -2e-3, 0.3, -0.7), tol={"rtol": 1e-6, "atol": 0}),
     *unary("frac", low=-5, high=5, dtypes=(f32, f64)),
@@ -257,7 +257,7 @@ BINARY = [
     *binary("eq", lambda a, b: a == b, kind="ties", a=(-2, 2), b=(-2, 2), dtypes=COMPARED),
     *binary("ne", lambda a, b: a != b, kind="ties", a=(-2, 2), b=(-2, 2), dtypes=COMPARED),
     *binary("lerp", lambda a, b: a.lerp(b, 0.3), ref=lambda a, b: torch.lerp(a, b, 0.3)),
-    # PyTorch's convenience methods (tensor_aliases.py)
+    # PyTorch's convenience methods (tensor/aliases.py)
     *binary("atan2", lambda a, b: a.atan2(b), ref=torch.atan2, dtypes=(f32, f64, i32)),
     *binary("hypot", lambda a, b: a.hypot(b), ref=torch.hypot, dtypes=(f32, f64)),
     *binary("xlogy", lambda a, b: a.xlogy(b), ref=torch.xlogy, kind="ties", a=(0, 2), b=(1, 3), dtypes=(f32, f64)),

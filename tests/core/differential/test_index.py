@@ -173,7 +173,7 @@ SETITEM = [
 ]
 
 GATHER = [
-    # torch's names for picks along one axis (tensor_aliases.py)
+    # torch's names for picks along one axis (tensor/aliases.py)
     case("index_select-dim0", lambda x, i: x.index_select(0, i), floats(5, 4), index_values(4, 0, 0, 2)),
     case("index_select-dim1_T", lambda x, i: x.index_select(-1, i), floats(4, 5).T, index_values(3, 1)),
     case("index_select-0d_index", lambda x, i: x.index_select(1, i), floats(3, 4), index_values(2, shape=())),

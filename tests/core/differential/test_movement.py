@@ -152,7 +152,7 @@ PAD = [
     case("diag-bool", lambda x: x.diag(), mask(4)),
     case("diag-matrix", lambda x: x.diag(-1), floats(4, 5)),
     case("clone-view", lambda x: x.clone() * 2, floats(3, 4).T),
-    # torch's names for axis moves (tensor_aliases.py)
+    # torch's names for axis moves (tensor/aliases.py)
     case("t-2d", lambda x: x.t(), floats(3, 4)),
     case("t-1d", lambda x: x.t(), floats(4)),
     case("t-0d", lambda x: x.t(), floats()),

@@ -380,9 +380,9 @@ def test_loss(c, device, request):
 
 
 # fmt: off
-#: tensor_functional.py: the further losses and layers of torch.nn.functional
+#: tensor/functional.py: the further losses and layers of torch.nn.functional
 FUNCTIONAL = [
-    # matrix products with torch's names and shape rules (tensor_aliases.py)
+    # matrix products with torch's names and shape rules (tensor/aliases.py)
     case("mm-2d", lambda a, b: a.mm(b), floats(3, 4), floats(4, 5).T),
     case("mm-int", lambda a, b: a.mm(b), ints(3, 4), ints(4, 2)),
     case("bmm-3d", lambda a, b: a.bmm(b), floats(2, 3, 4), floats(2, 4, 5)),
@@ -445,7 +445,7 @@ def test_functional(c, device, request):
 
 
 # fmt: off
-#: tensor_functional.py and tensor_sampling.py: activations, distances, losses, pooling to a size,
+#: tensor/functional.py and tensor/sampling.py: activations, distances, losses, pooling to a size,
 #: fold, grids and CTC (issue 16)
 FUNCTIONAL_MORE = [
     case("prelu-channels", lambda x, w: x.prelu(w), floats(2, 3, 4), floats(3), ref=F.prelu),
@@ -507,7 +507,7 @@ FUNCTIONAL_MORE = [
          const(4, 3, low=0.0, high=4.0), ref=lambda x, y: F.poisson_nll_loss(x, y, False, True)),
     case("poisson_nll_loss-empty", lambda x, y: x.poisson_nll_loss(y, reduction="sum"), floats(0, 3), const(0, 3),
          ref=lambda x, y: F.poisson_nll_loss(x, y, reduction="sum")),
-    # tensor_sampling.py
+    # tensor/sampling.py
     case("adaptive_avg_pool1d-3d", lambda x: x.adaptive_avg_pool1d(3), floats(2, 3, 7),
          ref=lambda x: F.adaptive_avg_pool1d(x, 3)),
     case("adaptive_avg_pool1d-unbatched_size1", lambda x: x.adaptive_avg_pool1d(1), floats(3, 5),

@@ -78,7 +78,7 @@ REDUCE = [
     *reduction("argmax", ref=arg_ref("argmax"), tuple_axes=False, empty=False, dtypes=(f32, i32, u8), xfail={"special": ARGMAX_NAN}),
     *reduction("argmin", ref=arg_ref("argmin"), tuple_axes=False, empty=False, dtypes=(f32, i32, u8), xfail={"special": ARGMAX_NAN}),
     case("mean-int", lambda x: x.mean(1), ints(2, 3), ref=lambda x: x.float().mean(1)),
-    # PyTorch's convenience reductions (tensor_aliases.py); amax/amin share ties' gradient equally
+    # PyTorch's convenience reductions (tensor/aliases.py); amax/amin share ties' gradient equally
     *reduction("amax", empty=False, dtypes=(f32, i32, f16)),
     *reduction("amin", empty=False, dtypes=(f32, i32, f16)),
     *reduction("nansum", dtypes=(f32, i32, f64)),

@@ -10,7 +10,7 @@ import pytest
 
 from fusegrad import Tensor, TinyJit, Variable
 from fusegrad.engine import capture
-from fusegrad.engine.jit import JitError
+from fusegrad.jit import JitError
 
 
 def test_a_capture_records_into_every_capture_around_it():

@@ -7,7 +7,7 @@ import pytest
 
 from fusegrad import GlobalCounters, Tensor, TinyJit
 from fusegrad.engine import realize
-from fusegrad.engine.jit import JitError
+from fusegrad.jit import JitError
 
 
 def test_replay_uses_the_new_inputs(device):

@@ -6,7 +6,7 @@ import numpy as np
 
 from fusegrad import Tensor
 from fusegrad.schedule.layout import Capabilities, lay_out
-from fusegrad.tensor import _unreshaped
+from fusegrad.tensor.movement import _unreshaped
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 CPU = Capabilities(vector_bytes=32)  # loops over its output, on several threads

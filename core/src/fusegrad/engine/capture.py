@@ -1,7 +1,7 @@
 """What TinyJit records while it captures a call: kernel launches and assigns.
 
-The engine (``engine/realize.py``) and ``Tensor.assign`` (``tensor_autograd.py``) report to the
-capture that is active, if any; ``engine/jit.py`` opens one with ``capturing()``. The active
+The engine (``engine/realize.py``) and ``Tensor.assign`` (``tensor/autograd.py``) report to the
+capture that is active, if any; ``jit.py`` opens one with ``capturing()``. The active
 capture lives in a ``ContextVar``, not in another module's global: a capture is undone when its
 ``with`` block ends, even by an exception, and a thread or task started elsewhere sees none.
 

@@ -105,7 +105,8 @@ def compares(u: UOp) -> str | None:
 
 
 def same_size(u: UOp) -> str | None:
-    """BITCAST: the bits are reinterpreted, so both types have one size."""
+    """BITCAST: the bits are reinterpreted, so both types have one size (until decomposition:
+    see ``_decomposed``)."""
     if u.src[0].dtype.itemsize == u.dtype.itemsize:
         return None
     return f"it reinterprets {u.src[0].dtype.name} as {u.dtype.name}, of another size"
@@ -253,10 +254,13 @@ KERNEL: dict[Ops, tuple[Check, ...]] = {
 }
 
 
-def _atomics(table: Mapping[Ops, tuple[Check, ...]]) -> dict[Ops, tuple[Check, ...]]:
-    """``table`` with the packed narrow stores of ``codegen/decompose.py``."""
+def _decomposed(table: Mapping[Ops, tuple[Check, ...]]) -> dict[Ops, tuple[Check, ...]]:
+    """``table`` with what ``codegen/decompose.py`` may add: packed narrow stores, and bitcasts
+    between a narrow type and the wider word that holds it where the target lacks the narrow
+    type (float16's bits in an int32 on WebGPU, which has no int16)."""
     return {
         **table,
+        Ops.BITCAST: (n_src(1),),
         Ops.ATOMIC_AND: (n_src(2), src_op(0, {Ops.INDEX}), stored_dtype),
         Ops.ATOMIC_OR: (n_src(2, 3), src_op(0, {Ops.INDEX}), stored_dtype),
     }
@@ -277,9 +281,9 @@ SPEC: dict[str, dict[Ops, tuple[Check, ...]]] = {
         Ops.SINK: (n_src(1), all_src_op({Ops.STORE})),
     },
     LOWERED: KERNEL,
-    DECOMPOSED: _atomics(KERNEL),
+    DECOMPOSED: _decomposed(KERNEL),
     # the program a renderer gets: BACKEND_OPS only; accumulators are read and written directly
-    LINEAR: _atomics(
+    LINEAR: _decomposed(
         {
             **{op: KERNEL[op] for op in KERNEL if op in BACKEND_OPS},
             Ops.DEFINE_REG: (n_src(0), BUFFER_ARG),

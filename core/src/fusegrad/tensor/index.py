@@ -17,10 +17,10 @@ import numpy as np
 from fusegrad.dtype import dtypes, promote_types
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
-from fusegrad.tensor_movement import ADVANCED_INDEX, broadcast_shapes
+from fusegrad.tensor.movement import ADVANCED_INDEX, broadcast_shapes
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 def _tuple(x: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 class ValuesIndices(NamedTuple):

@@ -20,19 +20,19 @@ from fusegrad.engine import realize as engine
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
 from fusegrad.schedule.kernelize import KernelStep
-from fusegrad.tensor_aliases import AliasMixin
-from fusegrad.tensor_autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
-from fusegrad.tensor_functional import FunctionalMixin
-from fusegrad.tensor_index import IndexMixin
-from fusegrad.tensor_join import JoinMixin
-from fusegrad.tensor_math import MathMixin
-from fusegrad.tensor_movement import MovementMixin, _unreshaped, broadcast_shapes
-from fusegrad.tensor_nn import NNMixin
-from fusegrad.tensor_random import RandomMixin
-from fusegrad.tensor_sampling import SamplingMixin
-from fusegrad.tensor_scan import ScanMixin
-from fusegrad.tensor_search import SearchMixin
-from fusegrad.tensor_special import SpecialMixin
+from fusegrad.tensor.aliases import AliasMixin
+from fusegrad.tensor.autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
+from fusegrad.tensor.functional import FunctionalMixin
+from fusegrad.tensor.index import IndexMixin
+from fusegrad.tensor.join import JoinMixin
+from fusegrad.tensor.math_ops import MathMixin
+from fusegrad.tensor.movement import MovementMixin, _unreshaped, broadcast_shapes
+from fusegrad.tensor.nn_ops import NNMixin
+from fusegrad.tensor.random_ops import RandomMixin
+from fusegrad.tensor.sampling import SamplingMixin
+from fusegrad.tensor.scan import ScanMixin
+from fusegrad.tensor.search import SearchMixin
+from fusegrad.tensor.special import SpecialMixin
 from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, sym_eval
 
 Scalar = int | float | bool

@@ -19,10 +19,10 @@ import numpy as np
 
 from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import ShapeError
-from fusegrad.tensor_movement import broadcast_shapes
+from fusegrad.tensor.movement import broadcast_shapes
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 def _axes(dims: int | Sequence[int]) -> tuple[int, ...]:

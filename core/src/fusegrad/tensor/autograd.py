@@ -13,7 +13,7 @@ from fusegrad.gradient import compute_gradient, full_like
 from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 # Tensors that asked for gradients; backward() looks for them in the graph it differentiates.
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()

@@ -1,5 +1,5 @@
 """Math methods of ``Tensor``: powers, integer division, bit ops, rounding, activations,
-softmax and friends, and statistics (scans and sorting are in ``tensor_scan.py``).
+softmax and friends, and statistics (scans and sorting are in ``tensor/scan.py``).
 
 Everything here is built from the primitives of ``tensor.py`` (ALU ops, sum and max reductions,
 movement ops), so it fuses into kernels and gets gradients like any other graph.
@@ -17,7 +17,7 @@ from fusegrad.helpers import prod
 from fusegrad.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 Axis = int | Sequence[int] | None
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
-from fusegrad.tensor_nn import Size, _check_reduction, _padding_pairs, _reduce_loss, _tuple
+from fusegrad.tensor.nn_ops import Size, _check_reduction, _padding_pairs, _reduce_loss, _tuple
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 def _adaptive_windows(size: int, out: int) -> np.ndarray:

@@ -16,7 +16,7 @@ from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.helpers import prod
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 def _is_tensor(x: Any) -> bool:

@@ -14,7 +14,7 @@ from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import InvalidArgument, ShapeError
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 #: erfinv(x) = x * P(w - 2.5) for w = -ln((1 - x)(1 + x)) < 5, else x * Q(sqrt(w) - 3): the
 #: single-precision approximation of M. Giles, "Approximating the erfinv function" (GPU Computing

@@ -31,7 +31,7 @@ from typing import Any
 
 from fusegrad.device import Buffer
 from fusegrad.engine import capture, realize
-from fusegrad.errors import JitError  # re-exported: fusegrad.engine.jit.JitError
+from fusegrad.errors import JitError  # re-exported: fusegrad.jit.JitError
 from fusegrad.tensor import Tensor, buffer_of
 from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
 
@@ -60,7 +60,7 @@ class TinyJit:
     """Decorate a function of tensors; its third and later calls replay its kernels.
 
     >>> from fusegrad import Tensor
-    >>> from fusegrad.engine.jit import TinyJit
+    >>> from fusegrad.jit import TinyJit
     >>> double_plus_one = TinyJit(lambda x: (x * 2 + 1).realize())
     >>> results = [double_plus_one(Tensor([float(i)] * 3)).tolist() for i in range(4)]
     >>> results.pop()

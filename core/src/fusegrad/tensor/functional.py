@@ -1,7 +1,7 @@
 """The rest of what model code takes from ``torch.nn.functional``: more losses, gated and
 normalising layers, norms, unbinding and sampling, each a few lines over existing ops.
 
-These live apart from ``tensor_nn.py`` (convolutions, pools, attention and the classic losses)
+These live apart from ``tensor/nn_ops.py`` (convolutions, pools, attention and the classic losses)
 to keep both short; ``Tensor`` inherits ``FunctionalMixin`` like its other mixins.
 """
 
@@ -11,10 +11,10 @@ import math
 from typing import TYPE_CHECKING
 
 from fusegrad.errors import InvalidArgument, InvalidValue, ShapeError
-from fusegrad.tensor_nn import _check_reduction, _reduce_loss
+from fusegrad.tensor.nn_ops import _check_reduction, _reduce_loss
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 class FunctionalMixin:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
-from fusegrad.tensor_scan import ValuesIndices
+from fusegrad.tensor.scan import ValuesIndices
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 #: quantile's ways to land between two neighbouring order statistics (PyTorch's names)
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")

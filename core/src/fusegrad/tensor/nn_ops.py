@@ -20,7 +20,7 @@ from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownO
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 Size = int | Sequence[int]
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from fusegrad.dtype import dtypes
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 #: atan(r) = r + r * z * P(z) / Q(z), z = r**2, for |r| <= 0.66: Cephes' ``atan.c`` (S. L.
 #: Moshier), highest degree first, Q monic. Measured against float64: 1.25 ulp in float32, 1 ulp

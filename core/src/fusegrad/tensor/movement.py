@@ -19,7 +19,7 @@ from fusegrad.uop import ops
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, sym_eval
 
 if TYPE_CHECKING:
-    from fusegrad.tensor import Tensor
+    from fusegrad.tensor.tensor import Tensor
 
 
 def _size(x: Any) -> int | UOp:
