@@ -137,6 +137,9 @@ RENAMED = {
 
 #: names fusegrad has with another meaning: RENAMED's entry wins over the same name
 OTHER_MEANING = {"no_grad"}  # Tensor.no_grad is the flag that Tensor.no_grad_mode() sets
+#: torch.nn.functional names whose meaning differs from the Tensor method of the same name
+#: (F.unfold is im2col; Tensor.unfold, torch's and ours, takes sliding windows of one axis)
+FUNCTIONAL_OTHER_MEANING = {"unfold"}
 
 IN_PLACE = (
     "in-place variant: fusegrad ops return new lazy tensors; x.assign(value) or x[i] = value "
@@ -287,8 +290,11 @@ def exists(target: str) -> bool:
     return space is not None and _get(space, attr) is not _NOTHING
 
 
-def status(name: str, ours: dict[str, str]) -> tuple[str, str]:
-    """(status, fusegrad's name or the reason) of one torch name, given ``api()``."""
+def status(name: str, ours: dict[str, str], functional: bool = False) -> tuple[str, str]:
+    """(status, fusegrad's name or the reason) of one torch name, given ``api()`` (and whether
+    it is the ``torch.nn.functional`` name)."""
+    if functional and name in FUNCTIONAL_OTHER_MEANING:
+        ours = {k: v for k, v in ours.items() if k != name}
     renamed = RENAMED.get(name)
     if renamed and name in OTHER_MEANING and exists(renamed):
         return RENAMED_STATUS, f"`{renamed}`"
@@ -302,6 +308,9 @@ def status(name: str, ours: dict[str, str]) -> tuple[str, str]:
         if re.search(pattern, name):
             return ABSENT_STATUS, reason
     return MISSING, ""
+
+
+FUNCTIONAL = "`torch.nn.functional`"
 
 
 def sources() -> dict[str, list[str]]:
@@ -326,7 +335,7 @@ def sources() -> dict[str, list[str]]:
     return {
         "Tensor methods (`torch.Tensor`)": methods,
         "torch functions (`torch.*`)": functions,
-        "`torch.nn.functional`": functional,
+        FUNCTIONAL: functional,
     }
 
 
@@ -343,7 +352,11 @@ def problems(tables: dict[str, list[str]]) -> list[str]:
 def render() -> str:
     """The whole of docs/torch-names.md."""
     ours, tables = api(), sources()
-    statuses = {n: status(n, ours) for names in tables.values() for n in names}
+    per_table = {
+        title: {n: status(n, ours, functional=title == FUNCTIONAL) for n in names}
+        for title, names in tables.items()
+    }
+    statuses = {n: st for table in reversed(per_table.values()) for n, st in table.items()}
     common = sorted(n for n in COMMON if n in statuses)
     covered = [n for n in common if statuses[n][0] in (SUPPORTED, RENAMED_STATUS)]
     missing = [n for n in common if statuses[n][0] == MISSING]
@@ -368,7 +381,7 @@ def render() -> str:
         "|---" * (len(tables) + 2) + "|",
     ]
     for s in STATUSES:
-        counts = [sum(statuses[n][0] == s for n in names) for names in tables.values()]
+        counts = [sum(st[0] == s for st in table.values()) for table in per_table.values()]
         total = sum(v[0] == s for v in statuses.values())
         lines.append(f"| {s} | " + " | ".join(map(str, counts)) + f" | {total} |")
     lines.append(
@@ -382,7 +395,7 @@ def render() -> str:
             "| name | status | fusegrad name / reason |",
             "|---|---|---|",
         ]
-        lines += [f"| `{n}` | {statuses[n][0]} | {statuses[n][1]} |" for n in names]
+        lines += [f"| `{n}` | {per_table[title][n][0]} | {per_table[title][n][1]} |" for n in names]
     return "\n".join(lines) + "\n"
 
 
