@@ -32,7 +32,10 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
 
 def row(name: str, unit: str, ours: float, numpy_: float, higher_is_better: bool = True) -> None:
     ratio = ours / numpy_ if higher_is_better else numpy_ / ours
-    print(f"{name:<36s} fusegrad {ours:10.2f} {unit:<8s} numpy {numpy_:10.2f} {unit:<8s} ratio {ratio:6.2f}x")
+    print(
+        f"{name:<36s} fusegrad {ours:10.2f} {unit:<8s} numpy {numpy_:10.2f} {unit:<8s} ratio "
+        f"{ratio:6.2f}x"
+    )
 
 
 def bench_matmul(n: int, repeats: int) -> None:
@@ -55,7 +58,12 @@ def bench_chain(n: int, repeats: int) -> None:
 
     ours = median_seconds(lambda: (((x * 2.0 + 1.0) * x - 0.5).relu()).realize(), repeats)
     theirs = median_seconds(chain_np, repeats)
-    row(f"fused 5-op chain, {n / 2**20:.0f}M f32", "GB/s", nbytes / ours * 1e-9, nbytes / theirs * 1e-9)
+    row(
+        f"fused 5-op chain, {n / 2**20:.0f}M f32",
+        "GB/s",
+        nbytes / ours * 1e-9,
+        nbytes / theirs * 1e-9,
+    )
 
 
 def bench_sum(n: int, repeats: int) -> None:
@@ -76,7 +84,9 @@ def bench_tiny_op(repeats: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     args = parser.parse_args()
     repeats = 3 if args.quick else 7

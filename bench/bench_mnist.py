@@ -27,7 +27,9 @@ from fusegrad import Tensor, TinyJit, nn  # noqa: E402
 from fusegrad.nn.state import get_parameters  # noqa: E402
 
 
-def fusegrad_step(x: np.ndarray, y: np.ndarray, jit: bool = False) -> tuple[Callable[[], None], float]:
+def fusegrad_step(
+    x: np.ndarray, y: np.ndarray, jit: bool = False
+) -> tuple[Callable[[], None], float]:
     """A warmed-up training step and the time its first call took (compiles included); with
     ``jit`` the step is a TinyJit (its first two calls run it, later ones replay its kernels),
     as examples/mnist.py runs it."""
@@ -59,9 +61,20 @@ def torch_step(x: np.ndarray, y: np.ndarray) -> Callable[[], None] | None:
     torch.manual_seed(0)
     tnn = torch.nn
     model = tnn.Sequential(
-        tnn.Conv2d(1, 32, 5), tnn.ReLU(), tnn.Conv2d(32, 32, 5), tnn.BatchNorm2d(32), tnn.ReLU(),
-        tnn.MaxPool2d(2), tnn.Conv2d(32, 64, 3), tnn.ReLU(), tnn.Conv2d(64, 64, 3),
-        tnn.BatchNorm2d(64), tnn.ReLU(), tnn.MaxPool2d(2), tnn.Flatten(), tnn.Linear(576, 10),
+        tnn.Conv2d(1, 32, 5),
+        tnn.ReLU(),
+        tnn.Conv2d(32, 32, 5),
+        tnn.BatchNorm2d(32),
+        tnn.ReLU(),
+        tnn.MaxPool2d(2),
+        tnn.Conv2d(32, 64, 3),
+        tnn.ReLU(),
+        tnn.Conv2d(64, 64, 3),
+        tnn.BatchNorm2d(64),
+        tnn.ReLU(),
+        tnn.MaxPool2d(2),
+        tnn.Flatten(),
+        tnn.Linear(576, 10),
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     images, labels = torch.from_numpy(x), torch.from_numpy(y).long()
@@ -84,7 +97,9 @@ def timed(fn: Callable[[], None]) -> float:
 def batch() -> tuple[np.ndarray, np.ndarray]:
     """The images and labels every side trains on: random, seeded, one batch of 128."""
     rng = np.random.default_rng(0)
-    return rng.standard_normal((128, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 128).astype(np.int32)
+    return rng.standard_normal((128, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 128).astype(
+        np.int32
+    )
 
 
 def step_medians(steps: int) -> tuple[dict[str, float], float]:
@@ -107,13 +122,19 @@ def peak_memory(which: str, steps: int) -> float:
     """Peak resident memory (MiB) of a fresh process that runs ``steps`` training steps."""
     import subprocess
 
-    done = subprocess.run([sys.executable, __file__, "--only", which, "--steps", str(steps)],
-                          check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--only", which, "--steps", str(steps)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--only", choices=["fusegrad", "torch"], help="run one side (for --memory)")
     parser.add_argument("--memory", action="store_true", help="also compare peak resident memory")
@@ -129,7 +150,10 @@ def main() -> None:
             run()
         # VmHWM, not ru_maxrss: Linux lets a child inherit its parent's ru_maxrss across exec
         status = open("/proc/self/status").read()
-        print(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]) / 1024)
+        print(
+            int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1])
+            / 1024
+        )
         return
     seconds, first = step_medians(args.steps)
     ms = {name: t * 1e3 for name, t in seconds.items()}
@@ -140,12 +164,16 @@ def main() -> None:
         print("torch is not installed: no ratio")
         return
     print(f"torch    train step                     {ms['torch']:8.1f} ms")
-    print(f"ratio (fusegrad time / torch time)      {ms['fusegrad'] / ms['torch']:8.2f}x  "
-          f"(TinyJit: {ms['fusegrad TinyJit'] / ms['torch']:.2f}x)")
+    print(
+        f"ratio (fusegrad time / torch time)      {ms['fusegrad'] / ms['torch']:8.2f}x  "
+        f"(TinyJit: {ms['fusegrad TinyJit'] / ms['torch']:.2f}x)"
+    )
     if args.memory:
         ours_mib, theirs_mib = peak_memory("fusegrad", args.steps), peak_memory("torch", args.steps)
-        print(f"peak resident memory: fusegrad {ours_mib:.0f} MiB, torch {theirs_mib:.0f} MiB "
-              f"({ours_mib / theirs_mib:.2f}x)")
+        print(
+            f"peak resident memory: fusegrad {ours_mib:.0f} MiB, torch {theirs_mib:.0f} MiB "
+            f"({ours_mib / theirs_mib:.2f}x)"
+        )
 
 
 if __name__ == "__main__":

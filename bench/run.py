@@ -38,8 +38,13 @@ def median(fn: Callable[[], object], repeats: int, inner: int = 1) -> float:
 SETTLE_SECONDS = 0.2
 
 
-def medians(fns: dict[str, Callable[[], object]], repeats: int, inner: int = 1, rounds: int = 3,
-            settle: float = SETTLE_SECONDS) -> dict[str, float]:
+def medians(
+    fns: dict[str, Callable[[], object]],
+    repeats: int,
+    inner: int = 1,
+    rounds: int = 3,
+    settle: float = SETTLE_SECONDS,
+) -> dict[str, float]:
     """Each contender's median of about ``repeats`` timed runs, taken in ``rounds`` turns: in
     each, every contender waits ``settle`` seconds for the previous one's worker threads to go
     idle, runs once untimed, then its share of the timed runs. Turns spread this machine's
@@ -96,7 +101,11 @@ def report(name: str, unit: str, amount: float, times: dict[str, float]) -> None
     ``unit`` ("us" or "ms"), with each peer's ratio to fusegrad."""
     ours = times["fusegrad"]
     scale = TIME_UNITS.get(unit, 1.0)
-    cells = [f"fusegrad {amount / ours:9.2f} {unit}" if amount else f"fusegrad {ours / scale:9.1f} {unit}"]
+    cells = [
+        f"fusegrad {amount / ours:9.2f} {unit}"
+        if amount
+        else f"fusegrad {ours / scale:9.1f} {unit}"
+    ]
     for peer, t in times.items():
         if peer != "fusegrad":
             value = f"{amount / t:9.2f}" if amount else f"{t / scale:9.1f}"
@@ -110,13 +119,25 @@ def workloads(n_big: int, matmul_sizes: tuple[int, ...], found: dict) -> list[tu
     out = []
     for n in matmul_sizes:
         a, b = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-        out.append((f"matmul {n}x{n} f32", "GFLOP/s", 2 * n**3 * 1e-9, a, b,
-                    lambda x, y: x @ y))
+        out.append((f"matmul {n}x{n} f32", "GFLOP/s", 2 * n**3 * 1e-9, a, b, lambda x, y: x @ y))
     x = rng.standard_normal(n_big, np.float32)
-    out.append((f"5-op chain {n_big / 2**20:.1f}M", "GB/s", 8 * n_big * 1e-9, x, None,
-                lambda x, _: ((x * 2.0 + 1.0) * x - 0.5).relu() if not isinstance(x, np.ndarray)
-                else np.maximum((x * 2.0 + 1.0) * x - 0.5, 0)))
-    out.append((f"sum {n_big / 2**20:.1f}M f32", "GB/s", 4 * n_big * 1e-9, x, None, lambda x, _: x.sum()))
+    out.append(
+        (
+            f"5-op chain {n_big / 2**20:.1f}M",
+            "GB/s",
+            8 * n_big * 1e-9,
+            x,
+            None,
+            lambda x, _: (
+                ((x * 2.0 + 1.0) * x - 0.5).relu()
+                if not isinstance(x, np.ndarray)
+                else np.maximum((x * 2.0 + 1.0) * x - 0.5, 0)
+            ),
+        )
+    )
+    out.append(
+        (f"sum {n_big / 2**20:.1f}M f32", "GB/s", 4 * n_big * 1e-9, x, None, lambda x, _: x.sum())
+    )
     s = rng.standard_normal((4096, 4096) if n_big > 1 << 20 else (512, 512), np.float32)
     out.append((f"softmax {s.shape[0]}x{s.shape[1]}", "GB/s", 8 * s.size * 1e-9, s, None, _softmax))
     return out
@@ -132,7 +153,9 @@ def _softmax(x, _):
 def run_workload(name, unit, amount, a, b, fn, found, repeats) -> None:
     ta, tb = Tensor(a), Tensor(b) if b is not None else None
     contenders: dict[str, Callable[[], object]] = {
-        "fusegrad": lambda: fn(ta, tb).realize(), "numpy": lambda: fn(a, b)}
+        "fusegrad": lambda: fn(ta, tb).realize(),
+        "numpy": lambda: fn(a, b),
+    }
     if (torch := found.get("torch")) is not None:
         xa, xb = torch.from_numpy(a), torch.from_numpy(b) if b is not None else None
         contenders["torch"] = lambda: fn(xa, xb)
@@ -184,7 +207,8 @@ void fma_peak(float* out, int reps) {
     for (int i = 0; i < %(chains)d; i++) a[i] = m + (float)i;
     for (int r = 0; r < reps; r++)
       for (int i = 0; i < %(chains)d; i++) a[i] = a[i] * m + c;
-    float s = 0; for (int i = 0; i < %(chains)d; i++) for (int k = 0; k < %(width)d; k++) s += a[i][k];
+    float s = 0; for (int i = 0; i < %(chains)d; i++) for (int k = 0; k < %(width)d; k++) s +=
+    a[i][k];
     out[t] = s;
   }
 }
@@ -224,10 +248,17 @@ def _fma_peak() -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes")
-    parser.add_argument("--beam", type=int, default=0, metavar="N",
-                        help="also time each matmul with BEAM=N (the search takes minutes)")
+    parser.add_argument(
+        "--beam",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time each matmul with BEAM=N (the search takes minutes)",
+    )
     args = parser.parse_args()
     n_big = 1 << 20 if args.quick else 1 << 24
     sizes = (256,) if args.quick else (1024, 2048)
@@ -236,8 +267,10 @@ def main() -> None:
     # (the FMA peak read 240 instead of 470 GFLOP/s after tinygrad's first realize)
     peak = machine_figures(n_big)
     found = peers()
-    print(f"\nfusegrad on {Device.DEFAULT}; peers: numpy {np.__version__}"
-          + "".join(f", {k} {v.__version__}" for k, v in found.items() if hasattr(v, "__version__")))
+    print(
+        f"\nfusegrad on {Device.DEFAULT}; peers: numpy {np.__version__}"
+        + "".join(f", {k} {v.__version__}" for k, v in found.items() if hasattr(v, "__version__"))
+    )
     print("ratios in brackets: peer time / fusegrad time (> 1: fusegrad faster)\n")
     for work in workloads(n_big, sizes, found):
         run_workload(*work, found, repeats)

@@ -22,8 +22,10 @@ def show(title: str, t: Tensor, expected: np.ndarray) -> None:
     ms = (time.perf_counter() - start) * 1e3
     ok = np.allclose(got, expected, rtol=1e-4, atol=1e-5)
     names = ", ".join(get_runner(k.ast, k.device).kernel.name for k in kernels)
-    print(f"{title:<34s} {len(kernels)} kernel(s) [{names}]  {ms:7.2f} ms  "
-          f"matches numpy: {'yes' if ok else 'NO'}")
+    print(
+        f"{title:<34s} {len(kernels)} kernel(s) [{names}]  {ms:7.2f} ms  "
+        f"matches numpy: {'yes' if ok else 'NO'}"
+    )
 
 
 def main() -> None:

@@ -27,11 +27,20 @@ class Model:
 
     def __init__(self) -> None:
         self.layers = [
-            nn.Conv2d(1, 32, 5), Tensor.relu,
-            nn.Conv2d(32, 32, 5), nn.BatchNorm(32), Tensor.relu, Tensor.max_pool2d,
-            nn.Conv2d(32, 64, 3), Tensor.relu,
-            nn.Conv2d(64, 64, 3), nn.BatchNorm(64), Tensor.relu, Tensor.max_pool2d,
-            lambda x: x.flatten(1), nn.Linear(576, 10),
+            nn.Conv2d(1, 32, 5),
+            Tensor.relu,
+            nn.Conv2d(32, 32, 5),
+            nn.BatchNorm(32),
+            Tensor.relu,
+            Tensor.max_pool2d,
+            nn.Conv2d(32, 64, 3),
+            Tensor.relu,
+            nn.Conv2d(64, 64, 3),
+            nn.BatchNorm(64),
+            Tensor.relu,
+            Tensor.max_pool2d,
+            lambda x: x.flatten(1),
+            nn.Linear(576, 10),
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -43,8 +52,10 @@ class Model:
 def progress(step: int, total: int, loss: float, acc: float, started: float) -> None:
     done = int(30 * step / total)
     rate = step / max(time.perf_counter() - started, 1e-9)
-    sys.stderr.write(f"\r[{'=' * done}{' ' * (30 - done)}] {step}/{total} "
-                     f"loss {loss:6.3f} acc {acc * 100:5.1f}% {rate:5.2f} steps/s")
+    sys.stderr.write(
+        f"\r[{'=' * done}{' ' * (30 - done)}] {step}/{total} "
+        f"loss {loss:6.3f} acc {acc * 100:5.1f}% {rate:5.2f} steps/s"
+    )
     sys.stderr.flush()
 
 
@@ -90,8 +101,12 @@ def train(model: Model, x: Tensor, y: Tensor, steps: int, batch: int, lr: float)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", help="folder with the MNIST IDX files (default: FUSEGRAD_DATA or download)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", help="folder with the MNIST IDX files (default: FUSEGRAD_DATA or download)"
+    )
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=0.002)

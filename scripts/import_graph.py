@@ -7,7 +7,8 @@ Every ``import``/``from ... import`` of a ``fusegrad`` module is an edge, wherev
 (at the top of a file or inside a function), except under ``if TYPE_CHECKING:``: those run only
 for the type checker. ``from fusegrad.pkg import name`` is an edge to ``fusegrad.pkg.name`` when
 that is a module, else to ``fusegrad.pkg`` (the package's ``__init__``, which imports its parts:
-those are edges too, so a part that imports its own package's face is a circle). ``tests/core/test_import_graph.py`` asserts there are no
+those are edges too, so a part that imports its own package's face is a circle).
+``tests/core/test_import_graph.py`` asserts there are no
 circles; this script prints them, and the imports made inside functions, for a person to read.
 """
 
@@ -47,7 +48,11 @@ def _imports(tree: ast.AST, in_function: bool = False):
         if isinstance(node, ast.Import):
             yield [a.name for a in node.names], node.lineno, in_function
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield [f"{node.module}.{a.name}" for a in node.names] + [node.module], node.lineno, in_function
+            yield (
+                [f"{node.module}.{a.name}" for a in node.names] + [node.module],
+                node.lineno,
+                in_function,
+            )
         inner = in_function or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         yield from _imports(node, inner)
 

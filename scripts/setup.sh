@@ -11,7 +11,7 @@ stamp=.venv/.fusegrad-installed
 if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/pyproject.toml -nt "$stamp" ] || [ scripts/setup.sh -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e core -e backend-cpu \
-    "pytest>=8" "pytest-xdist>=3" "ruff>=0.6" \
+    "pytest>=8" "pytest-xdist>=3" "ruff>=0.6" "mypy>=1.10" \
     "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
   .venv/bin/python -m pip install -q -e backend-webgpu wgpu
   # OpenCL runs here on PoCL's CPU device; CUDA and Metal without their runtimes (no GPU here):

@@ -73,7 +73,9 @@ def test_identity_names_compiler_version_and_flags():
     identities = {CCompiler([n], openmp=False).identity for n in names}
     assert len(identities) == len(names)
     plain = CCompiler(openmp=False)
-    first_line = subprocess.run([plain.command[0], "--version"], capture_output=True, text=True).stdout
+    first_line = subprocess.run(
+        [plain.command[0], "--version"], capture_output=True, text=True
+    ).stdout
     assert "-march=native" in plain.identity and first_line.splitlines()[0] in plain.identity
     assert plain.identity != CCompiler(openmp=True).identity
     assert plain.identity != CCompiler(flags=(*FLAGS, "-ffast-math"), openmp=False).identity

@@ -1,4 +1,5 @@
-"""The CPU renderer's loop pragmas: the register tile the optimiser planned, as gcc should build it."""
+"""The CPU renderer's loop pragmas: the register tile the optimiser planned, as gcc should build
+it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from fusegrad.testing.oracle import ORACLE
 def _lines_before_loops(source: str) -> dict[str, str]:
     """Loop variable -> the line just before its ``for``."""
     lines = [line.strip() for line in source.splitlines()]
-    return {line.split()[2]: lines[i - 1] for i, line in enumerate(lines) if line.startswith("for (int ")}
+    return {
+        line.split()[2]: lines[i - 1]
+        for i, line in enumerate(lines)
+        if line.startswith("for (int ")
+    }
 
 
 def test_matmul_tile_is_unrolled_whole():
@@ -68,13 +73,21 @@ def test_elementwise_innermost_loop_is_vectorised_unless_strided():
     g = Tensor.rand(2, 4, 10, 10, device="CPU")
     up = g.reshape(2, 4, 10, 1, 10, 1).expand(2, 4, 10, 2, 10, 2).reshape(2, 4, 20, 20)
     (step,) = (x * up).schedule()
-    source = generate(step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, Device["CPU"].renderer)).source
+    source = generate(
+        step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, Device["CPU"].renderer)
+    ).source
     assert _lines_before_loops(source)["gidx3"] == "#pragma omp simd"
     expected = x.numpy() * np.repeat(np.repeat(g.numpy(), 2, axis=2), 2, axis=3)
     np.testing.assert_allclose((x * up).numpy(), expected, rtol=1e-6)
     (transpose,) = x.permute(0, 2, 3, 1).contiguous().schedule()
-    source = generate(transpose.ast, Device["CPU"].renderer, opts=heuristic_opts(transpose.ast, Device["CPU"].renderer)).source
-    assert not any(line.startswith("#pragma omp simd") for line in _lines_before_loops(source).values())
+    source = generate(
+        transpose.ast,
+        Device["CPU"].renderer,
+        opts=heuristic_opts(transpose.ast, Device["CPU"].renderer),
+    ).source
+    assert not any(
+        line.startswith("#pragma omp simd") for line in _lines_before_loops(source).values()
+    )
 
 
 def _run_matmul(a: Tensor, b: Tensor, opts: KernelOpts) -> tuple[str, np.ndarray]:
@@ -102,10 +115,14 @@ def test_panel_tile_splits_the_column_loop():
     after the rows."""
     a, b = Tensor.rand(24, 32, device="CPU").realize(), Tensor.rand(32, 64, device="CPU").realize()
     source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16)), tile=((1, 2),)))
-    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int gidx")]
-    assert loops[:3] == ["for (int gidx0 = 0; gidx0 < 2; gidx0++) {",
-                         "for (int gidx1 = 0; gidx1 < 4; gidx1++) {",
-                         "for (int gidx2 = 0; gidx2 < 2; gidx2++) {"]
+    loops = [
+        line.strip() for line in source.splitlines() if line.strip().startswith("for (int gidx")
+    ]
+    assert loops[:3] == [
+        "for (int gidx0 = 0; gidx0 < 2; gidx0++) {",
+        "for (int gidx1 = 0; gidx1 < 4; gidx1++) {",
+        "for (int gidx2 = 0; gidx2 < 2; gidx2++) {",
+    ]
     np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
 
 
@@ -114,7 +131,10 @@ def test_large_matmul_reads_its_right_operand_in_panels():
     run per panel (no stride of a whole row between the steps of k)."""
     renderer = Device["CPU"].renderer
     p = 2 * renderer.vector_bytes // 4
-    a, b = Tensor.rand(64, 512, device="CPU").realize(), Tensor.rand(512, 8 * p, device="CPU").realize()
+    a, b = (
+        Tensor.rand(64, 512, device="CPU").realize(),
+        Tensor.rand(512, 8 * p, device="CPU").realize(),
+    )
     copy, matmul = (a @ b).schedule()
     source = generate(matmul.ast, renderer, opts=heuristic_opts(matmul.ast, renderer)).source
     assert f"#pragma GCC unroll {p}" in source  # the panel's width is the vector axis
@@ -133,7 +153,9 @@ def test_sum_lanes_are_unrolled_into_registers_but_a_max_keeps_omp_simd():
     """A sum's lane loop unrolled keeps its accumulators in registers (under omp simd gcc stored
     them on the stack every step); a max's ternary would run scalar unrolled, so it keeps simd."""
     x = Tensor.rand(1 << 16, device="CPU").realize()
-    lanes = {v: line for v, line in _lines_before_loops(_reduce_source(x.sum())).items() if "1" in v}
+    lanes = {
+        v: line for v, line in _lines_before_loops(_reduce_source(x.sum())).items() if "1" in v
+    }
     assert any(line.startswith("#pragma GCC unroll") for line in lanes.values())
     assert "omp simd" not in _reduce_source(x.sum())
     assert "#pragma omp simd" in _reduce_source(x.max())
@@ -152,8 +174,20 @@ def _gcc_vector_report(source: str | Path, tmp_path: Path) -> str | None:
     else:
         path = source
     flags = [f for f in rt.compiler.flags if f != "-shared"]
-    done = subprocess.run([*rt.compiler.command, *flags, "-c", "-fopt-info-vec-optimized", str(path),
-                           "-o", str(tmp_path / "k.o")], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            *rt.compiler.command,
+            *flags,
+            "-c",
+            "-fopt-info-vec-optimized",
+            str(path),
+            "-o",
+            str(tmp_path / "k.o"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stderr
 
 
@@ -165,15 +199,23 @@ def test_exp_with_clamps_is_vectorised(tmp_path):
     (step,) = (x.exp() * 2).schedule()
     kernel = generate(step.ast, rt.renderer, rt.rules, heuristic_opts(step.ast, rt.renderer))
     report = _gcc_vector_report(kernel.source, tmp_path)
-    assert report is None or "loop vectorized" in report, report  # clang vectorises these on its own
+    assert report is None or "loop vectorized" in report, (
+        report
+    )  # clang vectorises these on its own
     np.testing.assert_allclose((x.exp() * 2).numpy(), np.exp(x.numpy()) * 2, rtol=1e-5)
 
 
 def test_caches_are_read_from_sysfs(tmp_path):
     from fusegrad_cpu.renderer import core_cache, last_level_cache
 
-    for index, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "64K"),
-                                                  (2, "Unified", "512K"), (3, "Unified", "32768K")]):
+    for index, (level, kind, size) in enumerate(
+        [
+            (1, "Data", "32K"),
+            (1, "Instruction", "64K"),
+            (2, "Unified", "512K"),
+            (3, "Unified", "32768K"),
+        ]
+    ):
         entry = tmp_path / f"index{index}"
         entry.mkdir()
         (entry / "level").write_text(f"{level}\n")
@@ -188,10 +230,15 @@ def test_conv_tile_inside_several_reduce_loops_keeps_a_vector_loop():
     """A conv's tile sits inside its channel and window loops: unrolled there gcc left it scalar
     (19x slower), so its vector loop stays ``omp simd`` while the rows unroll; a matmul's tile,
     inside one reduce loop, unrolls whole."""
-    x, w = Tensor.rand(4, 8, 12, 12, device="CPU").realize(), Tensor.rand(32, 8, 3, 3, device="CPU").realize()
+    x, w = (
+        Tensor.rand(4, 8, 12, 12, device="CPU").realize(),
+        Tensor.rand(32, 8, 3, 3, device="CPU").realize(),
+    )
     source = _reduce_source(x.conv2d(w))
     pragmas = [line.strip() for line in source.splitlines() if line.strip().startswith("#pragma")]
-    assert "#pragma omp simd" in pragmas and any(p.startswith("#pragma GCC unroll") for p in pragmas)
+    assert "#pragma omp simd" in pragmas and any(
+        p.startswith("#pragma GCC unroll") for p in pragmas
+    )
     expected = Tensor(x.numpy(), device=ORACLE).conv2d(Tensor(w.numpy(), device=ORACLE)).numpy()
     np.testing.assert_allclose(x.conv2d(w).numpy(), expected, rtol=1e-4, atol=1e-5)
 
@@ -202,4 +249,6 @@ def test_two_selects_on_one_comparison_vectorise(tmp_path):
     branches into a shape the vectoriser gave up on (10.5 ms instead of 0.8): the lane loop must
     vectorise with the flags the compiler passes."""
     report = _gcc_vector_report(Path(__file__).parent / "data" / "batchnorm_backward.c", tmp_path)
-    assert report is None or "batchnorm_backward.c:35:17: optimized: loop vectorized" in report, report
+    assert report is None or "batchnorm_backward.c:35:17: optimized: loop vectorized" in report, (
+        report
+    )

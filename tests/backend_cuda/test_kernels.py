@@ -73,8 +73,14 @@ def test_long_reductions_run_one_block_per_output(case_id, threads):
     outputs = ast.src[0].src[1].size
     assert kernel.local_size == (threads,) and kernel.global_size == (outputs * threads,)
     assert "__shared__ " in text and "return;" not in text
-    steps = [f"shared0[{threads}];", "shared0[lidx0] = acc0;", "__syncthreads();",
-             "(lidx0<1);", "shared0[alu", "data0["]
+    steps = [
+        f"shared0[{threads}];",
+        "shared0[lidx0] = acc0;",
+        "__syncthreads();",
+        "(lidx0<1);",
+        "shared0[alu",
+        "data0[",
+    ]
     positions = [text.index(step) for step in steps]
     assert positions == sorted(positions), text
     assert ("blockIdx.x" in text) == (outputs > 1)
@@ -89,6 +95,8 @@ def test_a_kernel_over_a_variable_takes_it_as_an_int_and_compiles():
         assert [v.arg[0] for v in k.variables] == ["seq"]
     if find_nvcc() is None:
         pytest.skip("nvcc not found on this machine")
-    sources = [k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)]
+    sources = [
+        k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)
+    ]
     cubin = NVCCCompiler("sm_80").compile("\n".join(sources))
     assert cubin[:4] == b"\x7fELF"

@@ -1,4 +1,5 @@
-"""Tests of ``fusegrad_cuda/__init__.py``: the probe says what is missing; runtime tests need a GPU."""
+"""Tests of ``fusegrad_cuda/__init__.py``: the probe says what is missing; runtime tests need a
+GPU."""
 
 from __future__ import annotations
 

@@ -36,7 +36,9 @@ def test_kernel_renders_with_bindings_and_a_guarded_thread_index(case_id, ast):
     if kernel.global_size is None:
         assert params == buffers and "gid" not in text
     elif kernel.local_size and "threadgroup_barrier" in text:  # grouped: one group per output
-        assert params[-1] == "uint3 lid [[thread_position_in_threadgroup]]" and "return;" not in text
+        assert (
+            params[-1] == "uint3 lid [[thread_position_in_threadgroup]]" and "return;" not in text
+        )
     else:
         assert params[len(buffers) :] == ["uint3 gid [[thread_position_in_grid]]"]
         assert f"int gidx0 = gid.x;\n  if (gidx0 >= {kernel.global_size[0]}) return;" in text
@@ -65,8 +67,13 @@ def test_long_reductions_share_threadgroup_memory(case_id):
     kernel = generate(ast, MetalRenderer("METAL"))
     text = kernel.source
     (threads,) = kernel.local_size
-    steps = [f"threadgroup float shared0[{threads}];", "shared0[lidx0] = acc0;",
-             "threadgroup_barrier(mem_flags::mem_threadgroup);", "(lidx0<1);", "data0["]
+    steps = [
+        f"threadgroup float shared0[{threads}];",
+        "shared0[lidx0] = acc0;",
+        "threadgroup_barrier(mem_flags::mem_threadgroup);",
+        "(lidx0<1);",
+        "data0[",
+    ]
     positions = [text.index(step) for step in steps]
     assert positions == sorted(positions), text
     assert "int lidx0 = lid.x;" in text

@@ -1,4 +1,5 @@
-"""Tests of ``fusegrad_opencl/device.py`` and ``compiler.py`` on a real OpenCL device (PoCL here)."""
+"""Tests of ``fusegrad_opencl/device.py`` and ``compiler.py`` on a real OpenCL device (PoCL
+here)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from fusegrad.errors import CompileError
 from fusegrad_opencl.compiler import CLCompiler
 from fusegrad_opencl.device import CLAllocator, CLProgram
 
-SCALE = """__kernel void scale(__global float* restrict data0, __global const float* restrict data1) {
+SCALE = """__kernel void scale(__global float* restrict data0,
+                    __global const float* restrict data1) {
   int i = get_global_id(0);
   data0[i] = data1[i] * 3.0f + 1.0f;
 }"""
@@ -94,6 +96,8 @@ def test_an_empty_program_from_the_drivers_cache_is_built_again(cl_device, monke
     assert built == [[], ["-DFUSEGRAD_REBUILD=1"]]
     assert CLProgram(cl_device, "scale", binary).name == "scale"
     built.clear()
-    monkeypatch.setattr(CLCompiler, "_build", lambda self, _, options: real_build(self, "", options))
+    monkeypatch.setattr(
+        CLCompiler, "_build", lambda self, _, options: real_build(self, "", options)
+    )
     with pytest.raises(CompileError, match="built no kernel from the source below"):
         compiler.compile(SCALE)

@@ -76,7 +76,11 @@ def test_a_kernel_over_a_variable_is_refused_naming_it(tmp_path):
 
     seq = Variable("seq", 1, 16)
     with pytest.raises(FusegradError, match="Variable 'seq'.*concrete shapes"):
-        export_webgpu(lambda x: (x.reshape(seq.bind(4), 2) * 2).sum(1), [np.ones((4, 2), np.float32)], tmp_path)
+        export_webgpu(
+            lambda x: (x.reshape(seq.bind(4), 2) * 2).sum(1),
+            [np.ones((4, 2), np.float32)],
+            tmp_path,
+        )
     assert list(tmp_path.iterdir()) == []  # nothing half-written
 
 

@@ -40,7 +40,11 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: t(2, 3).permute(0, 0), ShapeError, r"each axis once, got \(0, 0\)"),
     (lambda: t(2, 3).pad(((1, 1),)), ShapeError, r"one \(before, after\) per axis of \(2, 3\)"),
     (lambda: t(2, 3).shrink(((0, 3), None)), ShapeError, r"shrink .* does not fit shape \(2, 3\)"),
-    (lambda: Tensor.zeros(2, -1), ShapeError, r"non-negative ints or bound Variables, got \(2, -1\)"),
+    (
+        lambda: Tensor.zeros(2, -1),
+        ShapeError,
+        r"non-negative ints or bound Variables, got \(2, -1\)",
+    ),
     (lambda: Tensor([[1, 2], [3]]), ShapeError, r"ragged"),
     (lambda: t(2, 3).item(), ShapeError, r"one element, this one has shape \(2, 3\)"),
     # axes
@@ -60,8 +64,16 @@ ERRORS = [  # (what the user does, the error type, a regex the message must matc
     (lambda: t(3)[3], IndexError, r"index 3 is out of bounds for dimension 0 with size 3"),
     (lambda: t(3)[-4], IndexError, r"index -4 is out of bounds for dimension 0 with size 3"),
     (lambda: t(2, 3)[:, 3], IndexError, r"index 3 is out of bounds for dimension 1 with size 3"),
-    (lambda: t(2, 3)[:, [0, 3]], IndexError, r"index 3 is out of bounds for dimension 1 with size 3"),
-    (lambda: t(2, 3)[0, 0, 0], IndexError, r"too many indices for tensor of dimension 2 \(3 given\)"),
+    (
+        lambda: t(2, 3)[:, [0, 3]],
+        IndexError,
+        r"index 3 is out of bounds for dimension 1 with size 3",
+    ),
+    (
+        lambda: t(2, 3)[0, 0, 0],
+        IndexError,
+        r"too many indices for tensor of dimension 2 \(3 given\)",
+    ),
     (lambda: t()[0], IndexError, r"dimension 0 \(1 given\) \(a 0-d tensor's value is \.item\(\)\)"),
     (lambda: t(2, 3)[..., 0, ...], IndexError, r"only have a single ellipsis"),
     (lambda: t(2, 3)[1.5], IndexError, r"unsupported index 1\.5; use ints, slices, None, \.\.\."),

@@ -162,7 +162,9 @@ def test_costly_work_read_by_three_kernels_is_computed_once():
     assert written.count(256 * 512) == 1  # the expression, once
     xn = x.numpy()
     expected = np.sqrt(np.sin(xn * 3) + 2) / (xn * xn + 1) + np.exp(xn * 0.5)
-    for ours, ref in zip(outs, [expected.sum(0), (expected * 2).max(0), (expected * expected).sum(1)]):
+    for ours, ref in zip(
+        outs, [expected.sum(0), (expected * 2).max(0), (expected * expected).sum(1)]
+    ):
         np.testing.assert_allclose(ours.numpy(), ref, rtol=1e-4)
 
 

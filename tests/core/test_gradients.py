@@ -661,7 +661,10 @@ def test_conv_input_gradient_is_a_transposed_convolution():
 
 def test_conv_second_order_gradient_matches_torch():
     rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((2, 3, 7, 7), np.float32), rng.standard_normal((4, 3, 3, 3), np.float32)
+    x, w = (
+        rng.standard_normal((2, 3, 7, 7), np.float32),
+        rng.standard_normal((4, 3, 3, 3), np.float32),
+    )
     tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     out = torch.nn.functional.conv2d(tx, tw, stride=2, padding=1)
     (tgx,) = torch.autograd.grad((out * out).sum(), tx, create_graph=True)

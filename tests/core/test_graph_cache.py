@@ -20,7 +20,9 @@ def _plain_scalar(value, dtype, shape):
     return node
 
 
-@pytest.mark.parametrize("value, dtype", [(2.0, dtypes.float32), (3, dtypes.int32), (True, dtypes.bool)])
+@pytest.mark.parametrize(
+    "value, dtype", [(2.0, dtypes.float32), (3, dtypes.int32), (True, dtypes.bool)]
+)
 def test_scalar_operand_is_a_broadcast_constant(value, dtype):
     t = Tensor(np.ones((2, 3)), dtype=dtype)
     a, b = t._operands(value)
@@ -31,9 +33,15 @@ def test_scalar_operand_is_a_broadcast_constant(value, dtype):
 
 def test_scalar_cache_keeps_equal_but_different_constants_apart():
     shape = (4,)
-    assert broadcast_scalar(0.0, dtypes.float32, shape) is not broadcast_scalar(-0.0, dtypes.float32, shape)
-    assert broadcast_scalar(1, dtypes.float32, shape) is broadcast_scalar(1.0, dtypes.float32, shape)  # both 1.0f
-    assert broadcast_scalar(1, dtypes.int32, shape) is not broadcast_scalar(1, dtypes.float32, shape)
+    assert broadcast_scalar(0.0, dtypes.float32, shape) is not broadcast_scalar(
+        -0.0, dtypes.float32, shape
+    )
+    assert broadcast_scalar(1, dtypes.float32, shape) is broadcast_scalar(
+        1.0, dtypes.float32, shape
+    )  # both 1.0f
+    assert broadcast_scalar(1, dtypes.int32, shape) is not broadcast_scalar(
+        1, dtypes.float32, shape
+    )
     nan = broadcast_scalar(math.nan, dtypes.float32, shape)
     assert nan is broadcast_scalar(math.nan, dtypes.float32, shape)
     assert broadcast_scalar(5.0, dtypes.float32, ()) is UOp.const(dtypes.float32, 5.0)
@@ -56,12 +64,15 @@ def test_scalar_cache_is_bounded(monkeypatch):
     assert len(ops_module._SCALARS) <= 8
 
 
-@pytest.mark.parametrize("shape, kernel, stride, dilation", [
-    ((2, 3, 12, 12), (5, 5), (1, 1), (1, 1)),
-    ((2, 3, 12, 12), (2, 2), (2, 2), (1, 1)),  # windows that tile the axis
-    ((2, 3, 11, 13), (3, 2), (2, 3), (2, 1)),
-    ((2, 4, 9), (3,), (1,), (2,)),
-])
+@pytest.mark.parametrize(
+    "shape, kernel, stride, dilation",
+    [
+        ((2, 3, 12, 12), (5, 5), (1, 1), (1, 1)),
+        ((2, 3, 12, 12), (2, 2), (2, 2), (1, 1)),  # windows that tile the axis
+        ((2, 3, 11, 13), (3, 2), (2, 3), (2, 1)),
+        ((2, 4, 9), (3,), (1,), (2,)),
+    ],
+)
 def test_pool_replays_the_movement_ops_it_would_build(shape, kernel, stride, dilation):
     x = Tensor.rand(*shape)
     first = x._pool(kernel, stride, dilation)

@@ -33,7 +33,9 @@ def test_the_check_sees_a_circle(tmp_path):
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("from fusegrad.b import f\n")
     (package / "b.py").write_text("def f():\n    from fusegrad import a\n")
-    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fusegrad import a\n")
+    (package / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fusegrad import a\n"
+    )
     graph = _script()
     edges, lazy = graph.graph(tmp_path)
     assert graph.circles(edges) == [["fusegrad.a", "fusegrad.b"]]

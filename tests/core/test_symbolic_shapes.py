@@ -68,8 +68,11 @@ def test_matmul_with_the_variable_as_rows_and_as_the_inner_size(device):
 
 
 def test_transpose_and_reshape_with_fixed_sizes(device):
-    _check_each_length(device, lambda x: x.T.reshape(2, 4, x.shape[0]).sum(1),
-                       lambda a: a.T.reshape(2, 4, -1).sum(1))
+    _check_each_length(
+        device,
+        lambda x: x.T.reshape(2, 4, x.shape[0]).sum(1),
+        lambda a: a.T.reshape(2, 4, -1).sum(1),
+    )
 
 
 def test_the_shape_shows_the_bound_value():
@@ -105,9 +108,14 @@ def test_bad_bounds_and_names_are_refused():
 
 
 def test_pad_flip_cat_and_shrink(device):
-    _check_each_length(device, lambda x: x.pad(((1, 2), (0, 1))).flip(0),
-                       lambda a: np.pad(a, ((1, 2), (0, 1)))[::-1])
-    _check_each_length(device, lambda x: x.cat(x * 2, dim=1), lambda a: np.concatenate([a, a * 2], 1))
+    _check_each_length(
+        device,
+        lambda x: x.pad(((1, 2), (0, 1))).flip(0),
+        lambda a: np.pad(a, ((1, 2), (0, 1)))[::-1],
+    )
+    _check_each_length(
+        device, lambda x: x.cat(x * 2, dim=1), lambda a: np.concatenate([a, a * 2], 1)
+    )
     _check_each_length(device, lambda x: x.shrink(((1, 3), None)) + 1, lambda a: a[1:3] + 1)
 
 
@@ -120,8 +128,9 @@ def test_gradients_through_a_variable_length(device):
         (x @ w).relu().mean().backward()
         return w.grad
 
-    _check_each_length(device, grad_of_w,
-                       lambda a: a.T @ ((a @ w0) > 0).astype(np.float32) / (a.shape[0] * 3))
+    _check_each_length(
+        device, grad_of_w, lambda a: a.T @ ((a @ w0) > 0).astype(np.float32) / (a.shape[0] * 3)
+    )
 
 
 def test_indexing_a_symbolic_tensor_is_refused_with_the_way_out():
@@ -148,5 +157,8 @@ def test_beam_leaves_a_kernel_over_a_variable_as_it_is():
     from fusegrad import context
 
     with context(BEAM=2):
-        _check_each_length("CPU", lambda x: x.softmax(0),
-                           lambda a: np.exp(a - a.max(0)) / np.exp(a - a.max(0)).sum(0))
+        _check_each_length(
+            "CPU",
+            lambda x: x.softmax(0),
+            lambda a: np.exp(a - a.max(0)) / np.exp(a - a.max(0)).sum(0),
+        )

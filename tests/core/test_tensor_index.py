@@ -290,8 +290,9 @@ EINSUM_ERRORS = [  # (formula, operand shapes, what our message says); torch rai
 ]
 
 
-@pytest.mark.parametrize("formula, shapes, message", EINSUM_ERRORS,
-                         ids=[f"{e[0]}-{len(e[1])}" for e in EINSUM_ERRORS])
+@pytest.mark.parametrize(
+    "formula, shapes, message", EINSUM_ERRORS, ids=[f"{e[0]}-{len(e[1])}" for e in EINSUM_ERRORS]
+)
 def test_einsum_errors(formula, shapes, message):
     """Each bad formula raises what torch raises (a RuntimeError), saying what was wrong."""
     arrays = [rand(s) for s in shapes]

@@ -55,8 +55,17 @@ def test_softmax_is_three_kernels():
 
 @pytest.mark.parametrize(
     "start, end, steps, dtype",
-    [(5, 10, 3, None), (5, 10, 1, None), (5, 10, 0, None), (-5.5, 5.5, 10, None),
-     (5.5, -5.5, 10, None), (0, 1, 7, f64), (5, 10, 20, i32), (5, -5, 20, i32), (-3, 7, 11, i8)],
+    [
+        (5, 10, 3, None),
+        (5, 10, 1, None),
+        (5, 10, 0, None),
+        (-5.5, 5.5, 10, None),
+        (5.5, -5.5, 10, None),
+        (0, 1, 7, f64),
+        (5, 10, 20, i32),
+        (5, -5, 20, i32),
+        (-3, 7, 11, i8),
+    ],
 )
 def test_linspace(device, start, end, steps, dtype):
     t = Tensor.linspace(start, end, steps, dtype=dtype, device=device)

@@ -42,54 +42,144 @@ GOOD_TARGET, TGOOD_TARGET = Tensor([0, 2]), torch.tensor([0, 2])
 ERRORS = [  # (id, fusegrad's call, torch's call, what our message says)
     ("pad_odd", lambda: X4.pad((2, 0, 2)), lambda: F.pad(TX4, (2, 0, 2)), "even number"),
     ("pad_too_many", lambda: X4.pad((0,) * 10), lambda: F.pad(TX4, (0,) * 10), "at most 8"),
-    ("pad_mode", lambda: X4.pad((1, 1), mode="typo"), lambda: F.pad(TX4, (1, 1), mode="typo"), "typo"),
-    ("pad_reflect_size", lambda: X4.pad((3, 5, 0, 0), mode="reflect"),
-     lambda: F.pad(TX4, (3, 5, 0, 0), mode="reflect"), "less than the axis size"),
-    ("pad_circular_twice", lambda: X4.pad((3, 6, 0, 0), mode="circular"),
-     lambda: F.pad(TX4, (3, 6, 0, 0), mode="circular"), "more than once"),
-    ("pad_value_reflect", lambda: X4.pad((1, 1), 2.0, "reflect"),
-     lambda: F.pad(TX4, (1, 1), mode="reflect", value=2.0), "takes no value"),
-    ("conv_padding_len", lambda: X4.conv2d(W4, padding=(1, 1, 1)),
-     lambda: F.conv2d(TX4, TW4, padding=(1, 1, 1)), "1, 2 .* or 4 values"),
-    ("conv_kernel_too_big", lambda: X4.conv2d(W4, dilation=3), lambda: F.conv2d(TX4, TW4, dilation=3),
-     "does not fit"),
-    ("conv_same_stride", lambda: X4.conv2d(W4, stride=2, padding="same"),
-     lambda: F.conv2d(TX4, TW4, stride=2, padding="same"), "stride 1"),
-    ("unpool_size", lambda: Tensor.max_unpool2d(*X4.max_pool2d(2, return_indices=True), 2, output_size=(9, 9)),
-     lambda: F.max_unpool2d(*F.max_pool2d(TX4, 2, return_indices=True), 2, output_size=(9, 9)),
-     "within stride"),
-    ("reshape_ambiguous", lambda: Tensor.zeros(0, 3).reshape(0, -1),
-     lambda: torch.zeros(0, 3).reshape(0, -1), "could be any size"),
-    ("sdpa_mask_and_causal", lambda: Q.scaled_dot_product_attention(Q, Q, Q.ones_like() > 0, is_causal=True),
-     lambda: F.scaled_dot_product_attention(TQ, TQ, TQ, TQ > -9, is_causal=True), "not both"),
-    ("sdpa_gqa_heads", lambda: Q.scaled_dot_product_attention(K, K, enable_gqa=True),
-     lambda: F.scaled_dot_product_attention(TQ, TK, TK, enable_gqa=True), "must divide"),
-    ("sdpa_heads_without_gqa", lambda: Q.scaled_dot_product_attention(K, K),
-     lambda: F.scaled_dot_product_attention(TQ, TK, TK), "broadcast"),
-    ("cross_entropy_target_out_of_bounds", lambda: LOGITS.cross_entropy(BAD_TARGET),
-     lambda: F.cross_entropy(TLOGITS, TBAD_TARGET), "Target 3 is out of bounds"),
-    ("cross_entropy_negative_target", lambda: LOGITS.cross_entropy(Tensor([0, -100]), ignore_index=-1),
-     lambda: F.cross_entropy(TLOGITS, torch.tensor([0, -100]), ignore_index=-1), "Target -100"),
-    ("nll_loss_target_out_of_bounds", lambda: LOGITS.nll_loss(BAD_TARGET),
-     lambda: F.nll_loss(TLOGITS, TBAD_TARGET), "out of bounds"),
-    ("cross_entropy_reduction", lambda: LOGITS.cross_entropy(GOOD_TARGET, reduction="typo"),
-     lambda: F.cross_entropy(TLOGITS, TGOOD_TARGET, reduction="typo"), "reduction"),
-    ("nll_loss_reduction", lambda: LOGITS.nll_loss(GOOD_TARGET, reduction="typo"),
-     lambda: F.nll_loss(TLOGITS, TGOOD_TARGET, reduction="typo"), "reduction"),
-    ("cross_entropy_batch", lambda: LOGITS.cross_entropy(Tensor([0, 1, 2])),
-     lambda: F.cross_entropy(TLOGITS, torch.tensor([0, 1, 2])), "class indices of shape"),
-    ("cross_entropy_prob_shape", lambda: LOGITS.cross_entropy(Tensor([[0.5], [0.5]])),
-     lambda: F.cross_entropy(TLOGITS, torch.tensor([[0.5], [0.5]])), "probabilities"),
-    ("cross_entropy_weight", lambda: LOGITS.cross_entropy(GOOD_TARGET, weight=Tensor.ones(4)),
-     lambda: F.cross_entropy(TLOGITS, TGOOD_TARGET, weight=torch.ones(4)), "one value per class"),
-    ("cross_entropy_smoothing", lambda: LOGITS.cross_entropy(GOOD_TARGET, label_smoothing=1.5),
-     lambda: F.cross_entropy(TLOGITS, TGOOD_TARGET, label_smoothing=1.5), "label_smoothing"),
-    ("mean_int_dtype", lambda: LOGITS.mean(dtype="int32"), lambda: TLOGITS.mean(dtype=torch.int32),
-     "float dtype"),
+    (
+        "pad_mode",
+        lambda: X4.pad((1, 1), mode="typo"),
+        lambda: F.pad(TX4, (1, 1), mode="typo"),
+        "typo",
+    ),
+    (
+        "pad_reflect_size",
+        lambda: X4.pad((3, 5, 0, 0), mode="reflect"),
+        lambda: F.pad(TX4, (3, 5, 0, 0), mode="reflect"),
+        "less than the axis size",
+    ),
+    (
+        "pad_circular_twice",
+        lambda: X4.pad((3, 6, 0, 0), mode="circular"),
+        lambda: F.pad(TX4, (3, 6, 0, 0), mode="circular"),
+        "more than once",
+    ),
+    (
+        "pad_value_reflect",
+        lambda: X4.pad((1, 1), 2.0, "reflect"),
+        lambda: F.pad(TX4, (1, 1), mode="reflect", value=2.0),
+        "takes no value",
+    ),
+    (
+        "conv_padding_len",
+        lambda: X4.conv2d(W4, padding=(1, 1, 1)),
+        lambda: F.conv2d(TX4, TW4, padding=(1, 1, 1)),
+        "1, 2 .* or 4 values",
+    ),
+    (
+        "conv_kernel_too_big",
+        lambda: X4.conv2d(W4, dilation=3),
+        lambda: F.conv2d(TX4, TW4, dilation=3),
+        "does not fit",
+    ),
+    (
+        "conv_same_stride",
+        lambda: X4.conv2d(W4, stride=2, padding="same"),
+        lambda: F.conv2d(TX4, TW4, stride=2, padding="same"),
+        "stride 1",
+    ),
+    (
+        "unpool_size",
+        lambda: Tensor.max_unpool2d(*X4.max_pool2d(2, return_indices=True), 2, output_size=(9, 9)),
+        lambda: F.max_unpool2d(*F.max_pool2d(TX4, 2, return_indices=True), 2, output_size=(9, 9)),
+        "within stride",
+    ),
+    (
+        "reshape_ambiguous",
+        lambda: Tensor.zeros(0, 3).reshape(0, -1),
+        lambda: torch.zeros(0, 3).reshape(0, -1),
+        "could be any size",
+    ),
+    (
+        "sdpa_mask_and_causal",
+        lambda: Q.scaled_dot_product_attention(Q, Q, Q.ones_like() > 0, is_causal=True),
+        lambda: F.scaled_dot_product_attention(TQ, TQ, TQ, TQ > -9, is_causal=True),
+        "not both",
+    ),
+    (
+        "sdpa_gqa_heads",
+        lambda: Q.scaled_dot_product_attention(K, K, enable_gqa=True),
+        lambda: F.scaled_dot_product_attention(TQ, TK, TK, enable_gqa=True),
+        "must divide",
+    ),
+    (
+        "sdpa_heads_without_gqa",
+        lambda: Q.scaled_dot_product_attention(K, K),
+        lambda: F.scaled_dot_product_attention(TQ, TK, TK),
+        "broadcast",
+    ),
+    (
+        "cross_entropy_target_out_of_bounds",
+        lambda: LOGITS.cross_entropy(BAD_TARGET),
+        lambda: F.cross_entropy(TLOGITS, TBAD_TARGET),
+        "Target 3 is out of bounds",
+    ),
+    (
+        "cross_entropy_negative_target",
+        lambda: LOGITS.cross_entropy(Tensor([0, -100]), ignore_index=-1),
+        lambda: F.cross_entropy(TLOGITS, torch.tensor([0, -100]), ignore_index=-1),
+        "Target -100",
+    ),
+    (
+        "nll_loss_target_out_of_bounds",
+        lambda: LOGITS.nll_loss(BAD_TARGET),
+        lambda: F.nll_loss(TLOGITS, TBAD_TARGET),
+        "out of bounds",
+    ),
+    (
+        "cross_entropy_reduction",
+        lambda: LOGITS.cross_entropy(GOOD_TARGET, reduction="typo"),
+        lambda: F.cross_entropy(TLOGITS, TGOOD_TARGET, reduction="typo"),
+        "reduction",
+    ),
+    (
+        "nll_loss_reduction",
+        lambda: LOGITS.nll_loss(GOOD_TARGET, reduction="typo"),
+        lambda: F.nll_loss(TLOGITS, TGOOD_TARGET, reduction="typo"),
+        "reduction",
+    ),
+    (
+        "cross_entropy_batch",
+        lambda: LOGITS.cross_entropy(Tensor([0, 1, 2])),
+        lambda: F.cross_entropy(TLOGITS, torch.tensor([0, 1, 2])),
+        "class indices of shape",
+    ),
+    (
+        "cross_entropy_prob_shape",
+        lambda: LOGITS.cross_entropy(Tensor([[0.5], [0.5]])),
+        lambda: F.cross_entropy(TLOGITS, torch.tensor([[0.5], [0.5]])),
+        "probabilities",
+    ),
+    (
+        "cross_entropy_weight",
+        lambda: LOGITS.cross_entropy(GOOD_TARGET, weight=Tensor.ones(4)),
+        lambda: F.cross_entropy(TLOGITS, TGOOD_TARGET, weight=torch.ones(4)),
+        "one value per class",
+    ),
+    (
+        "cross_entropy_smoothing",
+        lambda: LOGITS.cross_entropy(GOOD_TARGET, label_smoothing=1.5),
+        lambda: F.cross_entropy(TLOGITS, TGOOD_TARGET, label_smoothing=1.5),
+        "label_smoothing",
+    ),
+    (
+        "mean_int_dtype",
+        lambda: LOGITS.mean(dtype="int32"),
+        lambda: TLOGITS.mean(dtype=torch.int32),
+        "float dtype",
+    ),
 ]
 
 
-@pytest.mark.parametrize("ours, theirs, message", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+@pytest.mark.parametrize(
+    "ours, theirs, message", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS]
+)
 def test_errors_as_torch(ours, theirs, message):
     """Each mistake raises an exception of the type torch raises for it, saying what was wrong."""
     with pytest.raises(Exception) as theirs_raised:
@@ -108,14 +198,17 @@ def test_multinomial_draws_in_proportion_to_the_weights():
     assert Tensor([1.0, 1.0]).multinomial().shape == (1,)
 
 
-@pytest.mark.parametrize("fn, error", [
-    (lambda: Tensor.ones(3, 5).glu(), "odd"),
-    (lambda: Tensor.ones(1, 5, 2, 2).pixel_shuffle(2), "upscale_factor"),
-    (lambda: Tensor.ones(2, 3).unbind(2), "out of range"),
-    (lambda: Tensor.ones(2, 3).instance_norm(), "spatial"),
-    (lambda: Tensor.ones(3).multinomial(2), "replacement"),
-    (lambda: Tensor.ones(3).norm("nuc"), "'fro'"),
-])
+@pytest.mark.parametrize(
+    "fn, error",
+    [
+        (lambda: Tensor.ones(3, 5).glu(), "odd"),
+        (lambda: Tensor.ones(1, 5, 2, 2).pixel_shuffle(2), "upscale_factor"),
+        (lambda: Tensor.ones(2, 3).unbind(2), "out of range"),
+        (lambda: Tensor.ones(2, 3).instance_norm(), "spatial"),
+        (lambda: Tensor.ones(3).multinomial(2), "replacement"),
+        (lambda: Tensor.ones(3).norm("nuc"), "'fro'"),
+    ],
+)
 def test_functional_errors_say_what_is_wrong(fn, error):
     with pytest.raises((RuntimeError, ValueError, IndexError), match=error):
         fn()
@@ -124,54 +217,141 @@ def test_functional_errors_say_what_is_wrong(fn, error):
 X2, TX2 = _t(2, 3)
 X3, TX3 = _t(2, 3, 4)
 ERRORS_MORE = [  # issue 16's functions: (id, fusegrad's call, torch's call, what our message says)
-    ("prelu_channels", lambda: X2.prelu(Tensor.ones(2)), lambda: F.prelu(TX2, torch.ones(2)), "channel"),
+    (
+        "prelu_channels",
+        lambda: X2.prelu(Tensor.ones(2)),
+        lambda: F.prelu(TX2, torch.ones(2)),
+        "channel",
+    ),
     ("softshrink_negative", lambda: X2.softshrink(-1.0), lambda: F.softshrink(TX2, -1.0), "lambda"),
     ("dropout2d_p", lambda: X3.dropout2d(1.5), lambda: F.dropout2d(TX3, 1.5), "between 0 and 1"),
-    ("pixel_unshuffle_size", lambda: X3.reshape(1, 2, 3, 4).pixel_unshuffle(2),
-     lambda: F.pixel_unshuffle(TX3.reshape(1, 2, 3, 4), 2), "height 3"),
+    (
+        "pixel_unshuffle_size",
+        lambda: X3.reshape(1, 2, 3, 4).pixel_unshuffle(2),
+        lambda: F.pixel_unshuffle(TX3.reshape(1, 2, 3, 4), 2),
+        "height 3",
+    ),
     ("cdist_1d", lambda: X2[0].cdist(X2[0]), lambda: torch.cdist(TX2[0], TX2[0]), "at least 2-d"),
     ("cdist_columns", lambda: X2.cdist(X3[0]), lambda: torch.cdist(TX2, TX3[0]), "columns"),
     ("cdist_p", lambda: X2.cdist(X2, -1), lambda: torch.cdist(TX2, TX2, -1), "non-negative"),
-    ("triplet_ndim", lambda: X2.triplet_margin_loss(X2[0], X2), lambda: F.triplet_margin_loss(TX2, TX2[0], TX2),
-     "same number of dimensions"),
-    ("triplet_margin", lambda: X2.triplet_margin_loss(X2, X2, -1.0),
-     lambda: F.triplet_margin_loss(TX2, TX2, TX2, -1.0), "greater than 0"),
-    ("gaussian_var_size", lambda: X2.gaussian_nll_loss(X2, Tensor.ones(3, 3)),
-     lambda: F.gaussian_nll_loss(TX2, TX2, torch.ones(3, 3)), "incorrect size"),
-    ("gaussian_var_negative", lambda: X2.gaussian_nll_loss(X2, -X2.abs()),
-     lambda: F.gaussian_nll_loss(TX2, TX2, -TX2.abs()), "negative"),
-    ("poisson_reduction", lambda: X2.poisson_nll_loss(X2, reduction="typo"),
-     lambda: F.poisson_nll_loss(TX2, TX2, reduction="typo"), "reduction"),
-    ("margin_ranking_reduction", lambda: X2.margin_ranking_loss(X2, X2, reduction="typo"),
-     lambda: F.margin_ranking_loss(TX2, TX2, TX2, reduction="typo"), "reduction"),
-    ("adaptive_max_pool1d_dims", lambda: X4.adaptive_max_pool1d(2), lambda: F.adaptive_max_pool1d(TX4, 2),
-     "2 to 3 dimensions"),
-    ("adaptive_avg_pool1d_dims", lambda: X2[0].adaptive_avg_pool1d(2), lambda: F.adaptive_avg_pool1d(TX2[0], 2),
-     "2 to 3 dimensions"),
-    ("fold_channels", lambda: Tensor.ones(1, 5, 4).fold((3, 3), 2), lambda: F.fold(torch.ones(1, 5, 4), (3, 3), 2),
-     "kernel_size"),
-    ("fold_blocks", lambda: Tensor.ones(1, 4, 5).fold((3, 3), 2), lambda: F.fold(torch.ones(1, 4, 5), (3, 3), 2),
-     "sliding blocks"),
-    ("affine_grid_theta", lambda: Tensor.ones(1, 2, 3).affine_grid((1, 1, 4, 4, 4)),
-     lambda: F.affine_grid(torch.ones(1, 2, 3), (1, 1, 4, 4, 4), False), r"\(1, 3, 4\)"),
-    ("affine_grid_size", lambda: Tensor.ones(1, 2, 3).affine_grid((1, 1, 4)),
-     lambda: F.affine_grid(torch.ones(1, 2, 3), (1, 1, 4), False), "4-d and 5-d"),
-    ("grid_sample_mode", lambda: X4.grid_sample(Tensor.zeros(1, 3, 3, 2), mode="typo"),
-     lambda: F.grid_sample(TX4, torch.zeros(1, 3, 3, 2), mode="typo", align_corners=False), "mode"),
-    ("grid_sample_padding", lambda: X4.grid_sample(Tensor.zeros(1, 3, 3, 2), padding_mode="typo"),
-     lambda: F.grid_sample(TX4, torch.zeros(1, 3, 3, 2), padding_mode="typo", align_corners=False), "padding_mode"),
-    ("grid_sample_batch", lambda: X4.grid_sample(Tensor.zeros(2, 3, 3, 2)),
-     lambda: F.grid_sample(TX4, torch.zeros(2, 3, 3, 2), align_corners=False), "same N"),
-    ("ctc_input_length", lambda: X3.ctc_loss(Tensor([[1, 2]] * 3), [3, 3, 3], [2, 2, 2]),
-     lambda: F.ctc_loss(TX3, torch.tensor([[1, 2]] * 3), torch.tensor([3, 3, 3]), torch.tensor([2, 2, 2])),
-     "at most T"),
-    ("ctc_reduction", lambda: X3.ctc_loss(Tensor([[1]] * 3), [2, 2, 2], [1, 1, 1], reduction="typo"),
-     lambda: F.ctc_loss(TX3, torch.tensor([[1]] * 3), torch.tensor([2, 2, 2]), torch.tensor([1, 1, 1]),
-                        reduction="typo"), "reduction"),
+    (
+        "triplet_ndim",
+        lambda: X2.triplet_margin_loss(X2[0], X2),
+        lambda: F.triplet_margin_loss(TX2, TX2[0], TX2),
+        "same number of dimensions",
+    ),
+    (
+        "triplet_margin",
+        lambda: X2.triplet_margin_loss(X2, X2, -1.0),
+        lambda: F.triplet_margin_loss(TX2, TX2, TX2, -1.0),
+        "greater than 0",
+    ),
+    (
+        "gaussian_var_size",
+        lambda: X2.gaussian_nll_loss(X2, Tensor.ones(3, 3)),
+        lambda: F.gaussian_nll_loss(TX2, TX2, torch.ones(3, 3)),
+        "incorrect size",
+    ),
+    (
+        "gaussian_var_negative",
+        lambda: X2.gaussian_nll_loss(X2, -X2.abs()),
+        lambda: F.gaussian_nll_loss(TX2, TX2, -TX2.abs()),
+        "negative",
+    ),
+    (
+        "poisson_reduction",
+        lambda: X2.poisson_nll_loss(X2, reduction="typo"),
+        lambda: F.poisson_nll_loss(TX2, TX2, reduction="typo"),
+        "reduction",
+    ),
+    (
+        "margin_ranking_reduction",
+        lambda: X2.margin_ranking_loss(X2, X2, reduction="typo"),
+        lambda: F.margin_ranking_loss(TX2, TX2, TX2, reduction="typo"),
+        "reduction",
+    ),
+    (
+        "adaptive_max_pool1d_dims",
+        lambda: X4.adaptive_max_pool1d(2),
+        lambda: F.adaptive_max_pool1d(TX4, 2),
+        "2 to 3 dimensions",
+    ),
+    (
+        "adaptive_avg_pool1d_dims",
+        lambda: X2[0].adaptive_avg_pool1d(2),
+        lambda: F.adaptive_avg_pool1d(TX2[0], 2),
+        "2 to 3 dimensions",
+    ),
+    (
+        "fold_channels",
+        lambda: Tensor.ones(1, 5, 4).fold((3, 3), 2),
+        lambda: F.fold(torch.ones(1, 5, 4), (3, 3), 2),
+        "kernel_size",
+    ),
+    (
+        "fold_blocks",
+        lambda: Tensor.ones(1, 4, 5).fold((3, 3), 2),
+        lambda: F.fold(torch.ones(1, 4, 5), (3, 3), 2),
+        "sliding blocks",
+    ),
+    (
+        "affine_grid_theta",
+        lambda: Tensor.ones(1, 2, 3).affine_grid((1, 1, 4, 4, 4)),
+        lambda: F.affine_grid(torch.ones(1, 2, 3), (1, 1, 4, 4, 4), False),
+        r"\(1, 3, 4\)",
+    ),
+    (
+        "affine_grid_size",
+        lambda: Tensor.ones(1, 2, 3).affine_grid((1, 1, 4)),
+        lambda: F.affine_grid(torch.ones(1, 2, 3), (1, 1, 4), False),
+        "4-d and 5-d",
+    ),
+    (
+        "grid_sample_mode",
+        lambda: X4.grid_sample(Tensor.zeros(1, 3, 3, 2), mode="typo"),
+        lambda: F.grid_sample(TX4, torch.zeros(1, 3, 3, 2), mode="typo", align_corners=False),
+        "mode",
+    ),
+    (
+        "grid_sample_padding",
+        lambda: X4.grid_sample(Tensor.zeros(1, 3, 3, 2), padding_mode="typo"),
+        lambda: F.grid_sample(
+            TX4, torch.zeros(1, 3, 3, 2), padding_mode="typo", align_corners=False
+        ),
+        "padding_mode",
+    ),
+    (
+        "grid_sample_batch",
+        lambda: X4.grid_sample(Tensor.zeros(2, 3, 3, 2)),
+        lambda: F.grid_sample(TX4, torch.zeros(2, 3, 3, 2), align_corners=False),
+        "same N",
+    ),
+    (
+        "ctc_input_length",
+        lambda: X3.ctc_loss(Tensor([[1, 2]] * 3), [3, 3, 3], [2, 2, 2]),
+        lambda: F.ctc_loss(
+            TX3, torch.tensor([[1, 2]] * 3), torch.tensor([3, 3, 3]), torch.tensor([2, 2, 2])
+        ),
+        "at most T",
+    ),
+    (
+        "ctc_reduction",
+        lambda: X3.ctc_loss(Tensor([[1]] * 3), [2, 2, 2], [1, 1, 1], reduction="typo"),
+        lambda: F.ctc_loss(
+            TX3,
+            torch.tensor([[1]] * 3),
+            torch.tensor([2, 2, 2]),
+            torch.tensor([1, 1, 1]),
+            reduction="typo",
+        ),
+        "reduction",
+    ),
 ]
 
 
-@pytest.mark.parametrize("ours, theirs, message", [e[1:] for e in ERRORS_MORE], ids=[e[0] for e in ERRORS_MORE])
+@pytest.mark.parametrize(
+    "ours, theirs, message", [e[1:] for e in ERRORS_MORE], ids=[e[0] for e in ERRORS_MORE]
+)
 def test_functional_more_errors_as_torch(ours, theirs, message):
     """Each mistake raises an exception of the type torch raises for it, saying what was wrong."""
     with pytest.raises(Exception) as theirs_raised:

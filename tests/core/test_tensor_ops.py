@@ -26,8 +26,13 @@ class _Index:
 IDX = _Index()
 
 
-def rand(shape: tuple[int, ...], dtype: DType = f32, low: float = -3, high: float = 3,
-         away_from_zero: bool = False) -> np.ndarray:
+def rand(
+    shape: tuple[int, ...],
+    dtype: DType = f32,
+    low: float = -3,
+    high: float = 3,
+    away_from_zero: bool = False,
+) -> np.ndarray:
     """Random values of ``shape``, the same on every run (seeded by the arguments)."""
     rng = np.random.default_rng(zlib.crc32(repr((shape, dtype.name, low, high)).encode()))
     if dtype == bool_:
@@ -57,10 +62,14 @@ def _half_on_cpu(request: pytest.FixtureRequest) -> None:
     values = params.params.values() if params else ()
     on_cpu = any(isinstance(v, str) and v == "CPU" for v in values)
     if on_cpu and any(v is f16 for v in values) and not cpu_has_half():
-        request.applymarker(pytest.mark.xfail(
-            reason="backend-cpu renders float16 as _Float16, which this compiler (clang<15 on "
-                   "x86-64) rejects; it should fall back to another compiler or emulate half",
-            raises=CompileError, strict=True))
+        request.applymarker(
+            pytest.mark.xfail(
+                reason="backend-cpu renders float16 as _Float16, which this compiler (clang<15 on "
+                "x86-64) rejects; it should fall back to another compiler or emulate half",
+                raises=CompileError,
+                strict=True,
+            )
+        )
 
 
 def tol(dtype: DType) -> dict:
@@ -85,25 +94,30 @@ def check(out: Tensor, expected: np.ndarray, dtype: DType | None = None, **kw) -
 # ---- creation ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data, dtype, shape", [
-    (3, i32, ()),
-    (2.5, f32, ()),
-    (True, bool_, ()),
-    ([1, 2, 3], i32, (3,)),
-    ([[1, 2], [3, 4]], i32, (2, 2)),
-    ([1, 2.5], f32, (2,)),
-    ([True, False], bool_, (2,)),
-    ([True, 2], i32, (2,)),
-    ([], f32, (0,)),
-    ([[1.0], [2.0]], f32, (2, 1)),
-])
+@pytest.mark.parametrize(
+    "data, dtype, shape",
+    [
+        (3, i32, ()),
+        (2.5, f32, ()),
+        (True, bool_, ()),
+        ([1, 2, 3], i32, (3,)),
+        ([[1, 2], [3, 4]], i32, (2, 2)),
+        ([1, 2.5], f32, (2,)),
+        ([True, False], bool_, (2,)),
+        ([True, 2], i32, (2,)),
+        ([], f32, (0,)),
+        ([[1.0], [2.0]], f32, (2, 1)),
+    ],
+)
 def test_from_python(device, data, dtype, shape):
     t = Tensor(data, device=device)
     assert (t.shape, t.dtype, t.device) == (shape, dtype, device)
     assert t.tolist() == np.asarray(data, dtype=dtype.np).tolist()
 
 
-@pytest.mark.parametrize("name", ["float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool"])
+@pytest.mark.parametrize(
+    "name", ["float32", "float64", "float16", "int32", "int64", "int8", "uint8", "bool"]
+)
 def test_from_numpy_keeps_dtype(device, name):  # no kernel runs, so float16 works on every device
     dtype = dtypes.from_name(name)
     x = rand((2, 3), dtype)
@@ -113,41 +127,47 @@ def test_from_numpy_keeps_dtype(device, name):  # no kernel runs, so float16 wor
     assert t.numpy().dtype == dtype.np
 
 
-@pytest.mark.parametrize("data, dtype, expected", [
-    ([1.7, -1.7, 2.0], i32, [1, -1, 2]),
-    ([1, 0, 3], bool_, [True, False, True]),
-    ([1, 2], "float64", [1.0, 2.0]),
-])
+@pytest.mark.parametrize(
+    "data, dtype, expected",
+    [
+        ([1.7, -1.7, 2.0], i32, [1, -1, 2]),
+        ([1, 0, 3], bool_, [True, False, True]),
+        ([1, 2], "float64", [1.0, 2.0]),
+    ],
+)
 def test_from_python_with_dtype(device, data, dtype, expected):
     t = Tensor(data, device=device, dtype=dtype)
     assert t.dtype.name == (dtype if isinstance(dtype, str) else dtype.name)
     assert t.tolist() == expected
 
 
-@pytest.mark.parametrize("make, dtype, expected", [
-    (lambda d: Tensor.zeros(2, 3, device=d), f32, np.zeros((2, 3))),
-    (lambda d: Tensor.zeros((2, 3), device=d), f32, np.zeros((2, 3))),
-    (lambda d: Tensor.ones(4, device=d, dtype=i32), i32, np.ones(4)),
-    (lambda d: Tensor.ones(2, 0, device=d), f32, np.ones((2, 0))),
-    (lambda d: Tensor.full((2, 3), 7, device=d), i32, np.full((2, 3), 7)),
-    (lambda d: Tensor.full((2,), 1.5, device=d), f32, np.full(2, 1.5)),
-    (lambda d: Tensor.full((2,), True, device=d), bool_, np.full(2, True)),
-    (lambda d: Tensor.full((), 3.0, device=d), f32, np.array(3.0)),
-    (lambda d: Tensor.full((3,), 300, dtype=u8, device=d), u8, np.full(3, 44)),
-    (lambda d: Tensor.arange(5, device=d), i32, np.arange(5)),
-    (lambda d: Tensor.arange(2, 10, 3, device=d), i32, np.arange(2, 10, 3)),
-    (lambda d: Tensor.arange(5, 0, -2, device=d), i32, np.arange(5, 0, -2)),
-    (lambda d: Tensor.arange(0, 1, 0.25, device=d), f32, np.arange(0, 1, 0.25)),
-    (lambda d: Tensor.arange(4, dtype=f32, device=d), f32, np.arange(4.0)),
-    (lambda d: Tensor.arange(0, device=d), i32, np.arange(0)),
-    (lambda d: Tensor.eye(3, device=d), f32, np.eye(3)),
-    (lambda d: Tensor.eye(2, 4, device=d), f32, np.eye(2, 4)),
-    (lambda d: Tensor.eye(3, dtype=i32, device=d), i32, np.eye(3)),
-    (lambda d: Tensor.eye(0, 2, device=d), f32, np.eye(0, 2)),
-    (lambda d: Tensor.full(2, 7, device=d), i32, np.full(2, 7)),
-    (lambda d: Tensor.arange(2**31, 2**31 + 3, device=d), i64, np.arange(2**31, 2**31 + 3)),
-    (lambda d: Tensor.arange(127, -129, -1, dtype=i8, device=d), i8, np.arange(127, -129, -1)),
-])
+@pytest.mark.parametrize(
+    "make, dtype, expected",
+    [
+        (lambda d: Tensor.zeros(2, 3, device=d), f32, np.zeros((2, 3))),
+        (lambda d: Tensor.zeros((2, 3), device=d), f32, np.zeros((2, 3))),
+        (lambda d: Tensor.ones(4, device=d, dtype=i32), i32, np.ones(4)),
+        (lambda d: Tensor.ones(2, 0, device=d), f32, np.ones((2, 0))),
+        (lambda d: Tensor.full((2, 3), 7, device=d), i32, np.full((2, 3), 7)),
+        (lambda d: Tensor.full((2,), 1.5, device=d), f32, np.full(2, 1.5)),
+        (lambda d: Tensor.full((2,), True, device=d), bool_, np.full(2, True)),
+        (lambda d: Tensor.full((), 3.0, device=d), f32, np.array(3.0)),
+        (lambda d: Tensor.full((3,), 300, dtype=u8, device=d), u8, np.full(3, 44)),
+        (lambda d: Tensor.arange(5, device=d), i32, np.arange(5)),
+        (lambda d: Tensor.arange(2, 10, 3, device=d), i32, np.arange(2, 10, 3)),
+        (lambda d: Tensor.arange(5, 0, -2, device=d), i32, np.arange(5, 0, -2)),
+        (lambda d: Tensor.arange(0, 1, 0.25, device=d), f32, np.arange(0, 1, 0.25)),
+        (lambda d: Tensor.arange(4, dtype=f32, device=d), f32, np.arange(4.0)),
+        (lambda d: Tensor.arange(0, device=d), i32, np.arange(0)),
+        (lambda d: Tensor.eye(3, device=d), f32, np.eye(3)),
+        (lambda d: Tensor.eye(2, 4, device=d), f32, np.eye(2, 4)),
+        (lambda d: Tensor.eye(3, dtype=i32, device=d), i32, np.eye(3)),
+        (lambda d: Tensor.eye(0, 2, device=d), f32, np.eye(0, 2)),
+        (lambda d: Tensor.full(2, 7, device=d), i32, np.full(2, 7)),
+        (lambda d: Tensor.arange(2**31, 2**31 + 3, device=d), i64, np.arange(2**31, 2**31 + 3)),
+        (lambda d: Tensor.arange(127, -129, -1, dtype=i8, device=d), i8, np.arange(127, -129, -1)),
+    ],
+)
 def test_creation(device, make, dtype, expected):
     t = make(device)
     assert t.device == device
@@ -160,13 +180,16 @@ def test_empty(device):
     assert t.numpy().shape == (2, 3)
 
 
-@pytest.mark.parametrize("like, dtype, expected", [
-    (lambda t: t.zeros_like(), i8, np.zeros((2, 3))),
-    (lambda t: t.ones_like(), i8, np.ones((2, 3))),
-    (lambda t: t.ones_like(dtype=f32), f32, np.ones((2, 3))),
-    (lambda t: t.full_like(5), i8, np.full((2, 3), 5)),
-    (lambda t: t.full_like(2.5, dtype=f16), f16, np.full((2, 3), 2.5)),
-])
+@pytest.mark.parametrize(
+    "like, dtype, expected",
+    [
+        (lambda t: t.zeros_like(), i8, np.zeros((2, 3))),
+        (lambda t: t.ones_like(), i8, np.ones((2, 3))),
+        (lambda t: t.ones_like(dtype=f32), f32, np.ones((2, 3))),
+        (lambda t: t.full_like(5), i8, np.full((2, 3), 5)),
+        (lambda t: t.full_like(2.5, dtype=f16), f16, np.full((2, 3), 2.5)),
+    ],
+)
 def test_like(device, like, dtype, expected):
     t = like(Tensor(rand((2, 3), i8), device=device))
     assert t.device == device
@@ -224,11 +247,14 @@ def test_arange_overflow():
         Tensor.arange(2**40, dtype=i32)
 
 
-@pytest.mark.parametrize("make, bound", [  # torch.nn.init's bounds for a (64, 32, 3, 3) weight
-    (lambda s: Tensor.kaiming_uniform(*s, a=0.0), np.sqrt(6 / (32 * 9))),
-    (lambda s: Tensor.glorot_uniform(*s), np.sqrt(6 / (32 * 9 + 64 * 9))),
-    (lambda s: Tensor.scaled_uniform(*s), (64 * 32 * 9) ** -0.5),
-])
+@pytest.mark.parametrize(
+    "make, bound",
+    [  # torch.nn.init's bounds for a (64, 32, 3, 3) weight
+        (lambda s: Tensor.kaiming_uniform(*s, a=0.0), np.sqrt(6 / (32 * 9))),
+        (lambda s: Tensor.glorot_uniform(*s), np.sqrt(6 / (32 * 9 + 64 * 9))),
+        (lambda s: Tensor.scaled_uniform(*s), (64 * 32 * 9) ** -0.5),
+    ],
+)
 def test_initialisers(make, bound):
     Tensor.manual_seed(0)
     w = make((64, 32, 3, 3)).numpy()
@@ -263,7 +289,9 @@ BINARY = {
 
 @pytest.mark.parametrize("name", list(BINARY))
 @pytest.mark.parametrize("dtype", [f32, i32, f16, i64, i8])
-@pytest.mark.parametrize("sa, sb", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3))])
+@pytest.mark.parametrize(
+    "sa, sb", [((3, 4), (3, 4)), ((3, 4), (4,)), ((2, 1, 4), (3, 1)), ((), (2, 3))]
+)
 def test_binary(device, name, dtype, sa, sb):
     ours, theirs = BINARY[name]
     a, b = rand(sa, dtype, -50, 50), rand(sb, dtype, -50, 50)
@@ -284,28 +312,41 @@ def test_int_div_is_true_division(device):
     check(Tensor(a, device=device) / Tensor(b, device=device), a / b, f32)
 
 
-@pytest.mark.parametrize("fn, expected", [
-    (lambda t: t + 1, [2, 3, 4]),
-    (lambda t: 1 + t, [2, 3, 4]),
-    (lambda t: t - 1, [0, 1, 2]),
-    (lambda t: 10 - t, [9, 8, 7]),
-    (lambda t: t * 3, [3, 6, 9]),
-    (lambda t: 3 * t, [3, 6, 9]),
-    (lambda t: t / 2, [0.5, 1.0, 1.5]),
-    (lambda t: 6 / t, [6.0, 3.0, 2.0]),
-    (lambda t: -t, [-1, -2, -3]),
-    (lambda t: t.maximum(2), [2, 2, 3]),
-    (lambda t: t.minimum(2), [1, 2, 2]),
-])
+@pytest.mark.parametrize(
+    "fn, expected",
+    [
+        (lambda t: t + 1, [2, 3, 4]),
+        (lambda t: 1 + t, [2, 3, 4]),
+        (lambda t: t - 1, [0, 1, 2]),
+        (lambda t: 10 - t, [9, 8, 7]),
+        (lambda t: t * 3, [3, 6, 9]),
+        (lambda t: 3 * t, [3, 6, 9]),
+        (lambda t: t / 2, [0.5, 1.0, 1.5]),
+        (lambda t: 6 / t, [6.0, 3.0, 2.0]),
+        (lambda t: -t, [-1, -2, -3]),
+        (lambda t: t.maximum(2), [2, 2, 3]),
+        (lambda t: t.minimum(2), [1, 2, 2]),
+    ],
+)
 def test_scalar_operands(device, fn, expected):
     assert fn(Tensor([1, 2, 3], device=device)).tolist() == expected
 
 
 # PyTorch's promotion rules: (left dtype, right dtype, result dtype)
 PROMOTIONS = [
-    (i32, f32, f32), (f32, i32, f32), (u8, f16, f16), (f16, f32, f32), (f32, f64, f64),
-    (i32, i64, i64), (i8, i32, i32), (u8, i8, dtypes.int16), (u8, i32, i32), (bool_, i32, i32),
-    (i8, bool_, i8), (bool_, f16, f16), (u8, u8, u8),
+    (i32, f32, f32),
+    (f32, i32, f32),
+    (u8, f16, f16),
+    (f16, f32, f32),
+    (f32, f64, f64),
+    (i32, i64, i64),
+    (i8, i32, i32),
+    (u8, i8, dtypes.int16),
+    (u8, i32, i32),
+    (bool_, i32, i32),
+    (i8, bool_, i8),
+    (bool_, f16, f16),
+    (u8, u8, u8),
 ]
 
 
@@ -316,21 +357,35 @@ def test_binary_promotion(device, da, db, result):
     check(out, a.astype(result.np) + b.astype(result.np), result, **tol(result))
 
 
-@pytest.mark.parametrize("dtype, scalar, result", [
-    (i8, 1, i8), (u8, 2, u8), (i64, 3, i64), (f16, 2.5, f16), (f64, 2.5, f64),
-    (i32, 1.5, f32), (u8, 0.5, f32), (bool_, 1, i32), (bool_, 1.5, f32), (i32, True, i32),
-])
+@pytest.mark.parametrize(
+    "dtype, scalar, result",
+    [
+        (i8, 1, i8),
+        (u8, 2, u8),
+        (i64, 3, i64),
+        (f16, 2.5, f16),
+        (f64, 2.5, f64),
+        (i32, 1.5, f32),
+        (u8, 0.5, f32),
+        (bool_, 1, i32),
+        (bool_, 1.5, f32),
+        (i32, True, i32),
+    ],
+)
 def test_scalar_keeps_tensor_dtype(device, dtype, scalar, result):
     a = rand((4,), dtype, 0, 10)
     out = Tensor(a, device=device) * scalar
     check(out, a.astype(result.np) * result.np.type(scalar), result)
 
 
-@pytest.mark.parametrize("dtype, a, b, expected", [
-    (i8, [100, -100], [100, -100], [-56, 56]),
-    (u8, [250, 3], [10, 1], [4, 4]),
-    (i32, [2**31 - 1], [1], [-(2**31)]),
-])
+@pytest.mark.parametrize(
+    "dtype, a, b, expected",
+    [
+        (i8, [100, -100], [100, -100], [-56, 56]),
+        (u8, [250, 3], [10, 1], [4, 4]),
+        (i32, [2**31 - 1], [1], [-(2**31)]),
+    ],
+)
 def test_int_add_wraps(device, dtype, a, b, expected):
     out = Tensor(a, dtype=dtype, device=device) + Tensor(b, dtype=dtype, device=device)
     assert out.tolist() == expected
@@ -339,9 +394,12 @@ def test_int_add_wraps(device, dtype, a, b, expected):
 # ---- comparisons ---------------------------------------------------------------------------------
 
 COMPARISONS = [
-    (lambda a, b: a < b, np.less), (lambda a, b: a > b, np.greater),
-    (lambda a, b: a <= b, np.less_equal), (lambda a, b: a >= b, np.greater_equal),
-    (lambda a, b: a == b, np.equal), (lambda a, b: a != b, np.not_equal),
+    (lambda a, b: a < b, np.less),
+    (lambda a, b: a > b, np.greater),
+    (lambda a, b: a <= b, np.less_equal),
+    (lambda a, b: a >= b, np.greater_equal),
+    (lambda a, b: a == b, np.equal),
+    (lambda a, b: a != b, np.not_equal),
 ]
 
 
@@ -365,6 +423,7 @@ def test_compare_mixed_dtypes(device):
 
 
 # ---- elementwise unary ---------------------------------------------------------------------------
+
 
 def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
@@ -396,10 +455,16 @@ def test_unary(device, name, ours, theirs, low, high, dtype):
     check(ours(Tensor(x, device=device)), expected, dtype, **extra)
 
 
-@pytest.mark.parametrize("name, ours, theirs", [
-    ("exp", Tensor.exp, np.exp), ("sqrt", Tensor.sqrt, np.sqrt), ("sigmoid", Tensor.sigmoid, _sigmoid),
-    ("reciprocal", Tensor.reciprocal, np.reciprocal), ("sin", Tensor.sin, np.sin),
-])
+@pytest.mark.parametrize(
+    "name, ours, theirs",
+    [
+        ("exp", Tensor.exp, np.exp),
+        ("sqrt", Tensor.sqrt, np.sqrt),
+        ("sigmoid", Tensor.sigmoid, _sigmoid),
+        ("reciprocal", Tensor.reciprocal, np.reciprocal),
+        ("sin", Tensor.sin, np.sin),
+    ],
+)
 def test_unary_of_int_is_float(device, name, ours, theirs):
     x = np.array([1, 2, 3, 4], np.int32)
     check(ours(Tensor(x, device=device)), theirs(x.astype(np.float64)), f32, rtol=1e-6)
@@ -413,16 +478,21 @@ def test_int_unary(device, dtype):
     check(Tensor(x, device=device).relu(), np.maximum(x, 0), dtype)
 
 
-@pytest.mark.parametrize("x, fn, expected", [
-    ([0.0], Tensor.log, [-np.inf]),
-    ([-1.0], Tensor.sqrt, [np.nan]),
-    ([0.0], Tensor.reciprocal, [np.inf]),
-    ([100.0], Tensor.exp, [np.inf]),
-    ([-100.0], Tensor.sigmoid, [0.0]),
-    ([100.0], Tensor.sigmoid, [1.0]),
-])
+@pytest.mark.parametrize(
+    "x, fn, expected",
+    [
+        ([0.0], Tensor.log, [-np.inf]),
+        ([-1.0], Tensor.sqrt, [np.nan]),
+        ([0.0], Tensor.reciprocal, [np.inf]),
+        ([100.0], Tensor.exp, [np.inf]),
+        ([-100.0], Tensor.sigmoid, [0.0]),
+        ([100.0], Tensor.sigmoid, [1.0]),
+    ],
+)
 def test_unary_edge_values(device, x, fn, expected):
-    np.testing.assert_array_equal(fn(Tensor(x, device=device)).numpy(), np.array(expected, np.float32))
+    np.testing.assert_array_equal(
+        fn(Tensor(x, device=device)).numpy(), np.array(expected, np.float32)
+    )
 
 
 @pytest.mark.parametrize("dtype", [u8, bool_])
@@ -438,16 +508,23 @@ def test_neg_bool_is_not(device):
 # ---- where ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sc, sx, sy, dtype", [
-    ((3, 4), (3, 4), (3, 4), f32), ((3, 1), (4,), (3, 4), i32), ((4,), (3, 4), (), f16),
-])
+@pytest.mark.parametrize(
+    "sc, sx, sy, dtype",
+    [
+        ((3, 4), (3, 4), (3, 4), f32),
+        ((3, 1), (4,), (3, 4), i32),
+        ((4,), (3, 4), (), f16),
+    ],
+)
 def test_where(device, sc, sx, sy, dtype):
     c, x, y = rand(sc, bool_), rand(sx, dtype), rand(sy, dtype, 5, 9)
     out = Tensor(c, device=device).where(Tensor(x, device=device), Tensor(y, device=device))
     check(out, np.where(c, x, y), dtype)
 
 
-@pytest.mark.parametrize("x, y, dtype", [(1.0, 0.0, f32), (2, -1, i32), (Tensor, 3, f32), (3, Tensor, f32)])
+@pytest.mark.parametrize(
+    "x, y, dtype", [(1.0, 0.0, f32), (2, -1, i32), (Tensor, 3, f32), (3, Tensor, f32)]
+)
 def test_where_scalars(device, x, y, dtype):
     c = np.array([True, False, True])
     t = Tensor([1.5, 2.5, 3.5], device=device)
@@ -476,9 +553,18 @@ def test_reduce(device, op, axis, keepdim):
     check(out, getattr(np, op)(x, axis=axis, keepdims=keepdim), f32, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype, sum_dtype", [
-    (i32, i32), (i64, i64), (i8, i32), (u8, dtypes.uint32), (bool_, i32), (f16, f16), (f64, f64),
-])
+@pytest.mark.parametrize(
+    "dtype, sum_dtype",
+    [
+        (i32, i32),
+        (i64, i64),
+        (i8, i32),
+        (u8, dtypes.uint32),
+        (bool_, i32),
+        (f16, f16),
+        (f64, f64),
+    ],
+)
 def test_sum_dtypes(device, dtype, sum_dtype):
     x = rand((4, 5), dtype, 0, 100)
     out = Tensor(x, device=device).sum(1)
@@ -517,7 +603,10 @@ MOVEMENT = [  # (ours, numpy's) on an input of shape (2, 3, 4)
     (lambda t: t.transpose(0, 2), lambda x: x.swapaxes(0, 2)),
     (lambda t: t.transpose(-1, -2), lambda x: x.swapaxes(-1, -2)),
     (lambda t: t.T, lambda x: x.T),
-    (lambda t: t.reshape(2, 3, 1, 4).expand(2, 3, 5, 4), lambda x: np.broadcast_to(x[:, :, None], (2, 3, 5, 4))),
+    (
+        lambda t: t.reshape(2, 3, 1, 4).expand(2, 3, 5, 4),
+        lambda x: np.broadcast_to(x[:, :, None], (2, 3, 5, 4)),
+    ),
     (lambda t: t.expand(3, -1, -1, -1), lambda x: np.broadcast_to(x, (3, 2, 3, 4))),
     (lambda t: t.unsqueeze(0), lambda x: x[None]),
     (lambda t: t.unsqueeze(-1), lambda x: x[..., None]),
@@ -529,11 +618,18 @@ MOVEMENT = [  # (ours, numpy's) on an input of shape (2, 3, 4)
     (lambda t: t.flatten(1), lambda x: x.reshape(2, 12)),
     (lambda t: t.flatten(0, 1), lambda x: x.reshape(6, 4)),
     (lambda t: t.pad(((1, 0), None, (2, 1))), lambda x: np.pad(x, ((1, 0), (0, 0), (2, 1)))),
-    (lambda t: t.pad(((0, 0), (1, 1), (0, 0)), value=-2.5),
-     lambda x: np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-2.5)),
-    (lambda t: t.pad((None, (-1, 0), (1, -2))), lambda x: np.pad(x[:, 1:, :2], ((0, 0), (0, 0), (1, 0)))),
-    (lambda t: t.pad((None, (-1, 1), None), value=7.0),
-     lambda x: np.pad(x[:, 1:], ((0, 0), (0, 1), (0, 0)), constant_values=7.0)),
+    (
+        lambda t: t.pad(((0, 0), (1, 1), (0, 0)), value=-2.5),
+        lambda x: np.pad(x, ((0, 0), (1, 1), (0, 0)), constant_values=-2.5),
+    ),
+    (
+        lambda t: t.pad((None, (-1, 0), (1, -2))),
+        lambda x: np.pad(x[:, 1:, :2], ((0, 0), (0, 0), (1, 0))),
+    ),
+    (
+        lambda t: t.pad((None, (-1, 1), None), value=7.0),
+        lambda x: np.pad(x[:, 1:], ((0, 0), (0, 1), (0, 0)), constant_values=7.0),
+    ),
     (lambda t: t.flip(0), lambda x: x[::-1]),
     (lambda t: t.flip((0, 2)), lambda x: x[::-1, :, ::-1]),
     (lambda t: t.flip(-1), lambda x: x[..., ::-1]),
@@ -552,10 +648,37 @@ def test_movement(device, i, dtype):
 
 
 INDEXES = [
-    IDX[0], IDX[-1], IDX[1, 2], IDX[1, -1, -4], IDX[:], IDX[1:], IDX[:-1], IDX[::2], IDX[1::2], IDX[::-1], IDX[::-2],
-    IDX[-2::-1], IDX[:, 1:3], IDX[:, ::-1, 1], IDX[..., 0], IDX[..., ::3], IDX[0, ...], IDX[0, ..., 1], IDX[None],
-    IDX[:, None], IDX[None, ..., None], IDX[1, None, ::-1], IDX[:, :, ::3], IDX[:, 2:0:-1], IDX[:, :, -1:0:-2],
-    IDX[5:], IDX[:, 3:1], IDX[::-1, ::-1, ::-1], IDX[0, 0, 0], IDX[..., None, 2], IDX[-2:, -2:, -2:],
+    IDX[0],
+    IDX[-1],
+    IDX[1, 2],
+    IDX[1, -1, -4],
+    IDX[:],
+    IDX[1:],
+    IDX[:-1],
+    IDX[::2],
+    IDX[1::2],
+    IDX[::-1],
+    IDX[::-2],
+    IDX[-2::-1],
+    IDX[:, 1:3],
+    IDX[:, ::-1, 1],
+    IDX[..., 0],
+    IDX[..., ::3],
+    IDX[0, ...],
+    IDX[0, ..., 1],
+    IDX[None],
+    IDX[:, None],
+    IDX[None, ..., None],
+    IDX[1, None, ::-1],
+    IDX[:, :, ::3],
+    IDX[:, 2:0:-1],
+    IDX[:, :, -1:0:-2],
+    IDX[5:],
+    IDX[:, 3:1],
+    IDX[::-1, ::-1, ::-1],
+    IDX[0, 0, 0],
+    IDX[..., None, 2],
+    IDX[-2:, -2:, -2:],
 ]
 
 
@@ -639,8 +762,15 @@ def test_mean_of_empty_is_nan(device, request):
 # ---- matmul --------------------------------------------------------------------------------------
 
 MATMUL_SHAPES = [
-    ((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (2, 4, 5)),
-    ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (3, 4, 2)), ((1, 1), (1, 1)),
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (3, 4, 2)),
+    ((1, 1), (1, 1)),
 ]
 
 
@@ -651,11 +781,15 @@ def test_matmul(device, sa, sb, dtype):
     check(Tensor(a, device=device) @ Tensor(b, device=device), a @ b, dtype, **tol(dtype))
 
 
-@pytest.mark.parametrize("da, db, result", [(f16, f16, f16), (i32, f32, f32), (f16, f32, f32), (i8, i8, i32)])
+@pytest.mark.parametrize(
+    "da, db, result", [(f16, f16, f16), (i32, f32, f32), (f16, f32, f32), (i8, i8, i32)]
+)
 def test_matmul_dtypes(device, da, db, result):
     a, b = rand((3, 8), da, -3, 3), rand((8, 2), db, -3, 3)
     expected = a.astype(np.float64) @ b.astype(np.float64)
-    check(Tensor(a, device=device).matmul(Tensor(b, device=device)), expected, result, **tol(result))
+    check(
+        Tensor(a, device=device).matmul(Tensor(b, device=device)), expected, result, **tol(result)
+    )
 
 
 def test_dot(device):
@@ -692,13 +826,22 @@ CASTS = [  # (from, to, values)
 def test_cast(device, src, dst, values):
     x = np.array(values, dtype=src.np)
     with np.errstate(invalid="ignore"):
-        expected = x.astype(np.int64).astype(dst.np) if dst.is_int and src.is_int else x.astype(dst.np)
+        expected = (
+            x.astype(np.int64).astype(dst.np) if dst.is_int and src.is_int else x.astype(dst.np)
+        )
     check(Tensor(x, device=device).cast(dst), expected, dst)
 
 
-@pytest.mark.parametrize("method, dtype", [
-    ("float", f32), ("half", f16), ("int", i32), ("long", i64), ("bool", bool_),
-])
+@pytest.mark.parametrize(
+    "method, dtype",
+    [
+        ("float", f32),
+        ("half", f16),
+        ("int", i32),
+        ("long", i64),
+        ("bool", bool_),
+    ],
+)
 def test_cast_methods(device, method, dtype):
     x = np.array([0.0, 1.5, -2.0], np.float32)
     check(getattr(Tensor(x, device=device), method)(), x.astype(dtype.np), dtype)
@@ -734,23 +877,29 @@ def test_contiguous(device):
     check(t, x.T, f32)
 
 
-@pytest.mark.parametrize("data, expected", [
-    ([[1, 2], [3, 4]], [[1, 2], [3, 4]]),
-    ([1.5, 2.5], [1.5, 2.5]),
-    (7, 7),
-    ([True, False], [True, False]),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ([[1, 2], [3, 4]], [[1, 2], [3, 4]]),
+        ([1.5, 2.5], [1.5, 2.5]),
+        (7, 7),
+        ([True, False], [True, False]),
+    ],
+)
 def test_tolist(device, data, expected):
     out = Tensor(data, device=device).tolist()
     assert out == expected and type(out) is type(expected)
 
 
-@pytest.mark.parametrize("t, expected", [
-    (lambda d: Tensor(3, device=d), 3),
-    (lambda d: Tensor([[2.5]], device=d), 2.5),
-    (lambda d: Tensor([1, 2, 3], device=d).sum(), 6),
-    (lambda d: Tensor([True], device=d), True),
-])
+@pytest.mark.parametrize(
+    "t, expected",
+    [
+        (lambda d: Tensor(3, device=d), 3),
+        (lambda d: Tensor([[2.5]], device=d), 2.5),
+        (lambda d: Tensor([1, 2, 3], device=d).sum(), 6),
+        (lambda d: Tensor([True], device=d), True),
+    ],
+)
 def test_item(device, t, expected):
     out = t(device).item()
     assert out == expected and type(out) is type(expected)
@@ -831,21 +980,39 @@ def test_alias_cross_needs_size_3():
 def test_alias_queries_and_constructors():
     x = Tensor.zeros(2, 3, dtype=dtypes.float16)
     assert (x.size(), x.size(-2), x.dim()) == ((2, 3), 2, 2)
-    made = [x.new_zeros(4), x.new_ones((1, 2)), x.new_full((2,), 3), x.new_empty(2, 2), x.new_tensor([1, 2])]
+    made = [
+        x.new_zeros(4),
+        x.new_ones((1, 2)),
+        x.new_full((2,), 3),
+        x.new_empty(2, 2),
+        x.new_tensor([1, 2]),
+    ]
     assert [(t.shape, t.dtype, t.device) for t in made] == [
-        ((4,), dtypes.float16, x.device), ((1, 2), dtypes.float16, x.device), ((2,), dtypes.float16, x.device),
-        ((2, 2), dtypes.float16, x.device), ((2,), dtypes.float16, x.device)]
+        ((4,), dtypes.float16, x.device),
+        ((1, 2), dtypes.float16, x.device),
+        ((2,), dtypes.float16, x.device),
+        ((2, 2), dtypes.float16, x.device),
+        ((2,), dtypes.float16, x.device),
+    ]
     assert x.new_zeros(2, dtype=dtypes.int32).dtype == dtypes.int32
     assert Tensor([1, 2]).equal(Tensor([1.0, 2.0])) and not Tensor([1, 2]).equal(Tensor([1, 2, 3]))
     assert not Tensor([float("nan")]).equal(Tensor([float("nan")]))
-    assert Tensor([1.0]).allclose(Tensor([1.0 + 1e-7])) and not Tensor([1.0]).allclose(Tensor([1.1]))
+    assert Tensor([1.0]).allclose(Tensor([1.0 + 1e-7])) and not Tensor([1.0]).allclose(
+        Tensor([1.1])
+    )
 
 
 def test_alias_triangle_indices_match_torch():
     torch = pytest.importorskip("torch")
     for row, col, offset in ((3, 4, 0), (4, 3, -1), (3, 3, 2), (0, 3, 0)):
-        assert Tensor.tril_indices(row, col, offset).tolist() == torch.tril_indices(row, col, offset).tolist()
-        assert Tensor.triu_indices(row, col, offset).tolist() == torch.triu_indices(row, col, offset).tolist()
+        assert (
+            Tensor.tril_indices(row, col, offset).tolist()
+            == torch.tril_indices(row, col, offset).tolist()
+        )
+        assert (
+            Tensor.triu_indices(row, col, offset).tolist()
+            == torch.triu_indices(row, col, offset).tolist()
+        )
     assert Tensor.tril_indices(3, 3).dtype == dtypes.int64
 
 

@@ -50,4 +50,3 @@ def check(out: Tensor | tuple, expected: Any, **kw) -> None:
     np.testing.assert_allclose(
         got.astype(np.float64), want.astype(np.float64), **(kw or tol(out.dtype))
     )
-

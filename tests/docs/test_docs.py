@@ -129,5 +129,7 @@ def test_torch_name_table_is_current():
     """docs/torch-names.md is what scripts/torch_names.py makes of today's API and torch."""
     pytest.importorskip("torch")
     script = ROOT / "scripts" / "torch_names.py"
-    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -80,8 +80,7 @@ def test_fusegrad_devices_says_the_cpu_compiler_is_replaced(installed):
     assert "      (offers no devices; OVERRIDES the compiler of CPU)" in text
     assert "compiler from cpu_compiler_override (OVERRIDE)" in text
     assert (
-        "  WARNING: plugin 'cpu_compiler_override' replaces the compiler of CPU "
-        "(offered by 'cpu')"
+        "  WARNING: plugin 'cpu_compiler_override' replaces the compiler of CPU (offered by 'cpu')"
     ) in text
 
 

@@ -124,7 +124,8 @@ def shared_entry(function: str, library: bytes) -> bytes:
 
 
 def load_kernel(name: str, binary: bytes) -> tuple[ctypes.CDLL, str]:
-    """The loaded library holding the kernel ``name`` built as ``binary``, and its function's name."""
+    """The loaded library holding the kernel ``name`` built as ``binary``, and its function's
+    name."""
     if not binary.startswith(SHARED):
         return load_library(binary), name
     function, _, library = binary[len(SHARED) :].partition(b"\n")

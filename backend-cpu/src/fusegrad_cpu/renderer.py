@@ -69,8 +69,10 @@ def _loop_pragmas() -> dict[tuple[AxisKind, LoopHint], str]:
     """The pragma before a loop, by its kind and hint: OpenMP spreads a PARALLEL loop over the
     cores, ``GCC unroll`` keeps a register tile's accumulators in registers, ``omp simd`` makes
     gcc vectorise a loop it would leave scalar."""
-    pragmas = {(AxisKind.PARALLEL, LoopHint.NONE): "#pragma omp parallel for schedule(static)",
-               (AxisKind.PARALLEL, LoopHint.SIMD): "#pragma omp parallel for simd schedule(static)"}
+    pragmas = {
+        (AxisKind.PARALLEL, LoopHint.NONE): "#pragma omp parallel for schedule(static)",
+        (AxisKind.PARALLEL, LoopHint.SIMD): "#pragma omp parallel for simd schedule(static)",
+    }
     for kind in AxisKind:
         if kind is not AxisKind.PARALLEL:
             pragmas[(kind, LoopHint.UNROLL)] = "#pragma GCC unroll {trips}"

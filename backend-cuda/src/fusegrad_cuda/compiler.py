@@ -111,7 +111,8 @@ class NVCCCompiler(Compiler):
 
 
 class NVRTCCompiler(Compiler):
-    """NVRTC through ctypes: ``nvrtcCompileProgram`` with ``--gpu-architecture=sm_XX``, then the cubin."""
+    """NVRTC through ctypes: ``nvrtcCompileProgram`` with ``--gpu-architecture=sm_XX``, then the
+    cubin."""
 
     def __init__(self, arch: str = DEFAULT_ARCH, library: str | None = None):
         self.arch, path = arch, library or find_nvrtc()
@@ -162,7 +163,8 @@ class NVRTCCompiler(Compiler):
 
 
 def find_cuda_compiler(arch: str = DEFAULT_ARCH) -> Compiler:
-    """NVRTC if it can be found, else nvcc; ``DeviceUnavailable`` saying how to get one if neither."""
+    """NVRTC if it can be found, else nvcc; ``DeviceUnavailable`` saying how to get one if
+    neither."""
     if (library := find_nvrtc()) is not None:
         return NVRTCCompiler(arch, library)
     return NVCCCompiler(arch)

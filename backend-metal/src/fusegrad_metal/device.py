@@ -51,7 +51,8 @@ class MetalAllocator(Allocator):
 
 
 def compile_library(source: str) -> Any:
-    """Build MSL ``source`` into an ``MTLLibrary``, without fast math; ``CompileError`` if it fails."""
+    """Build MSL ``source`` into an ``MTLLibrary``, without fast math; ``CompileError`` if it
+    fails."""
     device, _ = metal_device()
     options = Metal.MTLCompileOptions.new()
     options.setFastMathEnabled_(False)  # results must match the CPU backend's tolerances

@@ -17,7 +17,8 @@ THREAD_POSITIONS = {
 
 
 class MetalRenderer(CStyleRenderer):
-    """Renders a kernel as a Metal ``kernel void`` function; thread ``gid.x`` computes element ``gid.x``.
+    """Renders a kernel as a Metal ``kernel void`` function; thread ``gid.x`` computes element
+    ``gid.x``.
 
     Buffer ``i`` is bound at ``[[buffer(i)]]``. A grouped reduction (core's codegen/grid.py) is
     one threadgroup per output, sharing ``threadgroup`` memory. Metal has no float64; bfloat16

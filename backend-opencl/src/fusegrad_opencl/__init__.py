@@ -66,7 +66,5 @@ def fusegrad_devices() -> list[DeviceSpec]:
     """One spec for every OpenCL device found (``count``), or one saying why there is none."""
     # nothing is imported here: pyopencl is asked (once) only when the device is probed or used
     return [
-        DeviceSpec(
-            "OPENCL", PRIORITY, lambda: survey()[2], lambda: survey()[0], open=open_runtime
-        )
+        DeviceSpec("OPENCL", PRIORITY, lambda: survey()[2], lambda: survey()[0], open=open_runtime)
     ]

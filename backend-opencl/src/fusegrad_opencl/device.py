@@ -129,7 +129,8 @@ class CLProgram:
         vals: tuple[int, ...] = (),
         wait: bool = False,
     ) -> float | None:
-        """Enqueue on ``buffers`` over ``global_size`` (one work-item when None); seconds if ``wait``.
+        """Enqueue on ``buffers`` over ``global_size`` (one work-item when None); seconds if
+        ``wait``.
 
         With ``local_size`` the work-items come in work-groups of that many, and the global size
         is rounded up to whole groups (the kernel guards its index); without, the driver chooses.

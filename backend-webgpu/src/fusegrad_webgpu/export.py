@@ -2,7 +2,8 @@
 
 ``export_webgpu(fn, example_inputs, folder)`` calls ``fn`` once on WEBGPU tensors and takes the
 schedule of its result: the kernels, each rendered as WGSL, and the plan of buffers they read
-and write. With a ``TinyJit`` as ``fn``, the kernels its capture records are exported instead. The folder then holds:
+and write. With a ``TinyJit`` as ``fn``, the kernels its capture records are exported instead. The
+folder then holds:
 
 - ``model.js``: the WGSL kernels, the dispatch list (kernel, bindings -> buffer slots,
   workgroups) and the buffer plan (bytes, dtype, role of each slot);
@@ -85,8 +86,15 @@ def export_webgpu(
     return _write(Path(folder), plan, buffers, slots_of_inputs, input_buffers, out.shape)
 
 
-def _write(folder: Path, plan: Any, buffers: list[Any], slots_of_inputs: list[int],
-           input_buffers: list[Any], shape: tuple[int, ...], written: set[int] | None = None) -> Path:
+def _write(
+    folder: Path,
+    plan: Any,
+    buffers: list[Any],
+    slots_of_inputs: list[int],
+    input_buffers: list[Any],
+    shape: tuple[int, ...],
+    written: set[int] | None = None,
+) -> Path:
     """Write the page, the kernels and the weights of ``plan`` into ``folder``."""
     model = _model(plan, buffers, slots_of_inputs, shape, written or set())  # may refuse: first
     folder.mkdir(parents=True, exist_ok=True)
@@ -106,7 +114,9 @@ def _write(folder: Path, plan: Any, buffers: list[Any], slots_of_inputs: list[in
     return folder
 
 
-def _export_captured(jit: TinyJit, inputs: list[Tensor], input_buffers: list[Any], folder: Path) -> Path:
+def _export_captured(
+    jit: TinyJit, inputs: list[Tensor], input_buffers: list[Any], folder: Path
+) -> Path:
     """Export what a TinyJit captures: run it twice on ``inputs`` and take its recorded kernels."""
     capture = TinyJit(jit.fn)  # a capture of our own, on the export's inputs
     capture(*inputs)
@@ -119,11 +129,17 @@ def _export_captured(jit: TinyJit, inputs: list[Tensor], input_buffers: list[Any
         if id(b) not in slot_of:
             slot_of[id(b)] = len(buffers)
             buffers.append(b)
-    steps = [KernelStep(launch.runner.kernel.ast, tuple(slot_of[id(b)] for b in launch.buffers), "WEBGPU")
-             for launch in capture.launches]
+    steps = [
+        KernelStep(
+            launch.runner.kernel.ast, tuple(slot_of[id(b)] for b in launch.buffers), "WEBGPU"
+        )
+        for launch in capture.launches
+    ]
     written = {step.slots[0] for step in steps}
     plan = Plan(steps, [], [slot_of[id(out._buffer())]], len(buffers))
-    return _write(folder, plan, buffers, list(range(len(input_buffers))), input_buffers, out.shape, written)
+    return _write(
+        folder, plan, buffers, list(range(len(input_buffers))), input_buffers, out.shape, written
+    )
 
 
 def _host_tensor(buf: Any) -> Tensor:
@@ -131,8 +147,9 @@ def _host_tensor(buf: Any) -> Tensor:
     return Tensor(buf.numpy(), device="PYTHON")
 
 
-def _model(plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[int, ...],
-           written: set[int]) -> dict:
+def _model(
+    plan: Any, buffers: list[Any], input_slots: list[int], shape: tuple[int, ...], written: set[int]
+) -> dict:
     """The kernels, dispatches and buffer plan, as plain data for ``model.js``."""
     renderer = browser_renderer()
     slots = [(b.size, b.dtype) for b in buffers] + [

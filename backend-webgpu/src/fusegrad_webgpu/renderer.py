@@ -114,13 +114,13 @@ def dispatch_size(threads: int, local: int, max_per_dim: int) -> tuple[int, int,
     return x, y, z
 
 
-
 def _is_nan(x: str, dtype: DType) -> str:
     """WGSL's test for NaN: ``x != x`` may be folded to false (WGSL lets the compiler assume there
     is no NaN), so a float32's bits are tested instead."""
     if dtype == dtypes.float32:
         return f"((bitcast<u32>({x}) & 0x7fffffffu) > 0x7f800000u)"
     return f"({x} != {x})"
+
 
 class WGSLRenderer(Renderer):
     """Renders a linear program as a WGSL compute shader for one adapter's features and limits."""
@@ -161,7 +161,10 @@ class WGSLRenderer(Renderer):
     def dtype_advice(self, dtype: DType) -> str:
         feature = next((f for f, ds in FEATURE_DTYPES.items() if dtype in ds), None)
         if feature is None:
-            return f"WGSL has no {dtype.name}; cast to a 32-bit type (.float(), .int()) or use another device"
+            return (
+                f"WGSL has no {dtype.name}; cast to a 32-bit type (.float(), .int()) "
+                "or use another device"
+            )
         return (
             f"the adapter ({self.adapter}) lacks the {feature} feature; cast to a 32-bit type "
             "(.float(), .int()), or use another adapter or device"
@@ -226,7 +229,8 @@ class WGSLRenderer(Renderer):
         params = [u for u in program if u.op is Ops.PARAM]
         if len(params) > self.max_buffers:
             raise UnsupportedOp(
-                f"kernel {name} needs {len(params)} storage buffers, but the adapter ({self.adapter}) "
+                f"kernel {name} needs {len(params)} storage buffers, but the adapter "
+                f"({self.adapter}) "
                 f"allows {self.max_buffers} per shader stage; compute the result in parts "
                 "(e.g. .realize() some inputs of the expression first)"
             )
@@ -279,8 +283,10 @@ class WGSLRenderer(Renderer):
         if variables := variables_of(program):  # their values: one uniform after the buffers
             fields = ", ".join(f"{v.arg[0]}: i32" for v in variables)
             after = max((p.arg[0] for p in program if p.op is Ops.PARAM), default=-1) + 1
-            lines += [f"struct Vals {{ {fields} }}",
-                      f"@group(0) @binding({after}) var<uniform> vals: Vals;"]
+            lines += [
+                f"struct Vals {{ {fields} }}",
+                f"@group(0) @binding({after}) var<uniform> vals: Vals;",
+            ]
         return lines
 
     def render_bitcast(self, x: str, src: DType, dtype: DType) -> str:

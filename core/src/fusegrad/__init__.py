@@ -12,6 +12,16 @@ from fusegrad.jit import TinyJit
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Variable
 
-__all__ = ["Context", "DType", "Device", "GlobalCounters", "Tensor", "TinyJit", "Variable", "context", "dtypes",
-           "reset_caches"]
+__all__ = [
+    "Context",
+    "DType",
+    "Device",
+    "GlobalCounters",
+    "Tensor",
+    "TinyJit",
+    "Variable",
+    "context",
+    "dtypes",
+    "reset_caches",
+]
 __version__ = "0.1.0"

@@ -20,7 +20,8 @@ from fusegrad.plugin.manager import PluginInfo, PluginManager, plugins
 
 
 def dev_strings(spec: DeviceSpec) -> list[str]:
-    """The ``DEV=`` settings that select each instance of ``spec``: ``DEV=CPU``, ``DEV=OPENCL:1``."""
+    """The ``DEV=`` settings that select each instance of ``spec``: ``DEV=CPU``,
+    ``DEV=OPENCL:1``."""
     return [f"DEV={spec.name}"] + [f"DEV={spec.name}:{i}" for i in range(1, spec.instances())]
 
 
@@ -208,7 +209,8 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``fusegrad`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    """Run the ``fusegrad`` command with ``argv`` (default ``sys.argv[1:]``); return the exit
+    code."""
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -46,7 +46,8 @@ class Allocator:
 
 
 class Compiler:
-    """Turns source into bytes. ``compile_cached`` keeps results on disk, keyed by source + identity."""
+    """Turns source into bytes. ``compile_cached`` keeps results on disk, keyed by source +
+    identity."""
 
     #: Changes whenever the output for the same source would change (compiler version, flags).
     identity: str = ""
@@ -182,7 +183,8 @@ class Runtime:
 
 
 class Buffer:
-    """A 1-d array of ``size`` elements of ``dtype`` on ``device``; memory is allocated on first use."""
+    """A 1-d array of ``size`` elements of ``dtype`` on ``device``; memory is allocated on first
+    use."""
 
     __slots__ = ("device", "size", "dtype", "_handle", "_allocator", "__weakref__")
 

@@ -24,7 +24,9 @@ class DType:
     _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.name, self.itemsize, self.kind, self.priority)))
+        object.__setattr__(
+            self, "_hash", hash((self.name, self.itemsize, self.kind, self.priority))
+        )
 
     def __hash__(self) -> int:
         return self._hash
@@ -35,7 +37,12 @@ class DType:
         if not isinstance(other, DType):
             return NotImplemented
         return (self.name, self.itemsize, self.kind, self.priority, self.np_name) == (
-            other.name, other.itemsize, other.kind, other.priority, other.np_name)
+            other.name,
+            other.itemsize,
+            other.kind,
+            other.priority,
+            other.np_name,
+        )
 
     def __repr__(self) -> str:
         return f"dtypes.{self.name}"
@@ -142,7 +149,9 @@ class dtypes:  # noqa: N801 - tinygrad-compatible public name
             return dtypes.default_int
         if isinstance(x, float):
             return dtypes.default_float
-        raise DTypeError(f"cannot make a tensor from {type(x).__name__} {x!r}; use numbers or lists")
+        raise DTypeError(
+            f"cannot make a tensor from {type(x).__name__} {x!r}; use numbers or lists"
+        )
 
 
 ALL_DTYPES: tuple[DType, ...] = tuple(

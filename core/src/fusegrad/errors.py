@@ -54,7 +54,8 @@ class StateDictError(FusegradError, ValueError):
 
 
 class FileFormatError(FusegradError, ValueError):
-    """A file (safetensors, PyTorch checkpoint, IDX data) is truncated, corrupted or of another format."""
+    """A file (safetensors, PyTorch checkpoint, IDX data) is truncated, corrupted or of another
+    format."""
 
 
 class UnsafePickleError(FileFormatError):

@@ -61,40 +61,97 @@ def _move(op: Ops, g: UOp, arg) -> UOp:
 
 LN2 = math.log(2)
 
-DERIVATIVES = PatternMatcher([
-    (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),                            # d(a+b) = 1, 1
-    (UPat(Ops.MUL, name="ret"), lambda ctx, ret: (ctx * ret.src[1], ctx * ret.src[0])),  # d(ab) = b, a
-    (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),                               # d(-x) = -1
-    (UPat(Ops.RECIP, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),                 # d(1/x) = -1/x²
-    (UPat(Ops.SQRT, name="ret"), lambda ctx, ret: (ctx * (ret * full_like(ret, 2)).alu(Ops.RECIP),)),    # d√x = 1/(2√x)
-    (UPat(Ops.EXP2, name="ret"), lambda ctx, ret: (ctx * ret * full_like(ret, LN2),)),                   # d2^x = 2^x ln2
-    (UPat(Ops.LOG2, name="ret"),
-     lambda ctx, ret: (ctx * (ret.src[0] * full_like(ret, LN2)).alu(Ops.RECIP),)),                       # dlog2 x = 1/(x ln2)
-    (UPat(Ops.SIN, name="ret"),
-     lambda ctx, ret: (ctx * (full_like(ret, math.pi / 2) - ret.src[0]).alu(Ops.SIN),)),  # dsin = cos
-    (UPat(Ops.MAX, name="ret"), lambda ctx, ret: max_grad(ret, ctx)),
-    (UPat(Ops.WHERE, name="ret"),                                                        # d(c?a:b)
-     lambda ctx, ret: (None, ret.src[0].where(ctx, full_like(ctx, 0)), ret.src[0].where(full_like(ctx, 0), ctx))),
-    (UPat(GroupOp.Comparison | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD}, name="ret"),
-     lambda ctx, ret: (None,) * len(ret.src)),                                           # piecewise constant
-    (UPat(Ops.CAST, name="ret"),
-     lambda ctx, ret: (ctx.cast(ret.src[0].dtype) if ret.src[0].dtype.is_float else None,)),
-    (UPat((Ops.BITCAST, Ops.DETACH), name="ret"), lambda ctx, ret: (None,)),
-    (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
-    (UPat(Ops.CUSTOM_GRAD, name="ret"),                                                  # the op's own rule
-     lambda ctx, ret: (None, *ret.arg[0](ctx, ret.src[1:], ret.arg[1]))),
-    (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (_move(Ops.COPY, ctx, ret.arg[::-1]),)),
-    (UPat(Ops.REDUCE_AXIS, name="ret"),
-     lambda ctx, ret: (expand_to(ctx, ret.src[0].shape),) if ret.arg[0] is Ops.ADD else reduce_max_grad(ret, ctx)),
-    (UPat(Ops.RESHAPE, name="ret"), lambda ctx, ret: (_move(Ops.RESHAPE, ctx, ret.src[0].shape),)),
-    (UPat(Ops.PERMUTE, name="ret"), lambda ctx, ret: (_move(Ops.PERMUTE, ctx, inverse_permute(ret.arg)),)),
-    (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: (sum_to(ctx, ret.src[0].shape),)),
-    (UPat(Ops.PAD, name="ret"),
-     lambda ctx, ret: (_move(Ops.SHRINK, ctx, tuple((b, b + s) for (b, _), s in zip(ret.arg, ret.src[0].shape))),)),
-    (UPat(Ops.SHRINK, name="ret"),
-     lambda ctx, ret: (_move(Ops.PAD, ctx, tuple((b, s - e) for (b, e), s in zip(ret.arg, ret.src[0].shape))),)),
-    (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (_move(Ops.FLIP, ctx, ret.arg),)),
-])
+DERIVATIVES = PatternMatcher(
+    [
+        (UPat(Ops.ADD, name="ret"), lambda ctx, ret: (ctx, ctx)),  # d(a+b) = 1, 1
+        (
+            UPat(Ops.MUL, name="ret"),
+            lambda ctx, ret: (ctx * ret.src[1], ctx * ret.src[0]),
+        ),  # d(ab) = b, a
+        (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),  # d(-x) = -1
+        (UPat(Ops.RECIP, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),  # d(1/x) = -1/x²
+        (
+            UPat(Ops.SQRT, name="ret"),
+            lambda ctx, ret: (ctx * (ret * full_like(ret, 2)).alu(Ops.RECIP),),
+        ),  # d√x = 1/(2√x)
+        (
+            UPat(Ops.EXP2, name="ret"),
+            lambda ctx, ret: (ctx * ret * full_like(ret, LN2),),
+        ),  # d2^x = 2^x ln2
+        (
+            UPat(Ops.LOG2, name="ret"),
+            lambda ctx, ret: (ctx * (ret.src[0] * full_like(ret, LN2)).alu(Ops.RECIP),),
+        ),  # dlog2 x = 1/(x ln2)
+        (
+            UPat(Ops.SIN, name="ret"),
+            lambda ctx, ret: (ctx * (full_like(ret, math.pi / 2) - ret.src[0]).alu(Ops.SIN),),
+        ),  # dsin = cos
+        (UPat(Ops.MAX, name="ret"), lambda ctx, ret: max_grad(ret, ctx)),
+        (
+            UPat(Ops.WHERE, name="ret"),  # d(c?a:b)
+            lambda ctx, ret: (
+                None,
+                ret.src[0].where(ctx, full_like(ctx, 0)),
+                ret.src[0].where(full_like(ctx, 0), ctx),
+            ),
+        ),
+        (
+            UPat(
+                GroupOp.Comparison
+                | {Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD},
+                name="ret",
+            ),
+            lambda ctx, ret: (None,) * len(ret.src),
+        ),  # piecewise constant
+        (
+            UPat(Ops.CAST, name="ret"),
+            lambda ctx, ret: (ctx.cast(ret.src[0].dtype) if ret.src[0].dtype.is_float else None,),
+        ),
+        (UPat((Ops.BITCAST, Ops.DETACH), name="ret"), lambda ctx, ret: (None,)),
+        (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
+        (
+            UPat(Ops.CUSTOM_GRAD, name="ret"),  # the op's own rule
+            lambda ctx, ret: (None, *ret.arg[0](ctx, ret.src[1:], ret.arg[1])),
+        ),
+        (UPat(Ops.COPY, name="ret"), lambda ctx, ret: (_move(Ops.COPY, ctx, ret.arg[::-1]),)),
+        (
+            UPat(Ops.REDUCE_AXIS, name="ret"),
+            lambda ctx, ret: (
+                (expand_to(ctx, ret.src[0].shape),)
+                if ret.arg[0] is Ops.ADD
+                else reduce_max_grad(ret, ctx)
+            ),
+        ),
+        (
+            UPat(Ops.RESHAPE, name="ret"),
+            lambda ctx, ret: (_move(Ops.RESHAPE, ctx, ret.src[0].shape),),
+        ),
+        (
+            UPat(Ops.PERMUTE, name="ret"),
+            lambda ctx, ret: (_move(Ops.PERMUTE, ctx, inverse_permute(ret.arg)),),
+        ),
+        (UPat(Ops.EXPAND, name="ret"), lambda ctx, ret: (sum_to(ctx, ret.src[0].shape),)),
+        (
+            UPat(Ops.PAD, name="ret"),
+            lambda ctx, ret: (
+                _move(
+                    Ops.SHRINK,
+                    ctx,
+                    tuple((b, b + s) for (b, _), s in zip(ret.arg, ret.src[0].shape)),
+                ),
+            ),
+        ),
+        (
+            UPat(Ops.SHRINK, name="ret"),
+            lambda ctx, ret: (
+                _move(
+                    Ops.PAD, ctx, tuple((b, s - e) for (b, e), s in zip(ret.arg, ret.src[0].shape))
+                ),
+            ),
+        ),
+        (UPat(Ops.FLIP, name="ret"), lambda ctx, ret: (_move(Ops.FLIP, ctx, ret.arg),)),
+    ]
+)
 
 
 def _reaching(order: list[UOp], targets: set[UOp]) -> set[UOp]:
@@ -126,8 +183,9 @@ def expand_realized(root: UOp, targets: set[UOp], realized: Mapping[UOp, UOp]) -
     return done[root]
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: list[UOp],
-                     realized: Mapping[UOp, UOp] | None = None) -> dict[UOp, UOp | None]:
+def compute_gradient(
+    root: UOp, root_grad: UOp, targets: list[UOp], realized: Mapping[UOp, UOp] | None = None
+) -> dict[UOp, UOp | None]:
     """The gradient of ``root`` (seeded with ``root_grad``) with respect to each target."""
     if realized:
         root = expand_realized(root, set(targets), realized)
@@ -145,4 +203,3 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: list[UOp],
             if sg is not None and s in reach:
                 grads[s] = grads[s] + sg if s in grads else sg
     return {t: grads.get(t) for t in targets}
-

@@ -81,7 +81,13 @@ class TinyJit:
 
     def reset(self) -> None:
         """Forget the capture; the next two calls run the function again."""
-        self.calls, self.signature, self.launches, self.assigned, self.outputs = 0, None, [], [], None
+        self.calls, self.signature, self.launches, self.assigned, self.outputs = (
+            0,
+            None,
+            [],
+            [],
+            None,
+        )
         self.free_signature, self.values = None, {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -111,15 +117,21 @@ class TinyJit:
         self.assigned = _assigned(recorded.assigns)
         position = {id(b): i for i, b in enumerate(inputs)}
         self.launches = [
-            _Launch(runner, [b.handle for b in bufs],
-                    [(k, position[id(b)]) for k, b in enumerate(bufs) if id(b) in position], bufs,
-                    bool(runner.kernel.variables))
+            _Launch(
+                runner,
+                [b.handle for b in bufs],
+                [(k, position[id(b)]) for k, b in enumerate(bufs) if id(b) in position],
+                bufs,
+                bool(runner.kernel.variables),
+            )
             for runner, bufs in recorded.launches
         ]
         self.signature, self.outputs = signature, out
         self.free_signature, self.values = _unbound_signature(signature)
         for launch in self.launches:
-            if missing := [v.arg[0] for v in launch.runner.kernel.variables if v not in self.values]:
+            if missing := [
+                v.arg[0] for v in launch.runner.kernel.variables if v not in self.values
+            ]:
                 self.reset()
                 raise JitError(
                     f"TinyJit: variable {missing[0]!r} is bound inside the function, so a replay "
@@ -157,7 +169,9 @@ def _unbound_signature(signature: tuple) -> tuple[tuple | None, dict]:
     if not any(is_symbolic(shape) for shape, _, _ in signature):
         return None, {}
     values: dict = {}
-    free = tuple((tuple(unbind(s, values) for s in shape), dtype, dev) for shape, dtype, dev in signature)
+    free = tuple(
+        (tuple(unbind(s, values) for s in shape), dtype, dev) for shape, dtype, dev in signature
+    )
     return free, values
 
 
@@ -192,10 +206,21 @@ def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:
 
 def _realized(out: Any) -> Any:
     """Realize every tensor in ``out`` (a tensor, or a tuple/list/dict of them)."""
-    found = [out] if isinstance(out, Tensor) else [
-        v for v in (out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ())
-        if isinstance(v, Tensor)
-    ]
+    found = (
+        [out]
+        if isinstance(out, Tensor)
+        else [
+            v
+            for v in (
+                out.values()
+                if isinstance(out, dict)
+                else out
+                if isinstance(out, (list, tuple))
+                else ()
+            )
+            if isinstance(v, Tensor)
+        ]
+    )
     if found:
         Tensor.realize(*found)
     return out

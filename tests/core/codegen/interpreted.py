@@ -16,7 +16,9 @@ from fusegrad.schedule.kernelize import abstract
 from fusegrad.tensor.movement import _unreshaped
 
 
-def run_with(t: Tensor, renderer: Renderer, check: Callable[[KernelSource], None] = lambda k: None) -> np.ndarray:
+def run_with(
+    t: Tensor, renderer: Renderer, check: Callable[[KernelSource], None] = lambda k: None
+) -> np.ndarray:
     """Realize ``t`` (a PYTHON tensor) with ``renderer``'s programs, ``check`` seeing each
     kernel first; return its values."""
     root = _unreshaped(t.uop)

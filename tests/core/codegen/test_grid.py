@@ -82,8 +82,11 @@ def test_the_last_trip_is_masked_with_the_identity():
     kernel = generate(ast_of(x(3, 1001).max(1)), GridRenderer())
     wheres = [u for u in kernel.program if u.op is Ops.WHERE]
     assert any(u.src[2].op is Ops.CONST and u.src[2].arg == dtypes.float32.min for u in wheres)
-    loads = [u for u in kernel.program
-             if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM]
+    loads = [
+        u
+        for u in kernel.program
+        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and u.src[0].src[0].op is Ops.PARAM
+    ]
     assert loads
     assert all(len(u.src) == 3 for u in loads)  # gated: nothing is read past the end
 

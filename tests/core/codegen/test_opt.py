@@ -82,7 +82,8 @@ def test_padded_copy_has_no_division_or_modulo():
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
     np.testing.assert_array_equal(
-        x.pad((None, None, (2, 2), (2, 2))).numpy(), np.pad(x.numpy(), ((0, 0), (0, 0), (2, 2), (2, 2)))
+        x.pad((None, None, (2, 2), (2, 2))).numpy(),
+        np.pad(x.numpy(), ((0, 0), (0, 0), (2, 2), (2, 2))),
     )
 
 
@@ -104,7 +105,9 @@ def test_views_under_a_pad_simplify():
     source = generate(step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, AVX2)).source
     body = source[source.index("{") :]
     assert "%" not in body and "/" not in body
-    np.testing.assert_array_equal(y.numpy(), np.pad(x.numpy() * 2, ((0, 0), (0, 0), (4, 4), (4, 4))))
+    np.testing.assert_array_equal(
+        y.numpy(), np.pad(x.numpy() * 2, ((0, 0), (0, 0), (4, 4), (4, 4)))
+    )
 
 
 def test_short_rows_of_a_reduction_merge_into_one_loop():
@@ -146,7 +149,10 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     for n, target in ((768, big_cache), (1024, AVX2), (2048, big_cache)):
         loops, (rows, cols) = order(n, target)
         assert loops == (cols, rows), n
-    a, b = Tensor.rand(96, 1024, device="CPU").realize(), Tensor.rand(1024, 64, device="CPU").realize()
+    a, b = (
+        Tensor.rand(96, 1024, device="CPU").realize(),
+        Tensor.rand(1024, 64, device="CPU").realize(),
+    )
     *_, step = (a @ b).schedule()
     opts = heuristic_opts(step.ast, big_cache)
     rt = Device["CPU"]
@@ -157,7 +163,6 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     panels = b.reshape(1024, 64 // width, width).permute(1, 0, 2).contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, panels._buffer().handle, global_size=None)
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
-
 
 
 def _wide_matmul(rows: int) -> tuple[Tensor, Tensor]:
@@ -206,7 +211,6 @@ def test_tile_whose_rows_divide_their_axis_walks_two_panels_even_past_the_cache(
     np.testing.assert_allclose(_run_with(opts, ast, a, b), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
-
 def _weight_gradient(batch: int, cin: int, cout: int, size: int, k: int):
     """A conv's weight gradient (C_out innermost in the incoming gradient, as conv2d's backward
     lays it out): the AST of its k x k reduction kernel and a check of the values against numpy."""
@@ -248,7 +252,9 @@ def test_conv_tile_rows_span_a_short_output_row():
         assert heuristic_opts(ast, AVX2).upcast == ((width_axis, rows), (shape.index(64), vector))
     out = x.conv2d(w).numpy()
     windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), (3, 3), axis=(2, 3))
-    np.testing.assert_allclose(out, np.einsum("bcyxij,ocij->boyx", windows, w.numpy()), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        out, np.einsum("bcyxij,ocij->boyx", windows, w.numpy()), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_weight_gradient_tile_adds_rows_along_a_second_axis_when_registers_are_left():
@@ -299,4 +305,6 @@ def test_conv_channels_fill_two_registers_when_the_batch_is_left_to_split():
     wn = w.numpy()
     got = Tensor(a, device="CPU").conv2d(w).numpy()
     windows = np.lib.stride_tricks.sliding_window_view(a, (5, 5), axis=(2, 3))  # (8, 4, 8, 8, 5, 5)
-    np.testing.assert_allclose(got, np.einsum("bcyxij,ocij->boyx", windows, wn), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        got, np.einsum("bcyxij,ocij->boyx", windows, wn), rtol=1e-4, atol=1e-4
+    )

@@ -19,7 +19,9 @@ def test_beam_picks_a_timed_candidate_and_caches_it(tmp_path, monkeypatch):
     ast, _, _ = _matmul_ast()
     timed = []
     real_time = search._time
-    monkeypatch.setattr(search, "_time", lambda k, *a, **kw: timed.append(k.opts) or real_time(k, *a, **kw))
+    monkeypatch.setattr(
+        search, "_time", lambda k, *a, **kw: timed.append(k.opts) or real_time(k, *a, **kw)
+    )
     best = search.beam_search(ast, Device["CPU"], "CPU", width=2)
     assert heuristic_opts(ast, Device["CPU"].renderer) in timed  # the default is always a candidate
     assert best in timed and len(timed) > 3
@@ -35,7 +37,10 @@ def test_kernels_from_every_candidate_compute_the_same(tmp_path, monkeypatch):
     ast, x, w = _matmul_ast()
     expected = x.numpy() @ w.numpy()
     rt = Device["CPU"]
-    for opts in [heuristic_opts(ast, Device["CPU"].renderer), *search._neighbours(heuristic_opts(ast, Device["CPU"].renderer), ast)][:8]:
+    for opts in [
+        heuristic_opts(ast, Device["CPU"].renderer),
+        *search._neighbours(heuristic_opts(ast, Device["CPU"].renderer), ast),
+    ][:8]:
         kernel = generate(ast, rt.renderer, rt.rules, opts)
         program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
         out = np.zeros(64 * 48, np.float32)

@@ -83,7 +83,8 @@ def sweep(op: str) -> np.ndarray:
 
 
 def ulp_error(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """|got - want| in units of float32's last place at ``want`` (a float64), where both are finite."""
+    """|got - want| in units of float32's last place at ``want`` (a float64), where both are
+    finite."""
     exponent = np.frexp(np.abs(want))[1] - 1  # want in [2**exponent, 2**(exponent+1))
     ulp = np.ldexp(1.0, np.maximum(exponent - 23, -149))
     return np.abs(got.astype(np.float64) - want) / ulp

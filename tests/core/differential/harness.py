@@ -52,7 +52,8 @@ DEVICES = ("PYTHON", "CPU", *EXTRA_DEVICES)
 #: Devices whose language does not promise IEEE infinities and nan: where an input or torch's
 #: output holds one, a difference is an xfail (not strict) there, not a failure.
 NOT_PROMISED = {
-    "WEBGPU": "WGSL lets a compiler treat infinities and nan as indeterminate (and x / 0 as any value)",
+    "WEBGPU": "WGSL lets a compiler treat infinities and nan as indeterminate (and x / 0 as "
+    "any value)",
 }
 
 f16, f32, f64 = dtypes.float16, dtypes.float32, dtypes.float64
@@ -60,7 +61,24 @@ i8, u8, i32, i64, bool_ = dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64,
 
 inf, nan = float("inf"), float("nan")
 #: Extreme float32 values: infinities, nan, signed zeros, overflow and underflow scales.
-SPECIAL = (-inf, -1e30, -88.8, -3.5, -1.0, -0.5, -0.0, 0.0, 1e-30, 0.5, 1.0, 2.5, 88.8, 1e30, inf, nan)
+SPECIAL = (
+    -inf,
+    -1e30,
+    -88.8,
+    -3.5,
+    -1.0,
+    -0.5,
+    -0.0,
+    0.0,
+    1e-30,
+    0.5,
+    1.0,
+    2.5,
+    88.8,
+    1e30,
+    inf,
+    nan,
+)
 #: Where piecewise activations bend: their subgradients there must be torch's.
 KINKS = (-6.0, -3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0)
 
@@ -123,7 +141,9 @@ class Arg:
             return mask
         if self.kind == "index" or self.dtype.is_int:
             low = max(int(self.low), int(self.dtype.min))
-            return rng.integers(low, int(self.high) + (self.kind != "index"), shape).astype(np_dtype)
+            return rng.integers(low, int(self.high) + (self.kind != "index"), shape).astype(
+                np_dtype
+            )
         if self.kind == "ties":
             return rng.integers(int(self.low), int(self.high) + 1, shape).astype(np_dtype)
         return rng.uniform(self.low, self.high, shape).astype(np_dtype)
@@ -353,7 +373,9 @@ def binary(
         return replace(Arg(shape, dt, low, rng[1], kind if dt.is_float else "uniform"), view=view)
 
     variants = [(v, (arg(sa, a, va), arg(sb, b, vb)), True) for v, sa, va, sb, vb in BINARY_SHAPES]
-    variants += [(dt.name, (arg((3, 4), a, "", dt), arg((4,), b, "", dt)), True) for dt in dtypes[1:]]
+    variants += [
+        (dt.name, (arg((3, 4), a, "", dt), arg((4,), b, "", dt)), True) for dt in dtypes[1:]
+    ]
     if special and dtype == f32:
         elements = _special(special)
         n = len(elements)
@@ -416,7 +438,9 @@ def reduction(
     dtype = dtypes[0]
 
     def arg(*shape: int, dt: DType = dtype, kind: str = "uniform") -> Arg:
-        return Arg(shape, dt, 0 if dt.is_unsigned else low, high, kind if dt.is_float else "uniform")
+        return Arg(
+            shape, dt, 0 if dt.is_unsigned else low, high, kind if dt.is_float else "uniform"
+        )
 
     rows: list[tuple[str, Arg, Any, bool]] = [  # (variant, input, axis, keepdim)
         ("all", arg(2, 3, 4), None, False),
@@ -428,13 +452,18 @@ def reduction(
         ("ties", arg(3, 6, kind="ties"), 1, False),
     ]
     if tuple_axes:
-        rows += [("axes", arg(2, 3, 4), (0, 2), False), ("axes_keepdim", arg(2, 3, 4), (-1, 0), True)]
+        rows += [
+            ("axes", arg(2, 3, 4), (0, 2), False),
+            ("axes_keepdim", arg(2, 3, 4), (-1, 0), True),
+        ]
     if empty:
         rows.append(("empty", arg(0, 3), 0, False))
     rows += [(dt.name, arg(3, 5, dt=dt), 1, False) for dt in dtypes[1:]]
     if special and dtype == f32:
         rows.append(("special", values(*SPECIAL, shape=(4, 4)), 1, False))
-    cases = [(v, _bind(ours, ax, k), _bind(ref, ax, k), (x,), v != "special") for v, x, ax, k in rows]
+    cases = [
+        (v, _bind(ours, ax, k), _bind(ref, ax, k), (x,), v != "special") for v, x, ax, k in rows
+    ]
     return _expand(f"{op}-{tag}" if tag else op, cases, grad, tol, xfail)
 
 
@@ -515,7 +544,7 @@ def outputs(out: Any) -> tuple[Any, ...]:
 
 
 def kind_of(dtype: Any) -> str:
-    """"bool", "int" or "float", for fusegrad's and torch's dtypes alike."""
+    """ "bool", "int" or "float", for fusegrad's and torch's dtypes alike."""
     if dtype in (bool_, torch.bool):
         return "bool"
     is_float = dtype.is_float if isinstance(dtype, DType) else dtype.is_floating_point
@@ -585,7 +614,9 @@ def _realize(device: str, *tensors: Tensor) -> None:
 
 def _all_finite(*arrays: Any) -> bool:
     """Whether every float element of ``arrays`` (numpy's or torch's) is finite."""
-    as_numpy = (np.asarray(a.detach().numpy() if isinstance(a, torch.Tensor) else a) for a in arrays)
+    as_numpy = (
+        np.asarray(a.detach().numpy() if isinstance(a, torch.Tensor) else a) for a in arrays
+    )
     return all(np.isfinite(a).all() for a in as_numpy if a.dtype.kind == "f")
 
 
@@ -596,16 +627,24 @@ def _torch_leaf(array: np.ndarray, arg: Arg, grad: bool) -> Any:
     return t.requires_grad_(grad and arg.wants_grad)
 
 
-def _gradients(weighted: list[tuple[Tensor, Any]], leaves: list[Tensor], tleaves: list[Any],
-               rng: np.random.Generator) -> list[tuple[Tensor, Any]]:
+def _gradients(
+    weighted: list[tuple[Tensor, Any]],
+    leaves: list[Tensor],
+    tleaves: list[Any],
+    rng: np.random.Generator,
+) -> list[tuple[Tensor, Any]]:
     """(ours, torch's) d(sum(out * w)) / d(leaf) for each leaf, ``w`` a random weight per output:
     ours lazy, so that it runs with the outputs."""
     if not leaves:
         return []
     weights = [rng.uniform(-1, 1, tuple(w.shape)).astype(np.float32) for _, w in weighted]
     device = leaves[0].device
-    loss = sum((g * Tensor(x, device=device)).sum() for (g, _), x in zip(weighted, weights, strict=True))
-    tloss = sum((w * torch.from_numpy(x)).sum() for (_, w), x in zip(weighted, weights, strict=True))
+    loss = sum(
+        (g * Tensor(x, device=device)).sum() for (g, _), x in zip(weighted, weights, strict=True)
+    )
+    tloss = sum(
+        (w * torch.from_numpy(x)).sum() for (_, w), x in zip(weighted, weights, strict=True)
+    )
     tgrads = torch.autograd.grad(tloss, tleaves, allow_unused=True)
     tgrads = [torch.zeros_like(t) if g is None else g for t, g in zip(tleaves, tgrads, strict=True)]
     return list(zip(loss.gradient(*leaves), tgrads, strict=True))

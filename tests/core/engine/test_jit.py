@@ -137,7 +137,9 @@ def test_a_symbolic_length_replays_every_length_without_compiling(device, monkey
             monkeypatch.setattr(realize, "make_plan", lambda *_: pytest.fail("replay scheduled"))
         a = rng.standard_normal((n, 6)).astype(np.float32)
         out = f(Tensor(a, device=device).reshape(seq.bind(n), 6))
-        np.testing.assert_allclose(out.numpy(), _attention_like_reference(a, w), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            out.numpy(), _attention_like_reference(a, w), rtol=1e-4, atol=1e-5
+        )
     assert len(calls) == 2 and GlobalCounters.compiles == 0
     assert GlobalCounters.kernel_count == len(f.launches) * (len(lengths) - 2)
 
@@ -150,7 +152,9 @@ def test_a_symbolic_output_takes_the_shape_of_each_call():
     for n in (3, 4, 7, 2):
         out = f(Tensor(np.arange(n * 2, dtype=np.float32)).reshape(seq.bind(n), 2))
         assert repr(out.shape) == f"(seq={n}, 2)"
-        np.testing.assert_array_equal(out.numpy(), np.arange(n * 2, dtype=np.float32).reshape(n, 2) * 2)
+        np.testing.assert_array_equal(
+            out.numpy(), np.arange(n * 2, dtype=np.float32).reshape(n, 2) * 2
+        )
     assert f.calls == 2
 
 

@@ -17,34 +17,79 @@ torch = pytest.importorskip("torch")
 #: name -> (our layer and torch's, made with the same arguments; input shape)
 CASES = {
     "linear": (lambda: (nn.Linear(5, 3), torch.nn.Linear(5, 3)), (4, 5)),
-    "linear_nobias_3d": (lambda: (nn.Linear(5, 3, bias=False), torch.nn.Linear(5, 3, bias=False)), (2, 4, 5)),
-    "conv1d": (lambda: (nn.Conv1d(3, 4, 3, stride=2, padding=1), torch.nn.Conv1d(3, 4, 3, stride=2, padding=1)), (2, 3, 9)),
-    "conv2d": (lambda: (nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(3, 4, 3, padding=1)), (2, 3, 6, 6)),
-    "conv2d_groups": (lambda: (nn.Conv2d(4, 6, (3, 2), stride=2, dilation=(1, 2), groups=2),
-                               torch.nn.Conv2d(4, 6, (3, 2), stride=2, dilation=(1, 2), groups=2)), (2, 4, 7, 8)),
-    "conv_transpose2d": (lambda: (nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1),
-                                  torch.nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1)), (2, 3, 4, 5)),
-    "conv_transpose2d_groups": (lambda: (nn.ConvTranspose2d(4, 6, 2, groups=2, bias=False),
-                                         torch.nn.ConvTranspose2d(4, 6, 2, groups=2, bias=False)), (1, 4, 3, 3)),
+    "linear_nobias_3d": (
+        lambda: (nn.Linear(5, 3, bias=False), torch.nn.Linear(5, 3, bias=False)),
+        (2, 4, 5),
+    ),
+    "conv1d": (
+        lambda: (
+            nn.Conv1d(3, 4, 3, stride=2, padding=1),
+            torch.nn.Conv1d(3, 4, 3, stride=2, padding=1),
+        ),
+        (2, 3, 9),
+    ),
+    "conv2d": (
+        lambda: (nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(3, 4, 3, padding=1)),
+        (2, 3, 6, 6),
+    ),
+    "conv2d_groups": (
+        lambda: (
+            nn.Conv2d(4, 6, (3, 2), stride=2, dilation=(1, 2), groups=2),
+            torch.nn.Conv2d(4, 6, (3, 2), stride=2, dilation=(1, 2), groups=2),
+        ),
+        (2, 4, 7, 8),
+    ),
+    "conv_transpose2d": (
+        lambda: (
+            nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1),
+            torch.nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1),
+        ),
+        (2, 3, 4, 5),
+    ),
+    "conv_transpose2d_groups": (
+        lambda: (
+            nn.ConvTranspose2d(4, 6, 2, groups=2, bias=False),
+            torch.nn.ConvTranspose2d(4, 6, 2, groups=2, bias=False),
+        ),
+        (1, 4, 3, 3),
+    ),
     "batchnorm2d": (lambda: (nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)), (4, 3, 5, 5)),
     "batchnorm1d": (lambda: (nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4)), (8, 4)),
-    "batchnorm_no_affine": (lambda: (nn.BatchNorm2d(3, affine=False), torch.nn.BatchNorm2d(3, affine=False)), (4, 3, 2, 2)),
+    "batchnorm_no_affine": (
+        lambda: (nn.BatchNorm2d(3, affine=False), torch.nn.BatchNorm2d(3, affine=False)),
+        (4, 3, 2, 2),
+    ),
     "layernorm": (lambda: (nn.LayerNorm(5), torch.nn.LayerNorm(5)), (3, 4, 5)),
-    "layernorm_2axes": (lambda: (nn.LayerNorm((4, 5), eps=1e-3), torch.nn.LayerNorm((4, 5), eps=1e-3)), (3, 4, 5)),
-    "layernorm_no_affine": (lambda: (nn.LayerNorm(5, elementwise_affine=False),
-                                     torch.nn.LayerNorm(5, elementwise_affine=False)), (3, 5)),
+    "layernorm_2axes": (
+        lambda: (nn.LayerNorm((4, 5), eps=1e-3), torch.nn.LayerNorm((4, 5), eps=1e-3)),
+        (3, 4, 5),
+    ),
+    "layernorm_no_affine": (
+        lambda: (
+            nn.LayerNorm(5, elementwise_affine=False),
+            torch.nn.LayerNorm(5, elementwise_affine=False),
+        ),
+        (3, 5),
+    ),
     "groupnorm": (lambda: (nn.GroupNorm(2, 4), torch.nn.GroupNorm(2, 4)), (3, 4, 3, 3)),
-    "groupnorm_no_affine": (lambda: (nn.GroupNorm(4, 4, affine=False), torch.nn.GroupNorm(4, 4, affine=False)), (2, 4, 5)),
+    "groupnorm_no_affine": (
+        lambda: (nn.GroupNorm(4, 4, affine=False), torch.nn.GroupNorm(4, 4, affine=False)),
+        (2, 4, 5),
+    ),
     "rmsnorm": (lambda: (nn.RMSNorm(5), torch.nn.RMSNorm(5, eps=1e-6)), (3, 4, 5)),
 }
 
 
 def _copy_weights(ours, theirs) -> None:
-    """Give our layer the torch layer's values (randomised first, so that ones and zeros don't hide bugs)."""
+    """Give our layer the torch layer's values (randomised first, so that ones and zeros don't hide
+    bugs)."""
     rng = np.random.default_rng(1)
     with torch.no_grad():
         for _, p in theirs.named_parameters():
-            p.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, p.shape).astype(np.float32)) * p.sign().where(p != 0, 1))
+            p.copy_(
+                torch.from_numpy(rng.uniform(0.5, 1.5, p.shape).astype(np.float32))
+                * p.sign().where(p != 0, 1)
+            )
     for name, value in theirs.state_dict().items():
         getattr(ours, name).assign(Tensor(value.numpy()))
 
@@ -74,7 +119,9 @@ def test_forward_backward_matches_torch(name):
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
     for pname, p in theirs.named_parameters():
         ours_grad = getattr(ours, pname).grad
-        np.testing.assert_allclose(ours_grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=pname)
+        np.testing.assert_allclose(
+            ours_grad.numpy(), p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=pname
+        )
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n.startswith("batchnorm")])
@@ -83,8 +130,12 @@ def test_batchnorm_running_stats_match_torch(name):
     if not ours.track_running_stats:
         return
     Tensor.realize(ours.running_mean, ours.running_var, ours.num_batches_tracked)
-    np.testing.assert_allclose(ours.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ours.running_mean.numpy(), theirs.running_mean.numpy(), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        ours.running_var.numpy(), theirs.running_var.numpy(), rtol=1e-5, atol=1e-6
+    )
     assert ours.num_batches_tracked.item() == 1 == int(theirs.num_batches_tracked)
 
 
@@ -97,10 +148,15 @@ def test_batchnorm_eval_uses_running_stats(name):
 
 
 def test_batchnorm_without_running_stats_always_uses_the_batch():
-    bn, ref = nn.BatchNorm2d(2, track_running_stats=False), torch.nn.BatchNorm2d(2, track_running_stats=False)
+    bn, ref = (
+        nn.BatchNorm2d(2, track_running_stats=False),
+        torch.nn.BatchNorm2d(2, track_running_stats=False),
+    )
     x = np.random.default_rng(3).standard_normal((3, 2, 2, 2)).astype(np.float32)
     ref.eval()
-    np.testing.assert_allclose(bn(Tensor(x)).numpy(), ref(torch.from_numpy(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        bn(Tensor(x)).numpy(), ref(torch.from_numpy(x)).detach().numpy(), rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -121,7 +177,9 @@ def test_embedding_matches_torch():
     (out * Tensor(g)).sum().backward()
     (tout * torch.from_numpy(g)).sum().backward()
     np.testing.assert_allclose(out.numpy(), tout.detach().numpy(), rtol=1e-6)
-    np.testing.assert_allclose(ours.weight.grad.numpy(), theirs.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ours.weight.grad.numpy(), theirs.weight.grad.numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_embedding_rejects_float_indices():
@@ -129,9 +187,14 @@ def test_embedding_rejects_float_indices():
         nn.Embedding(4, 2)(Tensor([1.0]))
 
 
-@pytest.mark.parametrize("layer, fan_in", [(lambda: nn.Linear(50, 40), 50),
-                                           (lambda: nn.Conv2d(6, 40, 3, groups=2), 27),
-                                           (lambda: nn.ConvTranspose2d(8, 40, 2), 160)])
+@pytest.mark.parametrize(
+    "layer, fan_in",
+    [
+        (lambda: nn.Linear(50, 40), 50),
+        (lambda: nn.Conv2d(6, 40, 3, groups=2), 27),
+        (lambda: nn.ConvTranspose2d(8, 40, 2), 160),
+    ],
+)
 def test_kaiming_uniform_init_bounds(layer, fan_in):
     """Weights and biases fill U(-1/sqrt(fan_in), 1/sqrt(fan_in)), as PyTorch's default."""
     Tensor.manual_seed(0)

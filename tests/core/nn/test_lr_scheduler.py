@@ -14,20 +14,50 @@ torch = pytest.importorskip("torch")
 
 #: name -> (our schedule, torch's, given the optimizer; epochs to compare)
 SCHEDULES = {
-    "step": (lambda o: StepLR(o, step_size=3, gamma=0.5),
-             lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5), 10),
-    "multistep": (lambda o: MultiStepLR(o, milestones=[2, 5, 6], gamma=0.3),
-                  lambda o: torch.optim.lr_scheduler.MultiStepLR(o, milestones=[2, 5, 6], gamma=0.3), 9),
-    "cosine": (lambda o: CosineAnnealingLR(o, T_max=6, eta_min=0.01),
-               lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=6, eta_min=0.01), 7),
-    "onecycle_cos": (lambda o: OneCycleLR(o, max_lr=0.8, total_steps=12),
-                     lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.8, total_steps=12,
-                                                                  cycle_momentum=False), 12),
-    "onecycle_linear": (lambda o: OneCycleLR(o, max_lr=0.5, total_steps=10, pct_start=0.4, anneal_strategy="linear",
-                                             div_factor=10, final_div_factor=100),
-                        lambda o: torch.optim.lr_scheduler.OneCycleLR(
-                            o, max_lr=0.5, total_steps=10, pct_start=0.4, anneal_strategy="linear", div_factor=10,
-                            final_div_factor=100, cycle_momentum=False), 10),
+    "step": (
+        lambda o: StepLR(o, step_size=3, gamma=0.5),
+        lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5),
+        10,
+    ),
+    "multistep": (
+        lambda o: MultiStepLR(o, milestones=[2, 5, 6], gamma=0.3),
+        lambda o: torch.optim.lr_scheduler.MultiStepLR(o, milestones=[2, 5, 6], gamma=0.3),
+        9,
+    ),
+    "cosine": (
+        lambda o: CosineAnnealingLR(o, T_max=6, eta_min=0.01),
+        lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=6, eta_min=0.01),
+        7,
+    ),
+    "onecycle_cos": (
+        lambda o: OneCycleLR(o, max_lr=0.8, total_steps=12),
+        lambda o: torch.optim.lr_scheduler.OneCycleLR(
+            o, max_lr=0.8, total_steps=12, cycle_momentum=False
+        ),
+        12,
+    ),
+    "onecycle_linear": (
+        lambda o: OneCycleLR(
+            o,
+            max_lr=0.5,
+            total_steps=10,
+            pct_start=0.4,
+            anneal_strategy="linear",
+            div_factor=10,
+            final_div_factor=100,
+        ),
+        lambda o: torch.optim.lr_scheduler.OneCycleLR(
+            o,
+            max_lr=0.5,
+            total_steps=10,
+            pct_start=0.4,
+            anneal_strategy="linear",
+            div_factor=10,
+            final_div_factor=100,
+            cycle_momentum=False,
+        ),
+        10,
+    ),
 }
 
 
@@ -41,7 +71,9 @@ def test_schedule_matches_torch(name):
     for _ in range(epochs):
         mine.append(opt.lr.item())
         ref.append(topt.param_groups[0]["lr"])
-        assert ours.get_last_lr()[0] == pytest.approx(ref[-1], rel=1e-7)  # base lr read back from float32
+        assert ours.get_last_lr()[0] == pytest.approx(
+            ref[-1], rel=1e-7
+        )  # base lr read back from float32
         topt.step()
         ours.step()
         theirs.step()
@@ -73,4 +105,9 @@ def test_onecycle_refuses_to_step_past_total_steps():
 
 def test_onecycle_rejects_unknown_anneal_strategy():
     with pytest.raises(FusegradError, match="'cos' or 'linear'"):
-        OneCycleLR(SGD([Tensor([1.0], requires_grad=True)]), max_lr=0.1, total_steps=5, anneal_strategy="exp")
+        OneCycleLR(
+            SGD([Tensor([1.0], requires_grad=True)]),
+            max_lr=0.1,
+            total_steps=5,
+            anneal_strategy="exp",
+        )

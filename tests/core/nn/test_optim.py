@@ -14,7 +14,10 @@ from fusegrad.nn.state import get_parameters
 
 RNG = np.random.default_rng(0)
 W0, B0 = RNG.standard_normal((3, 4)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
-X, Y = RNG.standard_normal((8, 4)).astype(np.float32), RNG.standard_normal((8, 3)).astype(np.float32)
+X, Y = (
+    RNG.standard_normal((8, 4)).astype(np.float32),
+    RNG.standard_normal((8, 3)).astype(np.float32),
+)
 STEPS = 4
 
 
@@ -58,14 +61,27 @@ def _torch_opt(name: str, **kwargs):
 #: (ours, torch's) with the same hyperparameters
 PAIRS = {
     "sgd": (lambda p: SGD(p, lr=0.1), _torch_opt("SGD", lr=0.1)),
-    "sgd_momentum": (lambda p: SGD(p, lr=0.1, momentum=0.9), _torch_opt("SGD", lr=0.1, momentum=0.9)),
-    "sgd_nesterov_wd": (lambda p: SGD(p, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
-                        _torch_opt("SGD", lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1)),
-    "sgd_wd": (lambda p: SGD(p, lr=0.1, weight_decay=0.5), _torch_opt("SGD", lr=0.1, weight_decay=0.5)),
+    "sgd_momentum": (
+        lambda p: SGD(p, lr=0.1, momentum=0.9),
+        _torch_opt("SGD", lr=0.1, momentum=0.9),
+    ),
+    "sgd_nesterov_wd": (
+        lambda p: SGD(p, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+        _torch_opt("SGD", lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+    ),
+    "sgd_wd": (
+        lambda p: SGD(p, lr=0.1, weight_decay=0.5),
+        _torch_opt("SGD", lr=0.1, weight_decay=0.5),
+    ),
     "adam": (lambda p: Adam(p, lr=0.1), _torch_opt("Adam", lr=0.1)),
-    "adam_betas": (lambda p: Adam(p, lr=0.05, b1=0.5, b2=0.9, eps=1e-3),
-                   _torch_opt("Adam", lr=0.05, betas=(0.5, 0.9), eps=1e-3)),
-    "adamw": (lambda p: AdamW(p, lr=0.1, weight_decay=0.3), _torch_opt("AdamW", lr=0.1, weight_decay=0.3)),
+    "adam_betas": (
+        lambda p: Adam(p, lr=0.05, b1=0.5, b2=0.9, eps=1e-3),
+        _torch_opt("Adam", lr=0.05, betas=(0.5, 0.9), eps=1e-3),
+    ),
+    "adamw": (
+        lambda p: AdamW(p, lr=0.1, weight_decay=0.3),
+        _torch_opt("AdamW", lr=0.1, weight_decay=0.3),
+    ),
 }
 
 
@@ -108,21 +124,30 @@ def test_lamb_trust_ratio_is_one_for_a_zero_weight():
     opt = LAMB([w], lr=0.5)
     (w * Tensor([1.0, -2.0])).sum().backward()
     opt.step()
-    np.testing.assert_allclose(w.numpy(), [-0.5, 0.5], rtol=1e-5)  # Adam's first step: -lr * sign(g)
+    np.testing.assert_allclose(
+        w.numpy(), [-0.5, 0.5], rtol=1e-5
+    )  # Adam's first step: -lr * sign(g)
 
 
 def test_step_is_one_schedule(monkeypatch):
     calls = []
     real = engine.realize_uops
-    monkeypatch.setattr(engine, "realize_uops", lambda roots, devs: calls.append(len(roots)) or real(roots, devs))
+    monkeypatch.setattr(
+        engine, "realize_uops", lambda roots, devs: calls.append(len(roots)) or real(roots, devs)
+    )
     _train(lambda p: Adam(p, lr=0.1), steps=1)
     # one realize for all 2 parameters, 2 first moments, 2 second moments and b1**t, b2**t
     assert calls == [8]  # reading w and b afterwards needs no kernel: they are buffers
 
 
-@pytest.mark.parametrize("make, bound", [(lambda p: SGD(p, lr=0.1), 3),
-                                         (lambda p: SGD(p, lr=0.1, momentum=0.9), 5),
-                                         (lambda p: Adam(p, lr=0.1), 11)])
+@pytest.mark.parametrize(
+    "make, bound",
+    [
+        (lambda p: SGD(p, lr=0.1), 3),
+        (lambda p: SGD(p, lr=0.1, momentum=0.9), 5),
+        (lambda p: Adam(p, lr=0.1), 11),
+    ],
+)
 def test_step_kernel_count(make, bound):
     """Kernels one steady-state step runs, the backward pass included (the gradients are lazy,
     so their arithmetic runs inside the step). Today each updated tensor is one kernel, plus one

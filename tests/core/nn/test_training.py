@@ -19,7 +19,11 @@ class MLP:
 
 class CNN:
     def __init__(self):
-        self.conv, self.bn, self.fc = nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.Linear(4 * 4 * 4, 2)
+        self.conv, self.bn, self.fc = (
+            nn.Conv2d(1, 4, 3, padding=1),
+            nn.BatchNorm2d(4),
+            nn.Linear(4 * 4 * 4, 2),
+        )
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.fc(self.bn(self.conv(x)).relu().max_pool2d(2).flatten(1))
@@ -51,7 +55,10 @@ def test_mlp_memorises_a_batch():
 def test_cnn_with_batchnorm_memorises_a_batch():
     Tensor.manual_seed(0)
     rng = np.random.default_rng(1)
-    x, y = Tensor(rng.standard_normal((8, 1, 8, 8)).astype(np.float32)), Tensor(rng.integers(0, 2, 8))
+    x, y = (
+        Tensor(rng.standard_normal((8, 1, 8, 8)).astype(np.float32)),
+        Tensor(rng.integers(0, 2, 8)),
+    )
     model = CNN()
     opt = SGD(get_parameters(model), lr=0.1, momentum=0.9)
     losses = _fit(model, opt, x, y, steps=30)

@@ -26,7 +26,8 @@ CHILD = textwrap.dedent("""
         if hasattr(os, name):
             setattr(os, name, lambda *a, _n=name, **k: started.append(_n))
     real_init = ctypes.CDLL.__init__
-    ctypes.CDLL.__init__ = lambda self, name, *a, **k: (loaded.append(name), real_init(self, name, *a, **k))[1]
+    ctypes.CDLL.__init__ = lambda self, name, *a, **k: (loaded.append(name), real_init(self, name,
+    *a, **k))[1]
 
     before = set(sys.modules)
     import fusegrad

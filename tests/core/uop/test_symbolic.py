@@ -199,9 +199,11 @@ def test_exec_alu(op, dtype, args, expected):
 def test_split_below_matches_c_division_everywhere():
     """(a*d + b) // c and % c over every value of two loop variables, against Python's."""
     a, r = var("a", 30), var("r", 6)
-    for expr, fn in [((a * 6 + r) // 12, lambda av, rv: (av * 6 + rv) // 12),
-                     ((a * 6 + r) % 12, lambda av, rv: (av * 6 + rv) % 12),
-                     ((a * 12 + r + 6 * a) // 36, lambda av, rv: (av * 18 + rv) // 36)]:
+    for expr, fn in [
+        ((a * 6 + r) // 12, lambda av, rv: (av * 6 + rv) // 12),
+        ((a * 6 + r) % 12, lambda av, rv: (av * 6 + rv) % 12),
+        ((a * 12 + r + 6 * a) // 36, lambda av, rv: (av * 18 + rv) // 36),
+    ]:
         simple = simplify(expr)
         for av in range(30):
             for rv in range(6):
@@ -227,6 +229,7 @@ def test_bounds_of_a_value_that_may_wrap_are_its_dtypes_range():
 def test_unsigned_and_narrow_arithmetic_is_not_regrouped(device):
     """Regrouping (a*100)//10 into a*10 is only right without wrap-around: uint8 and int8 wrap."""
     from fusegrad import Tensor
+
     u = np.arange(0, 256, 17, dtype=np.uint8)
     x = Tensor(u, device=device)
     assert ((x * 100) // 10).tolist() == ((u * np.uint8(100)) // 10).tolist()

@@ -12,12 +12,18 @@ from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 # one rule per op a target may lack, each the identity it relies on
 DECOMPOSITIONS: dict[Ops, tuple[UPat, object]] = {
-    Ops.MAX: (UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),             # max(a,b) = a<b ? b : a,
-              lambda a, b: (a.lt(b) | b.ne(b) if a.dtype.is_float else a.lt(b)).where(b, a)),  # NaN b too
-    Ops.MULACC: (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))),
-                 lambda a, b, c: a * b + c),                                   # mulacc = a*b + c
-    Ops.SHL: (UPat(Ops.SHL, src=(UPat.var("a"), UPat.cvar("b"))),
-              lambda a, b: a * (1 << b.arg)),                                  # a << b = a * 2**b
+    Ops.MAX: (
+        UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),  # max(a,b) = a<b ? b : a,
+        lambda a, b: (a.lt(b) | b.ne(b) if a.dtype.is_float else a.lt(b)).where(b, a),
+    ),  # NaN b too
+    Ops.MULACC: (
+        UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))),
+        lambda a, b, c: a * b + c,
+    ),  # mulacc = a*b + c
+    Ops.SHL: (
+        UPat(Ops.SHL, src=(UPat.var("a"), UPat.cvar("b"))),
+        lambda a, b: a * (1 << b.arg),
+    ),  # a << b = a * 2**b
 }
 
 
@@ -81,7 +87,9 @@ def _emulate_node(u: UOp, src: tuple[UOp, ...]) -> UOp:
         top = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16)))
         return u.replace(src=(src[0], top.cast(u16)))
     if u.op is Ops.BITCAST and u.dtype == bf16:  # 16 bits in -> the float32 they are the top of
-        bits = UOp(Ops.BITCAST, u16, (src[0],)) if src[0].dtype.is_float else src[0]  # float16's bits
+        bits = (
+            UOp(Ops.BITCAST, u16, (src[0],)) if src[0].dtype.is_float else src[0]
+        )  # float16's bits
         wide = UOp(Ops.SHL, dtypes.uint32, (bits.cast(dtypes.uint32), UOp.const(dtypes.uint32, 16)))
         return UOp(Ops.BITCAST, f32, (wide,))
     if u.op is Ops.BITCAST and u.src[0].dtype == bf16:  # the top 16 bits of the float32

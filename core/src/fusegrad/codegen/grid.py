@@ -119,7 +119,9 @@ class GroupedLowerer(Lowerer):
         if total % local == 0:
             return UOp(Ops.REDUCE, u.dtype, (self.lower(src, index, gate), loop), reduce_op)
         inside = position.lt(total)  # the last trip runs past the end for some threads
-        value = inside.where(self.lower(src, index, gate & inside), reduce_identity(reduce_op, u.dtype))
+        value = inside.where(
+            self.lower(src, index, gate & inside), reduce_identity(reduce_op, u.dtype)
+        )
         return UOp(Ops.REDUCE, u.dtype, (value, loop), reduce_op)
 
 
@@ -168,8 +170,10 @@ class GroupedLinearizer(Linearizer):
         self.place_tree(first)
         guard = UOp(Ops.IF, src=(first,))
         self.place([guard])
-        totals = {red: self.combine(red, number, shared, share)
-                  for number, (red, (shared, share, _)) in enumerate(zip(self.reduces, shares))}
+        totals = {
+            red: self.combine(red, number, shared, share)
+            for number, (red, (shared, share, _)) in enumerate(zip(self.reduces, shares))
+        }
         self.place_rest({red: (lambda copies, total=total: total) for red, total in totals.items()})
         self.place([UOp(Ops.ENDIF, src=(guard,))])
         return self.program

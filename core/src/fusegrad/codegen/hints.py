@@ -51,8 +51,12 @@ def reads_consecutively(loop: UOp, body: list[UOp], halving: bool = False) -> bo
 
 def _uses_accumulators(body: list[UOp]) -> bool:
     """Whether ``body`` reads or writes an element of a reduction's accumulator array."""
-    return any(u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX
-               and u.src[0].src[0].op is Ops.DEFINE_REG for u in body)
+    return any(
+        u.op in (Ops.LOAD, Ops.STORE)
+        and u.src[0].op is Ops.INDEX
+        and u.src[0].src[0].op is Ops.DEFINE_REG
+        for u in body
+    )
 
 
 def _packs_in_registers(loop: UOp, body: list[UOp]) -> bool:
@@ -86,15 +90,19 @@ def _reduce_loops_around(loop: UOp, spans: dict[UOp, tuple[int, int]]) -> int:
     return sum(1 for s, e in reduces if s < start and end < e)
 
 
-def _hint(loop: UOp, body: list[UOp], spans: dict[UOp, tuple[int, int]],
-          elementwise: bool) -> LoopHint:
+def _hint(
+    loop: UOp, body: list[UOp], spans: dict[UOp, tuple[int, int]], elementwise: bool
+) -> LoopHint:
     """The hint for ``loop``, whose body is ``body`` (see the module docstring)."""
     innermost = not any(b.op is Ops.RANGE for b in body)
     if loop.arg.kind in _SHORT_LOOPS:
         # a tile inside several reduce loops (a convolution's channels, then its window) stays
         # a loop of vectors: unrolled there, gcc left the whole tile scalar (a conv 8-19x slower)
-        if not innermost or (_uses_accumulators(body) and _packs_in_registers(loop, body)
-                             and _reduce_loops_around(loop, spans) < 2):
+        if not innermost or (
+            _uses_accumulators(body)
+            and _packs_in_registers(loop, body)
+            and _reduce_loops_around(loop, spans) < 2
+        ):
             return LoopHint.UNROLL
         return LoopHint.SIMD if reads_consecutively(loop, body) else LoopHint.NONE
     if elementwise and innermost and reads_consecutively(loop, body, halving=True):
@@ -107,8 +115,10 @@ def hint_loops(program: list[UOp]) -> list[UOp]:
     """``program`` with each loop's RANGE carrying its hint (the ops inside rebuilt on it)."""
     spans = loop_spans(program)
     elementwise = not any(u.op is Ops.DEFINE_REG for u in program)
-    hints = {loop: _hint(loop, program[start + 1 : end], spans, elementwise)
-             for loop, (start, end) in spans.items()}
+    hints = {
+        loop: _hint(loop, program[start + 1 : end], spans, elementwise)
+        for loop, (start, end) in spans.items()
+    }
     hints = {loop: hint for loop, hint in hints.items() if hint is not LoopHint.NONE}
     return _rebuilt(program, hints) if hints else program
 

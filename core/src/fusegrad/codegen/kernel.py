@@ -131,8 +131,16 @@ def generate(
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
     return KernelSource(
-        name, source, tuple(program), global_size, n_buffers, flops, opts, ast,  # type: ignore[arg-type]
-        local_size, variables_of(program),
+        name,
+        source,
+        tuple(program),
+        global_size,
+        n_buffers,
+        flops,
+        opts,
+        ast,  # type: ignore[arg-type]
+        local_size,
+        variables_of(program),
     )
 
 

@@ -59,8 +59,10 @@ class Linearizer:
         self.used = ranges_used(self.order)
         self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
         self.reduce_loops = {r for red in self.reduces for r in red.src[1:]}
-        loops = sorted((u for u in self.order if u.op is Ops.RANGE and u not in self.reduce_loops),
-                       key=lambda r: r.arg[0])
+        loops = sorted(
+            (u for u in self.order if u.op is Ops.RANGE and u not in self.reduce_loops),
+            key=lambda r: r.arg[0],
+        )
         self.outer = [r for r in loops if r.arg.kind is not AxisKind.UPCAST]
         self.upcast = [r for r in loops if r.arg.kind is AxisKind.UPCAST]
         self.axes = AxisCounter.after(self.order)
@@ -72,7 +74,8 @@ class Linearizer:
             raise NotImplementedError("a REDUCE inside another REDUCE must be cut by the scheduler")
 
     def copy_loop(self, r: UOp, copy: int) -> UOp:
-        """Copy number ``copy`` of loop ``r`` (1: where accumulators start, 2: after the reductions):
+        """Copy number ``copy`` of loop ``r`` (1: where accumulators start, 2: after the
+        reductions):
         a loop of the same size and kind, made once."""
         if (loop := self.copies.get((r, copy))) is None:
             loop = self.copies[(r, copy)] = self.axes.range(r.src[0], r.arg.kind)
@@ -91,9 +94,11 @@ class Linearizer:
                 self.placed.add(u)
                 self.program.append(u)
 
-    def place_nested(self, loops: list[UOp], base: set[UOp], nodes: list[UOp],
-                     used: dict[UOp, frozenset[UOp]]) -> None:
-        """Open ``loops`` one inside the other; each level gets the nodes that need no deeper loop."""
+    def place_nested(
+        self, loops: list[UOp], base: set[UOp], nodes: list[UOp], used: dict[UOp, frozenset[UOp]]
+    ) -> None:
+        """Open ``loops`` one inside the other; each level gets the nodes that need no deeper
+        loop."""
         scope = set(base)
         todo = [u for u in nodes if u.op not in _STRUCTURE]
         self.place([u for u in todo if used[u] <= scope])
@@ -103,15 +108,23 @@ class Linearizer:
             self.place([u for u in todo if used[u] <= scope])
 
     def place_tree(self, root: UOp) -> None:
-        """Place ``root`` and whatever it needs that is not placed yet (all in the current scope)."""
+        """Place ``root`` and whatever it needs that is not placed yet (all in the current
+        scope)."""
         self.place([u for u in toposort([root]) if u.op not in _STRUCTURE])
 
     def close(self, loops: list[UOp]) -> None:
         self.place([UOp(Ops.END, src=(r,)) for r in reversed(loops)])
 
     def linearize(self) -> list[UOp]:
-        before = [u for u in self.order if u not in self.after and not (self.used[u] & set(self.upcast))]
-        self.place_nested(self.outer, set(), [u for u in before if not (self.used[u] & self.reduce_loops)], self.used)
+        before = [
+            u for u in self.order if u not in self.after and not (self.used[u] & set(self.upcast))
+        ]
+        self.place_nested(
+            self.outer,
+            set(),
+            [u for u in before if not (self.used[u] & self.reduce_loops)],
+            self.used,
+        )
         results = {red: self.place_reduce(red, number) for number, red in enumerate(self.reduces)}
         self.place_rest(results)
         self.close(self.outer)
@@ -125,7 +138,9 @@ class Linearizer:
         ups = [u for u in self.upcast if u in self.used[red]]
         sizes = [u.src[0].arg for u in ups + lanes]
         acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, prod(sizes)))
-        start = UOp.const(red.dtype, red.dtype.min if IDENTITY[red.arg] is None else IDENTITY[red.arg])
+        start = UOp.const(
+            red.dtype, red.dtype.min if IDENTITY[red.arg] is None else IDENTITY[red.arg]
+        )
 
         def slot(index: list[UOp]) -> UOp:
             return UOp(Ops.INDEX, red.dtype, (acc, _index(index, sizes))) if sizes else acc
@@ -137,21 +152,36 @@ class Linearizer:
         self.close(init_loops)
         # acc + a*b rounds once as MULACC where the target has it (a fused multiply-add: what
         # BLAS libraries do in a dot product, and twice the arithmetic per instruction)
-        fused = self.fuse_mulacc and red.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.is_float
+        fused = (
+            self.fuse_mulacc and red.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.is_float
+        )
         body = [u for u in toposort(list(value.src) if fused else [value]) if u not in self.placed]
         self.place_nested([*loops, *ups, *lanes], set(self.outer), body, self.used)
         inner = ([*loops, *lanes] or [acc])[-1]
         current = UOp(Ops.LOAD, red.dtype, (slot(ups + lanes), inner))
-        update = UOp(Ops.MULACC, red.dtype, (*value.src, current)) if fused else current.alu(red.arg, value)
+        update = (
+            UOp(Ops.MULACC, red.dtype, (*value.src, current))
+            if fused
+            else current.alu(red.arg, value)
+        )
         self.place_tree(UOp(Ops.STORE, src=(slot(ups + lanes), update)))
         self.close([*loops, *ups, *lanes])
         end = UOp(Ops.END, src=(([*loops, *lanes])[0],)) if loops or lanes else current
 
         def result(copies: dict[UOp, UOp]) -> UOp:
             """The accumulator at the copies of the upcast loops, its lanes combined."""
-            reads = [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups] + [UOp.const(dtypes.index, i)]), end))
-                     for i in range(lanes[0].src[0].arg)] if lanes else \
-                    [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups]), end))]
+            reads = (
+                [
+                    UOp(
+                        Ops.LOAD,
+                        red.dtype,
+                        (slot([copies[u] for u in ups] + [UOp.const(dtypes.index, i)]), end),
+                    )
+                    for i in range(lanes[0].src[0].arg)
+                ]
+                if lanes
+                else [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups]), end))]
+            )
             out = reads[0]
             for r in reads[1:]:
                 out = out.alu(red.arg, r)

@@ -56,8 +56,10 @@ def unflatten(flat: UOp, shape: tuple[int, ...]) -> Index:
     where it is not (outside a pad) the index is never used, so the modulo only costs time.
     """
     outer = next((a for a, s in enumerate(shape) if s != 1 and s != 0), None)
-    return tuple(idx_const(0) if s == 1 else flat // st if a == outer else (flat // st) % s
-                 for a, (st, s) in enumerate(zip(strides_for(shape), shape)))
+    return tuple(
+        idx_const(0) if s == 1 else flat // st if a == outer else (flat // st) % s
+        for a, (st, s) in enumerate(zip(strides_for(shape), shape))
+    )
 
 
 def flatten(idx: Index, shape: tuple[int, ...]) -> UOp:
@@ -177,8 +179,9 @@ class Lowerer:
         for i, s, (before, after) in zip(idx, src.shape, arg):
             if before or after:
                 valid = valid & in_range(i, before, before + s)
-        inner = tuple(clamp(i - b, 0, s - 1) if b or a else i
-                      for i, s, (b, a) in zip(idx, src.shape, arg))
+        inner = tuple(
+            clamp(i - b, 0, s - 1) if b or a else i for i, s, (b, a) in zip(idx, src.shape, arg)
+        )
         value = self.lower(src, inner, gate & valid)
         return valid.where(value, UOp.const(u.dtype, 0))
 
@@ -196,13 +199,21 @@ class Lowerer:
         sizes = {a: src.shape[a] for a in looped if a != (pair[0] if pair else None)}
         if pair:
             sizes[pair[1]] = src.shape[pair[0]] * src.shape[pair[1]]
-        loops = {a: self.new_range(n // (lanes if a == lane_axis else 1), AxisKind.REDUCE)
-                 for a, n in sizes.items()}
+        loops = {
+            a: self.new_range(n // (lanes if a == lane_axis else 1), AxisKind.REDUCE)
+            for a, n in sizes.items()
+        }
         lane = [self.new_range(lanes, AxisKind.LANE)] if lane_axis in loops else []
-        position = {a: loop * lanes + lane[0] if lane and a == lane_axis else loop for a, loop in loops.items()}
+        position = {
+            a: loop * lanes + lane[0] if lane and a == lane_axis else loop
+            for a, loop in loops.items()
+        }
         if pair:
             width = src.shape[pair[1]]
-            position[pair[0]], position[pair[1]] = position[pair[1]] // width, position[pair[1]] % width
+            position[pair[0]], position[pair[1]] = (
+                position[pair[1]] // width,
+                position[pair[1]] % width,
+            )
         inner = tuple(position.get(a, idx_const(0)) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
         if not loops:  # only size-1 axes: each output is the one element
@@ -233,7 +244,9 @@ def output_index(
     upcast = dict(opts.upcast)
     blocks = {d: -(-shape[d] // upcast.get(d, 1)) for d in range(len(shape))}
     tile = {d: t for d, t in opts.tile if blocks[d] % t == 0}  # (a tile must divide its axis)
-    looped = [(d, blocks[d] // tile.get(d, 1)) for d in opts.order if blocks[d] // tile.get(d, 1) > 1]
+    looped = [
+        (d, blocks[d] // tile.get(d, 1)) for d in opts.order if blocks[d] // tile.get(d, 1) > 1
+    ]
     looped += [(d, tile[d]) for d in opts.order if d in tile]  # tiles: innermost output loops
     loops: dict[int, list[UOp]] = {}
     for i, (d, trips) in enumerate(looped):
@@ -257,7 +270,9 @@ def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
     store = ast.src[0]
     out, value = store.src
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
-    per_output = max((sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1)
+    per_output = max(
+        (sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1
+    )
     work = sym_max(value.size) * per_output
     lowerer = Lowerer(opts)
     idx, flat = output_index(value.shape, grid, opts, work > PARALLEL_WORK, lowerer.axes)

@@ -84,7 +84,9 @@ def _plain_kernel(value: UOp) -> list[UOp]:
 
 def _index_divisions(value: UOp, opts: KernelOpts | None) -> int:
     """How many ``//`` and ``%`` of indices the kernel keeps after simplification."""
-    return sum(1 for u in _lowered(value, opts) if u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index)
+    return sum(
+        1 for u in _lowered(value, opts) if u.op in (Ops.IDIV, Ops.MOD) and u.dtype == dtypes.index
+    )
 
 
 def _output_loops(nodes: list[UOp], shape: tuple[int, ...]) -> dict[int, UOp]:
@@ -98,7 +100,11 @@ def _output_loops(nodes: list[UOp], shape: tuple[int, ...]) -> dict[int, UOp]:
 def _load_axes(nodes: list[UOp], shape: tuple[int, ...]) -> list[set[int]]:
     """For each input read, the output axes its index changes along."""
     axis_of = {loop: d for d, loop in _output_loops(nodes, shape).items()}
-    return [{axis_of[n] for n in toposort([u.src[0]]) if n in axis_of} for u in nodes if u.op is Ops.LOAD]
+    return [
+        {axis_of[n] for n in toposort([u.src[0]]) if n in axis_of}
+        for u in nodes
+        if u.op is Ops.LOAD
+    ]
 
 
 def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
@@ -114,8 +120,10 @@ def _reads_consecutively(nodes: list[UOp], loop: UOp) -> bool:
 
 
 def _innermost_reduce_is_contiguous(nodes: list[UOp]) -> bool:
-    loops = sorted((u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE),
-                   key=lambda u: u.arg.axis)
+    loops = sorted(
+        (u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE),
+        key=lambda u: u.arg.axis,
+    )
     return bool(loops) and _reads_consecutively(nodes, loops[-1])
 
 
@@ -177,16 +185,26 @@ def _upcast_reads_consecutively(value: UOp, axis: int, amount: int) -> bool:
     return _reads_consecutively(nodes, lane)
 
 
-def _contiguous_axes(value: UOp, nodes: list[UOp], axes: list[int], amounts: tuple[int, ...]) -> list[int]:
+def _contiguous_axes(
+    value: UOp, nodes: list[UOp], axes: list[int], amounts: tuple[int, ...]
+) -> list[int]:
     """The output axes along which some input is read consecutively, in the plain kernel or
     once the axis is upcast by the widest of ``amounts`` that divides it."""
     shape = value.shape
-    return [d for d in axes if _output_axis_is_contiguous(nodes, shape, d)
-            or ((amount := _amount(shape[d], amounts)) > 1 and _upcast_reads_consecutively(value, d, amount))]
+    return [
+        d
+        for d in axes
+        if _output_axis_is_contiguous(nodes, shape, d)
+        or (
+            (amount := _amount(shape[d], amounts)) > 1
+            and _upcast_reads_consecutively(value, d, amount)
+        )
+    ]
 
 
-def _vector_axis(shape: tuple[int, ...], axes: list[int], contiguous: list[int],
-                 amounts: tuple[int, ...]) -> int | None:
+def _vector_axis(
+    shape: tuple[int, ...], axes: list[int], contiguous: list[int], amounts: tuple[int, ...]
+) -> int | None:
     """The output axis to run as vectors: a ``contiguous`` one, the one allowing the widest
     vectors, the last of equals (the output is written along it); else the last axis."""
     if not contiguous:
@@ -212,8 +230,10 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     contiguous = _contiguous_axes(value, nodes, axes, amounts)  # (lowers once per axis)
     vec_axis = _vector_axis(shape, axes, contiguous, amounts)
     reduce_contiguous = _innermost_reduce_is_contiguous(nodes)
-    if vec_axis is not None and (vec := _vector_amount(shape, vec_axis, amounts)) > 1 and (
-        vec_axis in contiguous or not reduce_contiguous
+    if (
+        vec_axis is not None
+        and (vec := _vector_amount(shape, vec_axis, amounts)) > 1
+        and (vec_axis in contiguous or not reduce_contiguous)
     ):
         upcast.append((vec_axis, vec))
     lanes = None if upcast or not reduce_contiguous else _lanes(reduce, regs)
@@ -223,7 +243,11 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     def reuse_score(d: int) -> tuple[int, int, int]:
         """Vector loads that need not be repeated along ``d`` first, then any loads; of equals the
         innermost axis, whose neighbouring elements share cache lines."""
-        return (sum(1 for a in loads if vec_axis in a and d not in a), sum(1 for a in loads if d not in a), d)
+        return (
+            sum(1 for a in loads if vec_axis in a and d not in a),
+            sum(1 for a in loads if d not in a),
+            d,
+        )
 
     vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
     candidates = sorted(others, key=reuse_score, reverse=True)
@@ -234,18 +258,30 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     reuse = rows[-1][0] if rows else None
     second = rows[0][0] if len(rows) > 1 else None
     order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse, second))
-    inner = (reuse, vec_axis) if _rows_outside(reduce, shape, upcast, renderer) else (vec_axis, second, reuse)
+    inner = (
+        (reuse, vec_axis)
+        if _rows_outside(reduce, shape, upcast, renderer)
+        else (vec_axis, second, reuse)
+    )
     order += tuple(d for d in inner if d is not None)
-    opts = KernelOpts(order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast, renderer))
+    opts = KernelOpts(
+        order, tuple(upcast), lanes, tile=_panel_tile(reduce, shape, upcast, renderer)
+    )
     opts = _merged(value, opts, reduce, regs) if lanes else opts
-    if not upcast and (opts.lanes is None or opts.lanes[1] <= FEW_LANES) and vec_axis is not None \
-            and _reduces_around(reduce, vec_axis) and (vec := _amount(shape[vec_axis], (regs.width,))) > 1:
+    if (
+        not upcast
+        and (opts.lanes is None or opts.lanes[1] <= FEW_LANES)
+        and vec_axis is not None
+        and _reduces_around(reduce, vec_axis)
+        and (vec := _amount(shape[vec_axis], (regs.width,))) > 1
+    ):
         return KernelOpts(order, ((vec_axis, vec),))  # few lanes or none: a register of outputs
     return opts
 
 
-def _tile_rows(shape: tuple[int, ...], candidates: list[int], vector: int, regs: RegisterBudget,
-               whole: bool) -> tuple[list[tuple[int, int]], int]:
+def _tile_rows(
+    shape: tuple[int, ...], candidates: list[int], vector: int, regs: RegisterBudget, whole: bool
+) -> tuple[list[tuple[int, int]], int]:
     """The upcasts whose rows reuse each loaded vector (outermost first), from the best of
     ``candidates`` that allows more than one row, and the vector's width (perhaps halved).
     ``whole``: the vector is an output axis, and the rows may span a whole short axis."""
@@ -254,8 +290,12 @@ def _tile_rows(shape: tuple[int, ...], candidates: list[int], vector: int, regs:
     if reuse is None:
         return [], vector
     rows = _reuse_amount(shape[reuse], budget, whole)
-    if whole and rows < shape[reuse] <= REUSE_AMOUNTS[0] and vector > regs.width \
-            and shape[reuse] * (vector // 2) <= regs.accumulators(vector // 2):
+    if (
+        whole
+        and rows < shape[reuse] <= REUSE_AMOUNTS[0]
+        and vector > regs.width
+        and shape[reuse] * (vector // 2) <= regs.accumulators(vector // 2)
+    ):
         # a short axis the tile cannot span at this width (8 rows of 16 floats on AVX2):
         # half as wide, all of it. A 3x3 conv over rows of 8 ran 1.3x faster than 4 x 16.
         vector, rows = vector // 2, shape[reuse]
@@ -303,7 +343,9 @@ def _matmul_tile(reduce: UOp, upcast: list[tuple[int, int]]) -> tuple[int, int, 
     return vec_axis, vec, reduce.src[0].size // max(1, reduce.size)
 
 
-def _rows_outside(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]], renderer: Renderer) -> bool:
+def _rows_outside(
+    reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]], renderer: Renderer
+) -> bool:
     """Whether a matmul-like tile should loop over its blocks of rows outside its column panels.
 
     The columns go outside by default: a group of column panels stays in L2 while every block
@@ -317,11 +359,15 @@ def _rows_outside(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, i
         return False
     vec_axis, _, length = tile
     row_bytes = length * reduce.dtype.itemsize
-    return row_bytes % ALIASING_STRIDE == 0 and row_bytes * shape[vec_axis] <= renderer.cache_bytes // 4
+    return (
+        row_bytes % ALIASING_STRIDE == 0
+        and row_bytes * shape[vec_axis] <= renderer.cache_bytes // 4
+    )
 
 
-def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]],
-                renderer: Renderer) -> tuple[tuple[int, int], ...]:
+def _panel_tile(
+    reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]], renderer: Renderer
+) -> tuple[tuple[int, int], ...]:
     """For a register tile over two axes (a matmul's rows and columns), walk a few column
     panels per block of rows: each row block is then read once per group of panels instead of
     once per panel, and the group (reduce length x panels x vector) stays in cache.
@@ -335,8 +381,16 @@ def _panel_tile(reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int
         return ()
     vec_axis, vec, length = tile
     blocks = shape[vec_axis] // vec
-    trips = next((t for t in (8, 4, 2) if blocks % t == 0 and blocks >= 2 * t
-                  and length * t * vec * reduce.dtype.itemsize <= _tile_bytes(renderer)), None)
+    trips = next(
+        (
+            t
+            for t in (8, 4, 2)
+            if blocks % t == 0
+            and blocks >= 2 * t
+            and length * t * vec * reduce.dtype.itemsize <= _tile_bytes(renderer)
+        ),
+        None,
+    )
     (row_axis, rows), _ = upcast
     if trips is None and shape[row_axis] % rows == 0 and blocks % 2 == 0 and blocks >= 4:
         trips = 2

@@ -44,14 +44,19 @@ def _neighbours(opts: KernelOpts | None, ast: UOp) -> list[KernelOpts | None]:
             kept = tuple(u for u in base.upcast if u[0] != axis)
             for upcast in (kept + ((axis, amount),), ((axis, amount),)):
                 if _accumulators(upcast, base.lanes) <= MAX_ACCUMULATORS and len(upcast) <= 2:
-                    order = tuple(d for d in base.order if d not in dict(upcast)) + tuple(dict(upcast))
+                    order = tuple(d for d in base.order if d not in dict(upcast)) + tuple(
+                        dict(upcast)
+                    )
                     out.append(KernelOpts(order, upcast, base.lanes, base.merge))
                     if base.tile:
                         out.append(KernelOpts(order, upcast, base.lanes, base.merge, base.tile))
     reduce = _reduce_of(value)
     axis = max(reduce.arg[1])
     for amount in (4, 8, 16):
-        if reduce.src[0].shape[axis] % amount == 0 and _accumulators(base.upcast, (axis, amount)) <= MAX_ACCUMULATORS:
+        if (
+            reduce.src[0].shape[axis] % amount == 0
+            and _accumulators(base.upcast, (axis, amount)) <= MAX_ACCUMULATORS
+        ):
             out.append(KernelOpts(base.order, base.upcast, (axis, amount)))
     out.append(KernelOpts(base.order, base.upcast, None))  # (lanes of a merged loop: see opt.py)
     return list(dict.fromkeys(out))
@@ -64,17 +69,27 @@ def _accumulators(upcast: tuple, lanes: tuple | None) -> int:
     return n * (lanes[1] if lanes else 1)
 
 
-def _time(kernel: KernelSource, rt: Runtime, device: str, ast: UOp, give_up: float = float("inf"),
-          binary: bytes | None = None) -> float:
+def _time(
+    kernel: KernelSource,
+    rt: Runtime,
+    device: str,
+    ast: UOp,
+    give_up: float = float("inf"),
+    binary: bytes | None = None,
+) -> float:
     """Median seconds of the compiled kernel on scratch buffers of the right sizes; just the
     warm-up's time when that is over ``give_up`` (a candidate far slower than the best so far
     need not be timed precisely, and timing it five more times was most of a search)."""
-    params = sorted({u.arg: u for u in toposort([ast]) if u.op is Ops.PARAM}.values(), key=lambda u: u.arg[0])
+    params = sorted(
+        {u.arg: u for u in toposort([ast]) if u.op is Ops.PARAM}.values(), key=lambda u: u.arg[0]
+    )
     buffers = [Buffer(device, max(1, p.arg[1]), p.dtype) for p in params]
     program = rt.program(kernel.name, binary or rt.compiler.compile_cached(kernel.source))
     handles = [b.handle for b in buffers]
     start = time.perf_counter()
-    warm = program(*handles, global_size=kernel.global_size, wait=True) or time.perf_counter() - start
+    warm = (
+        program(*handles, global_size=kernel.global_size, wait=True) or time.perf_counter() - start
+    )
     if warm > give_up:
         return warm
     times = []
@@ -98,9 +113,13 @@ def _load(path: str) -> KernelOpts | None | bool:
         return False
     if data is None:
         return None
-    return KernelOpts(tuple(data["order"]), tuple(tuple(u) for u in data["upcast"]),
-                      tuple(data["lanes"]) if data["lanes"] else None, data.get("merge", False),
-                      tuple(tuple(t) for t in data.get("tile", ())))
+    return KernelOpts(
+        tuple(data["order"]),
+        tuple(tuple(u) for u in data["upcast"]),
+        tuple(data["lanes"]) if data["lanes"] else None,
+        data.get("merge", False),
+        tuple(tuple(t) for t in data.get("tile", ())),
+    )
 
 
 def _save(path: str, opts: KernelOpts | None) -> None:
@@ -117,14 +136,19 @@ def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | 
     timed: dict[KernelOpts | None, float] = {}
     frontier: list[KernelOpts | None] = [default]
     for _ in range(2):
-        todo = [o for o in dict.fromkeys(frontier + [n for f in frontier for n in _neighbours(f, ast)])
-                if o not in timed]
+        todo = [
+            o
+            for o in dict.fromkeys(frontier + [n for f in frontier for n in _neighbours(f, ast)])
+            if o not in timed
+        ]
         kernels = [generate(ast, rt.renderer, rt.rules, o) for o in todo]
         # one batch per core, built in parallel (a batch is one compiler process on the CPU)
         cores = os.cpu_count() or 1
         batches = [kernels[i::cores] for i in range(cores) if kernels[i::cores]]
         with ThreadPoolExecutor(max_workers=cores) as pool:
-            built = list(pool.map(lambda b: rt.compiler.compile_cached_batch([k.source for k in b]), batches))
+            built = list(
+                pool.map(lambda b: rt.compiler.compile_cached_batch([k.source for k in b]), batches)
+            )
         binary_of = {id(k): r for b, results in zip(batches, built) for k, r in zip(b, results)}
         for o, k in zip(todo, kernels):
             best = min(timed.values(), default=float("inf"))
@@ -133,8 +157,10 @@ def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | 
             else:  # a candidate that does not compile is never chosen
                 timed[o] = float("inf")
         frontier = sorted(timed, key=timed.__getitem__)[:width]
-        sys.stderr.write(f"\rBEAM {kernels[0].name if kernels else ''}: {len(timed)} candidates, "
-                         f"best {timed[frontier[0]] * 1e3:.3f} ms (default {timed[default] * 1e3:.3f} ms)")
+        sys.stderr.write(
+            f"\rBEAM {kernels[0].name if kernels else ''}: {len(timed)} candidates, "
+            f"best {timed[frontier[0]] * 1e3:.3f} ms (default {timed[default] * 1e3:.3f} ms)"
+        )
     best = frontier[0]
     sys.stderr.write(f" in {time.perf_counter() - start:.1f} s\n")
     _save(path, best)

@@ -48,11 +48,17 @@ class Runner:
     program: Any
     device: str
 
-    def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> float | None:
+    def __call__(
+        self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()
+    ) -> float | None:
         """Launch on buffer ``handles`` and the values of the kernel's variables, in order."""
         kernel = self.kernel
         return self.program(
-            *handles, global_size=kernel.global_size, local_size=kernel.local_size, vals=vals, wait=wait
+            *handles,
+            global_size=kernel.global_size,
+            local_size=kernel.local_size,
+            vals=vals,
+            wait=wait,
         )
 
     def vals(self, values: dict[UOp, int]) -> tuple[int, ...]:
@@ -127,8 +133,13 @@ def compile_steps(steps: list) -> None:
     ``compile_batch`` (for the CPU: one translation unit). The kernels that compiled are kept
     even when another one fails; then the first ``CompileError`` is raised.
     """
-    todo = list(dict.fromkeys((s.ast, s.device) for s in steps
-                              if type(s) is KernelStep and s.runner is None and (s.ast, s.device) not in _runners))
+    todo = list(
+        dict.fromkeys(
+            (s.ast, s.device)
+            for s in steps
+            if type(s) is KernelStep and s.runner is None and (s.ast, s.device) not in _runners
+        )
+    )
     if len(todo) < 2:
         return
     workers = os.cpu_count() or 1
@@ -152,7 +163,9 @@ def compile_steps(steps: list) -> None:
         raise errors[0]
 
 
-def run_plan(plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = None) -> list[Buffer]:
+def run_plan(
+    plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = None
+) -> list[Buffer]:
     """Execute ``plan`` with ``inputs`` bound to its first slots and its variables to ``values``;
     return every slot's buffer."""
     pieces: dict[int, Buffer] = {}
@@ -183,7 +196,9 @@ def run_plan(plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = N
                 )
         else:
             if recording is not None:
-                raise JitError("TinyJit cannot capture a copy between devices yet; move tensors first")
+                raise JitError(
+                    "TinyJit cannot capture a copy between devices yet; move tensors first"
+                )
             _copy(buffers[step.dest], buffers[step.source])
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
@@ -240,15 +255,19 @@ def print_plan(roots: list[UOp], inputs: list[Buffer], plan: Plan) -> None:
     print_listing("tensor graph", toposort(roots), shapes=True, arg_text=buffer_text)
     print("--- schedule ---")
     n = plan.n_inputs
-    inputs_text = f"slots 0-{n - 1} are the inputs" if n > 1 else "slot 0 is the input" if n else "no inputs"
+    inputs_text = (
+        f"slots 0-{n - 1} are the inputs" if n > 1 else "slot 0 is the input" if n else "no inputs"
+    )
     print(f"{len(plan.steps)} step(s); {inputs_text}")
     for i, step in enumerate(plan.steps):
         if isinstance(step, KernelStep):
             out = step.slots[0]
             size, dtype, _ = plan.new_slots[out - plan.n_inputs]
             reads = ", ".join(map(str, step.slots[1:])) or "nothing"
-            print(f"{i:4d} {kernel_name(step.ast):<16s} {step.device:<6s} writes slot {out} "
-                  f"({dtype.name}[{size}]), reads {reads}\n       cut: {step.reason}")
+            print(
+                f"{i:4d} {kernel_name(step.ast):<16s} {step.device:<6s} writes slot {out} "
+                f"({dtype.name}[{size}]), reads {reads}\n       cut: {step.reason}"
+            )
         else:
             print(f"{i:4d} {'copy':<20s} writes slot {step.dest}, reads {step.source}")
 

@@ -20,8 +20,20 @@ from fusegrad.helpers import prod
 from fusegrad.tensor import Tensor
 
 __all__ = [
-    "BatchNorm", "BatchNorm1d", "BatchNorm2d", "Conv1d", "Conv2d", "ConvTranspose2d", "Dropout",
-    "Embedding", "GroupNorm", "LayerNorm", "Linear", "RMSNorm", "optim", "state",
+    "BatchNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose2d",
+    "Dropout",
+    "Embedding",
+    "GroupNorm",
+    "LayerNorm",
+    "Linear",
+    "RMSNorm",
+    "optim",
+    "state",
 ]
 
 IntOrTuple = int | Sequence[int]
@@ -72,12 +84,22 @@ class Conv2d:
 
     spatial_dims = 2
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
-                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, dilation: IntOrTuple = 1,
-                 groups: int = 1, bias: bool = True):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
         if in_channels % groups or out_channels % groups:
-            raise ShapeError(f"groups={groups} must divide in_channels={in_channels} and "
-                             f"out_channels={out_channels}")
+            raise ShapeError(
+                f"groups={groups} must divide in_channels={in_channels} and "
+                f"out_channels={out_channels}"
+            )
         self.kernel_size = _tuple(kernel_size, self.spatial_dims)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
@@ -91,8 +113,14 @@ class Conv2d:
         return _uniform(shape, 1 / math.sqrt(prod(shape[1:])))
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv2d(self.weight, self.bias, groups=self.groups, stride=self.stride,
-                        dilation=self.dilation, padding=self.padding)
+        return x.conv2d(
+            self.weight,
+            self.bias,
+            groups=self.groups,
+            stride=self.stride,
+            dilation=self.dilation,
+            padding=self.padding,
+        )
 
 
 class Conv1d(Conv2d):
@@ -107,10 +135,21 @@ class Conv1d(Conv2d):
 class ConvTranspose2d(Conv2d):
     """The gradient of a Conv2d with respect to its input; weight (in, out // groups, *kernel)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: IntOrTuple,
-                 stride: IntOrTuple = 1, padding: IntOrTuple = 0, output_padding: IntOrTuple = 0,
-                 dilation: IntOrTuple = 1, groups: int = 1, bias: bool = True):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: IntOrTuple,
+        stride: IntOrTuple = 1,
+        padding: IntOrTuple = 0,
+        output_padding: IntOrTuple = 0,
+        dilation: IntOrTuple = 1,
+        groups: int = 1,
+        bias: bool = True,
+    ):
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias
+        )
         self.output_padding = output_padding
         # the weight is stored transposed; fan_in is counted on the stored layout, as in PyTorch
         self.weight = self._init_weight((in_channels, out_channels // groups, *self.kernel_size))
@@ -118,9 +157,15 @@ class ConvTranspose2d(Conv2d):
             self.bias = _uniform((out_channels,), 1 / math.sqrt(prod(self.weight.shape[1:])))
 
     def __call__(self, x: Tensor) -> Tensor:
-        return x.conv_transpose2d(self.weight, self.bias, groups=self.groups, stride=self.stride,
-                                  dilation=self.dilation, padding=self.padding,
-                                  output_padding=self.output_padding)
+        return x.conv_transpose2d(
+            self.weight,
+            self.bias,
+            groups=self.groups,
+            stride=self.stride,
+            dilation=self.dilation,
+            padding=self.padding,
+            output_padding=self.output_padding,
+        )
 
 
 class BatchNorm:
@@ -132,8 +177,14 @@ class BatchNorm:
     the running statistics (or the batch's, if ``track_running_stats=False``).
     """
 
-    def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True,
-                 track_running_stats: bool = True, momentum: float = 0.1):
+    def __init__(
+        self,
+        sz: int,
+        eps: float = 1e-5,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        momentum: float = 0.1,
+    ):
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight = _filled((sz,), 1.0) if affine else None
         self.bias = _filled((sz,), 0.0) if affine else None
@@ -174,7 +225,9 @@ BatchNorm1d = BatchNorm2d = BatchNorm
 class LayerNorm:
     """Normalize over the last ``len(normalized_shape)`` axes, then scale and shift."""
 
-    def __init__(self, normalized_shape: IntOrTuple, eps: float = 1e-5, elementwise_affine: bool = True):
+    def __init__(
+        self, normalized_shape: IntOrTuple, eps: float = 1e-5, elementwise_affine: bool = True
+    ):
         self.normalized_shape = _tuple(normalized_shape, 1)
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
         self.eps, self.elementwise_affine = eps, elementwise_affine
@@ -182,7 +235,7 @@ class LayerNorm:
         self.bias = _filled(self.normalized_shape, 0.0) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if x.shape[-len(self.normalized_shape):] != self.normalized_shape:
+        if x.shape[-len(self.normalized_shape) :] != self.normalized_shape:
             raise ShapeError(f"LayerNorm{self.normalized_shape} got input of shape {x.shape}")
         y = x.layernorm(axis=self.axis, eps=self.eps)
         if self.weight is None or self.bias is None:
@@ -196,14 +249,25 @@ class GroupNorm:
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
         if num_channels % num_groups:
             raise ShapeError(f"num_groups={num_groups} must divide num_channels={num_channels}")
-        self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        self.num_groups, self.num_channels, self.eps, self.affine = (
+            num_groups,
+            num_channels,
+            eps,
+            affine,
+        )
         self.weight = _filled((num_channels,), 1.0) if affine else None
         self.bias = _filled((num_channels,), 0.0) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.num_channels:
-            raise ShapeError(f"GroupNorm of {self.num_channels} channels got input of shape {x.shape}")
-        y = x.reshape(x.shape[0], self.num_groups, -1).layernorm(axis=-1, eps=self.eps).reshape(x.shape)
+            raise ShapeError(
+                f"GroupNorm of {self.num_channels} channels got input of shape {x.shape}"
+            )
+        y = (
+            x.reshape(x.shape[0], self.num_groups, -1)
+            .layernorm(axis=-1, eps=self.eps)
+            .reshape(x.shape)
+        )
         if self.weight is None or self.bias is None:
             return y
         per_channel = (1, -1, *(1,) * (x.ndim - 2))
@@ -225,7 +289,8 @@ class RMSNorm:
 
 
 class Embedding:
-    """Row ``i`` of ``weight`` for each index ``i``; weight (vocab_size, embed_size), glorot-uniform."""
+    """Row ``i`` of ``weight`` for each index ``i``; weight (vocab_size, embed_size),
+    glorot-uniform."""
 
     def __init__(self, vocab_size: int, embed_size: int):
         self.vocab_size, self.embed_size = vocab_size, embed_size

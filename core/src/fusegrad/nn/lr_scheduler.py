@@ -1,4 +1,5 @@
-"""Learning-rate schedules with PyTorch's formulas: StepLR, MultiStepLR, CosineAnnealingLR, OneCycleLR.
+"""Learning-rate schedules with PyTorch's formulas: StepLR, MultiStepLR, CosineAnnealingLR,
+OneCycleLR.
 
 A schedule computes each epoch's rate on the host and writes it into the optimizer's
 one-element ``lr`` tensor: a new buffer of the same shape, so the next step reuses its
@@ -91,10 +92,20 @@ class OneCycleLR(LRScheduler):
     PyTorch's two-phase schedule without momentum cycling (``cycle_momentum=False``).
     """
 
-    def __init__(self, optimizer: Optimizer, max_lr: float, total_steps: int, pct_start: float = 0.3,
-                 anneal_strategy: str = "cos", div_factor: float = 25.0, final_div_factor: float = 1e4):
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        max_lr: float,
+        total_steps: int,
+        pct_start: float = 0.3,
+        anneal_strategy: str = "cos",
+        div_factor: float = 25.0,
+        final_div_factor: float = 1e4,
+    ):
         if anneal_strategy not in ("cos", "linear"):
-            raise FusegradError(f"anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+            raise FusegradError(
+                f"anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}"
+            )
         self.max_lr, self.total_steps, self.anneal_strategy = max_lr, total_steps, anneal_strategy
         self.initial_lr = max_lr / div_factor
         self.min_lr = self.initial_lr / final_div_factor

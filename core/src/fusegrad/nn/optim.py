@@ -59,11 +59,14 @@ class Optimizer:
     def schedule_step(self) -> list[Tensor]:
         """Assign the new values without computing them; returns the tensors to realize."""
         if Tensor.no_grad:
-            raise FusegradError("optimizer step inside Tensor.no_grad_mode(); leave the block first")
+            raise FusegradError(
+                "optimizer step inside Tensor.no_grad_mode(); leave the block first"
+            )
         missing = [i for i, t in enumerate(self.params) if t.grad is None]
         if missing:
             raise FusegradError(
-                f"parameters {missing} of {type(self).__name__} have no .grad; call loss.backward() "
+                f"parameters {missing} of {type(self).__name__} have no .grad; call "
+                "loss.backward() "
                 "before step(), and check that each parameter is used in the loss"
             )
         grads = [t.grad.detach() for t in self.params]  # type: ignore[union-attr]
@@ -93,8 +96,14 @@ class SGD(Optimizer):
     [0.0, 0.0]
     """
 
-    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, momentum: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False):
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
         super().__init__(params, lr)
         if nesterov and momentum <= 0:
             raise FusegradError(f"nesterov SGD needs momentum > 0, got momentum={momentum}")
@@ -119,8 +128,16 @@ class LAMB(Optimizer):
     decay (AdamW); ``Adam`` and ``AdamW`` below are this class with those arguments.
     """
 
-    def __init__(self, params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9,
-                 b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.0, adam: bool = False):
+    def __init__(
+        self,
+        params: Sequence[Tensor],
+        lr: float | Tensor = 0.001,
+        b1: float = 0.9,
+        b2: float = 0.999,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        adam: bool = False,
+    ):
         super().__init__(params, lr)
         self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
         self.m, self.v = self._state(), self._state()
@@ -153,13 +170,24 @@ class LAMB(Optimizer):
         return (w_norm > 0).where((up_norm > 0).where(w_norm / up_norm, 1.0), 1.0)
 
 
-def Adam(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
-         eps: float = 1e-8) -> LAMB:
+def Adam(
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,  # noqa: N802
+    eps: float = 1e-8,
+) -> LAMB:
     """Adam (Kingma and Ba, 2014), as ``torch.optim.Adam`` without weight decay."""
     return LAMB(params, lr, b1, b2, eps, weight_decay=0.0, adam=True)
 
 
-def AdamW(params: Sequence[Tensor], lr: float | Tensor = 0.001, b1: float = 0.9, b2: float = 0.999,  # noqa: N802
-          eps: float = 1e-8, weight_decay: float = 0.01) -> LAMB:
+def AdamW(
+    params: Sequence[Tensor],
+    lr: float | Tensor = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,  # noqa: N802
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+) -> LAMB:
     """Adam with decoupled weight decay (Loshchilov and Hutter), as ``torch.optim.AdamW``."""
     return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True)

@@ -60,7 +60,8 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
 
 
 def _collect(obj: Any, prefix: str, found: dict[str, Tensor], path: set[int]) -> None:
-    """Add the tensors under ``obj`` to ``found``; ``path`` holds the objects above, to stop cycles."""
+    """Add the tensors under ``obj`` to ``found``; ``path`` holds the objects above, to stop
+    cycles."""
     if isinstance(obj, Tensor):
         found[prefix.rstrip(".")] = obj
         return

@@ -95,7 +95,8 @@ class CheckpointUnpickler(pickle.Unpickler):
         self.storages: dict[str, Storage] = {}
 
     def find_class(self, module: str, name: str) -> Any:
-        """Map the few globals a checkpoint of tensors uses to our own functions; refuse the rest."""
+        """Map the few globals a checkpoint of tensors uses to our own functions; refuse the
+        rest."""
         if module == "torch" and name in TORCH_STORAGES:
             return StorageType(TORCH_STORAGES[name])
         if module == "torch" and name in TORCH_DTYPES:

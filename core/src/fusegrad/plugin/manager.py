@@ -57,7 +57,8 @@ class PluginManager(pluggy.PluginManager):
             raise PluginError(
                 f"{info.module} does not say which backend API version it was built for; "
                 f"this fusegrad speaks version {hookspecs.BACKEND_API_VERSION}: set "
-                f"FUSEGRAD_BACKEND_API = {hookspecs.BACKEND_API_VERSION} in it if it was made for that"
+                f"FUSEGRAD_BACKEND_API = {hookspecs.BACKEND_API_VERSION} in it if it was made "
+                "for that"
             )
         if api != hookspecs.BACKEND_API_VERSION:
             raise PluginError(_version_mismatch(info, api))

@@ -318,7 +318,8 @@ class CStyleRenderer(Renderer):
         return f"{self.buffer_qualifier}{self.param_type(u.dtype)}*{restrict} data{u.arg[0]}"
 
     def render_variable(self, u: UOp, position: int) -> str:
-        """One integer argument of the kernel, the ``position``-th: a variable's value (``int seq``)."""
+        """One integer argument of the kernel, the ``position``-th: a variable's value (``int
+        seq``)."""
         return f"{self.type_name(dtypes.int32)} {u.arg[0]}"
 
     def extra_params(self, program: list[UOp]) -> list[str]:
@@ -328,9 +329,13 @@ class CStyleRenderer(Renderer):
     def kernel_signature(
         self, name: str, params: list[UOp], program: list[UOp] | None = None
     ) -> str:
-        """``void name(float* restrict data0, ...)``: the prefix, the buffers, any extra arguments."""
+        """``void name(float* restrict data0, ...)``: the prefix, the buffers, any extra
+        arguments."""
         args = [self.render_param(p) for p in fill_param_gaps(params)]
-        args += [self.render_variable(v, len(args) + i) for i, v in enumerate(variables_of(program or []))]
+        args += [
+            self.render_variable(v, len(args) + i)
+            for i, v in enumerate(variables_of(program or []))
+        ]
         args += self.extra_params(program or [])
         return f"{self.kernel_prefix} {name}({', '.join(args)})"
 

@@ -78,8 +78,10 @@ class PythonProgram:
     def __init__(self, name: str, binary: bytes):
         data = json.loads(binary)
         self.name = name
-        self.rows = [(Ops[op], dtypes.from_name(dt) if dt != "void" else dtypes.void, src, arg)
-                     for op, dt, src, arg in data["program"]]
+        self.rows = [
+            (Ops[op], dtypes.from_name(dt) if dt != "void" else dtypes.void, src, arg)
+            for op, dt, src, arg in data["program"]
+        ]
         self.loop_end = self._match_loops()
         #: a variable's name -> its position in ``vals`` (kernels take them sorted by name)
         names = sorted(arg[0] for op, _, _, arg in self.rows if op is Ops.DEFINE_VAR)
@@ -94,12 +96,16 @@ class PythonProgram:
                 ends[open_loops.pop()] = pc
         return ends
 
-    def __call__(self, *buffers: np.ndarray, global_size=None, local_size=None, vals=(), wait=False):
+    def __call__(
+        self, *buffers: np.ndarray, global_size=None, local_size=None, vals=(), wait=False
+    ):
         with np.errstate(all="ignore"):
             self._run(list(buffers), global_size, vals)
         return 0.0 if wait else None
 
-    def _run(self, buffers: list[np.ndarray], global_size: tuple[int, ...] | None, vals: tuple[int, ...]) -> None:
+    def _run(
+        self, buffers: list[np.ndarray], global_size: tuple[int, ...] | None, vals: tuple[int, ...]
+    ) -> None:
         values: list[Any] = [None] * len(self.rows)
         regs: dict[int, np.ndarray] = {}
         pc = 0

@@ -45,7 +45,8 @@ from fusegrad.uop.spec import KERNEL_AST, check_stage
 
 @dataclass
 class KernelStep:
-    """Run kernel ``ast`` with ``slots[i]`` bound to its ``PARAM(i)``; slot ``slots[0]`` is written."""
+    """Run kernel ``ast`` with ``slots[i]`` bound to its ``PARAM(i)``; slot ``slots[0]`` is
+    written."""
 
     ast: UOp
     slots: tuple[int, ...]
@@ -109,7 +110,10 @@ def _unbound(u: UOp, done: dict[UOp, UOp], values: dict[UOp, int]) -> UOp | None
         return unbind(u, values)
     if u.op not in GroupOp.Movement or not is_symbolic(u.arg):
         return None
-    arg = tuple(tuple(unbind(x, values) for x in a) if type(a) is tuple else unbind(a, values) for a in u.arg)
+    arg = tuple(
+        tuple(unbind(x, values) for x in a) if type(a) is tuple else unbind(a, values)
+        for a in u.arg
+    )
     src = done[u.src[0]]
     base = u.src[0]
     while base.op is Ops.RESHAPE:  # reshapes compose: only the last one's shape matters
@@ -230,7 +234,9 @@ def _kernel_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
         stack = [(kernel_root, 0)]
         while stack:
             node, state = stack.pop()
-            if node is not kernel_root and (node.op is Ops.PARAM or node in realize or node in cuts):
+            if node is not kernel_root and (
+                node.op is Ops.PARAM or node in realize or node in cuts
+            ):
                 continue
             if (node, state) in seen:
                 continue
@@ -245,7 +251,9 @@ def _kernel_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
                 work.append(base)
                 why.setdefault(base, "elementwise work read through an EXPAND (repeats add up)")
                 continue
-            state |= 2 if node.op is Ops.REDUCE_AXIS else 1 if node.op in (Ops.EXPAND, Ops.PAD) else 0
+            state |= (
+                2 if node.op is Ops.REDUCE_AXIS else 1 if node.op in (Ops.EXPAND, Ops.PAD) else 0
+            )
             stack.extend((s, state) for s in node.src)
     return cuts
 
@@ -321,8 +329,9 @@ def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> se
     return chosen
 
 
-def find_realizes(roots: list[UOp], order: list[UOp],
-                  why: dict[UOp, str] | None = None) -> set[UOp]:
+def find_realizes(
+    roots: list[UOp], order: list[UOp], why: dict[UOp, str] | None = None
+) -> set[UOp]:
     """The nodes that must be written to a buffer; everything else fuses into its consumer.
     ``why`` receives, for each, the first reason found for cutting the graph there."""
     why = {} if why is None else why
@@ -390,8 +399,12 @@ def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]
     return UOp(Ops.SINK, root.dtype, (store,)), tuple(slots)
 
 
-def make_plan(roots: tuple[UOp, ...], devices: list[str], slot_devices: list[str],
-              capabilities: Callable[[str], Capabilities] | None = None) -> Plan:
+def make_plan(
+    roots: tuple[UOp, ...],
+    devices: list[str],
+    slot_devices: list[str],
+    capabilities: Callable[[str], Capabilities] | None = None,
+) -> Plan:
     """Cut an abstracted graph into steps. ``devices[i]`` is where root ``i`` lives. With the
     ``capabilities`` of each device, the layout pass first lays out reductions for it."""
     order = toposort(list(roots))
@@ -432,8 +445,9 @@ def _slots_of(step: KernelStep | CopyStep) -> tuple[int, tuple[int, ...]]:
     return step.slots[0], step.slots[1:]
 
 
-def plan_memory(steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: int,
-                outputs: set[int]) -> list[int]:
+def plan_memory(
+    steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: int, outputs: set[int]
+) -> list[int]:
     """Give each new slot a piece of memory, reusing one whose slot is dead (never read again).
 
     A step's output never shares memory with a slot that step reads. Outputs are never reused:
@@ -486,5 +500,6 @@ def _check_devices(u, slots, device, n_inputs, slot_devices, new_slots) -> None:
         where = slot_devices[slot] if slot < n_inputs else new_slots[slot - n_inputs][2]
         if where != device:
             raise FusegradError(
-                f"a kernel on {device} reads a tensor on {where}; move one of them with .to({device!r})"
+                f"a kernel on {device} reads a tensor on {where}; move one of them with "
+                f".to({device!r})"
             )

@@ -49,8 +49,9 @@ SPLIT_ELEMENTS = 1 << 18
 PANEL_ELEMENTS = 1 << 16
 
 
-def lay_out(roots: tuple[UOp, ...], devices: list[str],
-            capabilities: Callable[[str], Capabilities]) -> tuple[UOp, ...]:
+def lay_out(
+    roots: tuple[UOp, ...], devices: list[str], capabilities: Callable[[str], Capabilities]
+) -> tuple[UOp, ...]:
     """``roots`` with the layout rules applied to each reduction, for the device it runs on
     (``devices[i]`` is where root ``i`` lives; a COPY reads its source on the source's device)."""
     order = toposort(list(roots))

@@ -101,8 +101,14 @@ class AliasMixin:
         """``reshape`` to ``other``'s shape."""
         return self.reshape(other.shape)  # type: ignore[attr-defined]
 
-    def new_full(self, size: Sequence[int], fill_value: Any, dtype: DType | str | None = None,
-                 device: str | None = None, requires_grad: bool = False) -> Tensor:
+    def new_full(
+        self,
+        size: Sequence[int],
+        fill_value: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
         """A tensor of ``size`` filled with ``fill_value``, with this one's dtype and device
         unless given.
 
@@ -113,25 +119,49 @@ class AliasMixin:
         out = self.full(tuple(size), fill_value, dtype, device or self.device)  # type: ignore[attr-defined]
         return out.requires_grad_(requires_grad)
 
-    def new_zeros(self, *size: Any, dtype: DType | str | None = None, device: str | None = None,
-                  requires_grad: bool = False) -> Tensor:
+    def new_zeros(
+        self,
+        *size: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
         """Zeros of ``size``, with this tensor's dtype and device unless given."""
         return self.new_full(_size(size), 0, dtype, device, requires_grad)
 
-    def new_ones(self, *size: Any, dtype: DType | str | None = None, device: str | None = None,
-                 requires_grad: bool = False) -> Tensor:
+    def new_ones(
+        self,
+        *size: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
         """Ones of ``size``, with this tensor's dtype and device unless given."""
         return self.new_full(_size(size), 1, dtype, device, requires_grad)
 
-    def new_empty(self, *size: Any, dtype: DType | str | None = None, device: str | None = None,
-                  requires_grad: bool = False) -> Tensor:
+    def new_empty(
+        self,
+        *size: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
         """Uninitialised memory of ``size``, with this tensor's dtype and device unless given."""
         dtype = to_dtype(dtype) if dtype is not None else self.dtype
-        return self.empty(_size(size), dtype=dtype, device=device or self.device,  # type: ignore[attr-defined]
-                          requires_grad=requires_grad)
+        return self.empty(
+            _size(size),
+            dtype=dtype,
+            device=device or self.device,  # type: ignore[attr-defined]
+            requires_grad=requires_grad,
+        )
 
-    def new_tensor(self, data: Any, dtype: DType | str | None = None, device: str | None = None,
-                   requires_grad: bool = False) -> Tensor:
+    def new_tensor(
+        self,
+        data: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
         """A new tensor (a copy, cut off from gradients) of ``data``, with this tensor's dtype and
         device unless given, as PyTorch's.
 
@@ -153,8 +183,10 @@ class AliasMixin:
         [[1], [2]]
         """
         if self.ndim > 2:
-            raise ShapeError(f"t() transposes tensors of at most 2 axes, this one has shape "
-                             f"{self.shape}; use transpose(dim0, dim1) or mT")
+            raise ShapeError(
+                f"t() transposes tensors of at most 2 axes, this one has shape "
+                f"{self.shape}; use transpose(dim0, dim1) or mT"
+            )
         return self.transpose(0, 1) if self.ndim == 2 else self  # type: ignore[attr-defined,return-value]
 
     @property
@@ -177,8 +209,10 @@ class AliasMixin:
         src = [self._axis(a) for a in _axes(source)]  # type: ignore[attr-defined]
         dst = [self._axis(a) for a in _axes(destination)]  # type: ignore[attr-defined]
         if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
-            raise ShapeError(f"movedim needs as many distinct source axes as destination axes, "
-                             f"got {source} and {destination}")
+            raise ShapeError(
+                f"movedim needs as many distinct source axes as destination axes, "
+                f"got {source} and {destination}"
+            )
         rest = iter(a for a in range(self.ndim) if a not in src)
         moved = dict(zip(dst, src))
         order = [moved[i] if i in moved else next(rest) for i in range(self.ndim)]
@@ -204,13 +238,16 @@ class AliasMixin:
             raise IndexError(f"narrow start {start} is out of range for axis {dim} of size {n}")
         start = start + n if start < 0 else start
         if length < 0 or start + length > n:
-            raise ShapeError(f"narrow({dim}, {start}, {length}) reaches past the end of axis {dim} "
-                             f"of size {n}: use a length of at most {n - start}")
+            raise ShapeError(
+                f"narrow({dim}, {start}, {length}) reaches past the end of axis {dim} "
+                f"of size {n}: use a length of at most {n - start}"
+            )
         ranges = [(start, start + length) if a == axis else None for a in range(self.ndim)]
         return self.shrink(ranges)  # type: ignore[attr-defined]
 
     def select(self, dim: int, index: int) -> Tensor:
-        """Element ``index`` of axis ``dim``, that axis removed: ``x.select(1, 0)`` is ``x[:, 0]``."""
+        """Element ``index`` of axis ``dim``, that axis removed: ``x.select(1, 0)`` is ``x[:,
+        0]``."""
         axis = self._axis(dim)  # type: ignore[attr-defined]
         n = self.shape[axis]
         if not -n <= index < n:
@@ -278,8 +315,9 @@ class AliasMixin:
         """
         return self.shape == other.shape and bool((self == other).all().item())  # type: ignore[attr-defined]
 
-    def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8,
-                 equal_nan: bool = False) -> bool:
+    def allclose(
+        self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    ) -> bool:
         """Whether every element ``isclose`` to ``other``'s."""
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())  # type: ignore[attr-defined]
 
@@ -288,15 +326,19 @@ class AliasMixin:
     def mm(self, other: Tensor) -> Tensor:
         """The product of two matrices (no broadcasting, as ``torch.mm``)."""
         if self.ndim != 2 or other.ndim != 2:
-            raise ShapeError(f"mm multiplies two matrices, got shapes {self.shape} and {other.shape}; "
-                             "use matmul for vectors and batches")
+            raise ShapeError(
+                f"mm multiplies two matrices, got shapes {self.shape} and {other.shape}; "
+                "use matmul for vectors and batches"
+            )
         return self.matmul(other)  # type: ignore[attr-defined]
 
     def bmm(self, other: Tensor) -> Tensor:
         """Matrix products of two batches of the same size (no broadcasting, as ``torch.bmm``)."""
         if self.ndim != 3 or other.ndim != 3 or self.shape[0] != other.shape[0]:
-            raise ShapeError(f"bmm needs two 3-d tensors with the same batch size, got shapes "
-                             f"{self.shape} and {other.shape}; use matmul to broadcast")
+            raise ShapeError(
+                f"bmm needs two 3-d tensors with the same batch size, got shapes "
+                f"{self.shape} and {other.shape}; use matmul to broadcast"
+            )
         return self.matmul(other)  # type: ignore[attr-defined]
 
     def outer(self, other: Tensor) -> Tensor:
@@ -310,7 +352,9 @@ class AliasMixin:
         if self.ndim == 0 or other.ndim == 0:
             return self * other  # type: ignore[operator]
         if self.shape[-1] != other.shape[-1]:
-            raise ShapeError(f"inner needs equal last axes, got shapes {self.shape} and {other.shape}")
+            raise ShapeError(
+                f"inner needs equal last axes, got shapes {self.shape} and {other.shape}"
+            )
         a = self.reshape(*self.shape[:-1], *(1,) * (other.ndim - 1), self.shape[-1])  # type: ignore[attr-defined]
         return (a * other).sum(-1)
 
@@ -328,7 +372,9 @@ class AliasMixin:
     def addmv(self, mat: Tensor, vec: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
         """``beta * self + alpha * (mat @ vec)``, as ``torch.addmv``."""
         if mat.ndim != 2 or vec.ndim != 1:
-            raise ShapeError(f"addmv needs a matrix and a vector, got shapes {mat.shape} and {vec.shape}")
+            raise ShapeError(
+                f"addmv needs a matrix and a vector, got shapes {mat.shape} and {vec.shape}"
+            )
         return self._scaled_sum(mat.matmul(vec), beta, alpha)  # type: ignore[attr-defined]
 
     def baddbmm(self, batch1: Tensor, batch2: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
@@ -355,8 +401,9 @@ class AliasMixin:
         a, b = self._operands(other)  # type: ignore[attr-defined]
         axis = a._axis(dim)
         if a.shape[axis] != 3:
-            raise ShapeError(f"cross needs size 3 along axis {dim}, got shapes {self.shape} and "
-                             f"{other.shape}")
+            raise ShapeError(
+                f"cross needs size 3 along axis {dim}, got shapes {self.shape} and {other.shape}"
+            )
         (a1, a2, a3), (b1, b2, b3) = (tuple(t.select(axis, i) for i in range(3)) for t in (a, b))
         first = a2 * b3 - a3 * b2
         return first.stack(a3 * b1 - a1 * b3, a1 * b2 - a2 * b1, dim=axis)
@@ -377,7 +424,8 @@ class AliasMixin:
         return self.max(dim if dim != () else None, keepdim)  # type: ignore[attr-defined]
 
     def amin(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
-        """The smallest value over ``dim`` (every axis if empty); ties share the gradient equally."""
+        """The smallest value over ``dim`` (every axis if empty); ties share the gradient
+        equally."""
         return self.min(dim if dim != () else None, keepdim)  # type: ignore[attr-defined]
 
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
@@ -385,8 +433,12 @@ class AliasMixin:
         axes = () if dim is None else dim
         return self.amin(axes, keepdim), self.amax(axes, keepdim)
 
-    def nansum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False,
-               dtype: DType | str | None = None) -> Tensor:
+    def nansum(
+        self,
+        dim: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
         """``sum`` counting nans as 0."""
         x = self.isnan().where(0, self) if self.dtype.is_float else self  # type: ignore[attr-defined]
         return x.sum(dim, keepdim, dtype=dtype)
@@ -397,8 +449,9 @@ class AliasMixin:
         count = x.isnan().logical_not().sum(dim, keepdim)
         return x.nansum(dim, keepdim) / count
 
-    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None,
-                   neginf: float | None = None) -> Tensor:
+    def nan_to_num(
+        self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None
+    ) -> Tensor:
         """nan, inf and -inf replaced by ``nan``, ``posinf`` and ``neginf`` (the largest and
         smallest finite values of the dtype by default); a replaced element has no gradient.
 
@@ -553,23 +606,40 @@ class AliasMixin:
             return self.reshape(-1).gather(0, indices.reshape(-1))  # type: ignore[attr-defined]
         axis = self._axis(dim)  # type: ignore[attr-defined]
         if indices.ndim != self.ndim:
-            raise ShapeError(f"take_along_dim needs indices with as many axes as the input, got "
-                             f"shapes {indices.shape} and {self.shape}")
-        common = broadcast_shapes(*(s[:axis] + (1,) + s[axis + 1:] for s in (self.shape, indices.shape)))
+            raise ShapeError(
+                f"take_along_dim needs indices with as many axes as the input, got "
+                f"shapes {indices.shape} and {self.shape}"
+            )
+        common = broadcast_shapes(
+            *(s[:axis] + (1,) + s[axis + 1 :] for s in (self.shape, indices.shape))
+        )
+
         def along(t: Any) -> Tensor:  # ``t`` broadcast to ``common`` except along ``axis``
-            return t.expand(common[:axis] + t.shape[axis:axis + 1] + common[axis + 1:])
+            return t.expand(common[:axis] + t.shape[axis : axis + 1] + common[axis + 1 :])
 
         return along(self).gather(axis, along(indices))
 
     @classmethod
-    def tril_indices(cls, row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64,
-                     device: str | None = None) -> Tensor:
+    def tril_indices(
+        cls,
+        row: int,
+        col: int,
+        offset: int = 0,
+        dtype: DType | str = dtypes.int64,
+        device: str | None = None,
+    ) -> Tensor:
         """The (row, column) coordinates of the lower triangle of a ``row`` x ``col`` matrix, a
         (2, N) tensor, as ``torch.tril_indices``."""
         return cls(np.stack(np.tril_indices(row, offset, col)), device=device, dtype=dtype)
 
     @classmethod
-    def triu_indices(cls, row: int, col: int, offset: int = 0, dtype: DType | str = dtypes.int64,
-                     device: str | None = None) -> Tensor:
+    def triu_indices(
+        cls,
+        row: int,
+        col: int,
+        offset: int = 0,
+        dtype: DType | str = dtypes.int64,
+        device: str | None = None,
+    ) -> Tensor:
         """The (row, column) coordinates of the upper triangle of a ``row`` x ``col`` matrix."""
         return cls(np.stack(np.triu_indices(row, offset, col)), device=device, dtype=dtype)

@@ -125,7 +125,9 @@ class AutogradMixin:
                 )
             return full_like(self._differentiable_uop(), 1.0)
         if gradient.shape != self.uop.shape:
-            raise ShapeError(f"gradient of shape {gradient.shape} for a tensor of shape {self.uop.shape}")
+            raise ShapeError(
+                f"gradient of shape {gradient.shape} for a tensor of shape {self.uop.shape}"
+            )
         return gradient.uop
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -136,7 +138,9 @@ class AutogradMixin:
         wanted = [t for t in list(_GRAD_TENSORS) if t.requires_grad]
         if not wanted:
             raise FusegradError("backward(): no tensor in this graph has requires_grad=True")
-        found = compute_gradient(root, self._seed_gradient(gradient), [t.uop for t in wanted], REALIZED)
+        found = compute_gradient(
+            root, self._seed_gradient(gradient), [t.uop for t in wanted], REALIZED
+        )
         for t in wanted:
             g = found.get(t.uop)
             if g is None:

@@ -20,19 +20,28 @@ if TYPE_CHECKING:
 class FunctionalMixin:
     """Losses, layers and helpers of ``torch.nn.functional`` built from other Tensor ops."""
 
-    def smooth_l1_loss(self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
-        """|d| - beta/2 where |d| >= beta, else d**2 / (2*beta), for d = self - target (beta 0: L1)."""
+    def smooth_l1_loss(
+        self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0
+    ) -> Tensor:
+        """|d| - beta/2 where |d| >= beta, else d**2 / (2*beta), for d = self - target (beta 0:
+        L1)."""
         d = (self - target).abs()
         if beta == 0:
             return _reduce_loss(d, reduction)
         return _reduce_loss((d < beta).where(d.square() * (0.5 / beta), d - 0.5 * beta), reduction)
 
-    def huber_loss(self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    def huber_loss(
+        self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
+    ) -> Tensor:
         """d**2 / 2 where |d| < delta, else delta * (|d| - delta/2): smooth L1 scaled by delta."""
         d = (self - target).abs()
-        return _reduce_loss((d < delta).where(d.square() * 0.5, (d - 0.5 * delta) * delta), reduction)
+        return _reduce_loss(
+            (d < delta).where(d.square() * 0.5, (d - 0.5 * delta) * delta), reduction
+        )
 
-    def kl_div(self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    def kl_div(
+        self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False
+    ) -> Tensor:
         """KL(target || exp(self)) per element, ``self`` holding log-probabilities: target *
         (log(target) - self), 0 where target is 0. ``reduction="batchmean"`` divides the sum by
         the batch size (the true KL divergence; "mean" divides by every element, as torch does)."""
@@ -57,8 +66,9 @@ class FunctionalMixin:
         a, b = self.chunk(2, dim)
         return a * b.sigmoid()
 
-    def instance_norm(self: Tensor, weight: Tensor | None = None, bias: Tensor | None = None,
-                      eps: float = 1e-5) -> Tensor:
+    def instance_norm(
+        self: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+    ) -> Tensor:
         """Normalise each channel of each sample over its spatial axes (N, C, ...), then scale by
         ``weight`` and shift by ``bias`` per channel."""
         if self.ndim < 3:
@@ -76,14 +86,20 @@ class FunctionalMixin:
         r = upscale_factor
         *batch, c, h, w = self.shape
         if c % (r * r):
-            raise ShapeError(f"pixel_shuffle: {c} channels do not divide by upscale_factor**2 = {r * r}")
+            raise ShapeError(
+                f"pixel_shuffle: {c} channels do not divide by upscale_factor**2 = {r * r}"
+            )
         n = len(batch)
         x = self.reshape(*batch, c // (r * r), r, r, h, w)
         x = x.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
         return x.reshape(*batch, c // (r * r), h * r, w * r)
 
-    def norm(self: Tensor, p: float | str = 2, dim: int | tuple[int, ...] | None = None,
-             keepdim: bool = False) -> Tensor:
+    def norm(
+        self: Tensor,
+        p: float | str = 2,
+        dim: int | tuple[int, ...] | None = None,
+        keepdim: bool = False,
+    ) -> Tensor:
         """The vector p-norm over ``dim`` (every axis by default): (sum |x|**p)**(1/p); "fro" is 2,
         inf the largest |x|, -inf the smallest, 0 the count of nonzeros."""
         x = self.abs() if self.dtype.is_float else self.abs().float()
@@ -113,7 +129,9 @@ class FunctionalMixin:
         if self.ndim not in (1, 2):
             raise ShapeError(f"multinomial wants 1-d or 2-d weights, got shape {self.shape}")
         if not replacement and num_samples > 1:
-            raise InvalidArgument("multinomial draws several samples only with replacement=True here")
+            raise InvalidArgument(
+                "multinomial draws several samples only with replacement=True here"
+            )
         weights = self.reshape(1, -1) if self.ndim == 1 else self
         cdf = weights.cumsum(1)
         cdf = cdf / cdf[:, -1:]
@@ -131,9 +149,11 @@ class FunctionalMixin:
         """
         channels = self.shape[1] if self.ndim >= 2 else 1
         if weight.numel() not in (1, channels):
-            raise ShapeError(f"prelu: mismatch of parameter numbers and input channel size: "
-                             f"{weight.numel()} slopes for {channels} channels of {self.shape}; "
-                             "give one slope, or one per channel (axis 1)")
+            raise ShapeError(
+                f"prelu: mismatch of parameter numbers and input channel size: "
+                f"{weight.numel()} slopes for {channels} channels of {self.shape}; "
+                "give one slope, or one per channel (axis 1)"
+            )
         if weight.numel() > 1:
             weight = weight.reshape((1, channels) + (1,) * (self.ndim - 2))
         elif weight.ndim:
@@ -171,8 +191,9 @@ class FunctionalMixin:
             p = inside.where(p, p.clip(eps, 1 - eps).detach())
         return (p / (1 - p)).log()
 
-    def gumbel_softmax(self: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10,
-                       dim: int = -1) -> Tensor:
+    def gumbel_softmax(
+        self: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1
+    ) -> Tensor:
         """A differentiable sample from the categorical distribution of logits ``self``: the
         softmax of (logits + Gumbel noise) / tau. ``hard`` gives one-hot samples whose gradient
         is the soft sample's (the straight-through estimator). ``eps`` is unused, as in torch."""
@@ -205,8 +226,10 @@ class FunctionalMixin:
         *batch, c, h, w = self.shape
         for name, size in (("height", h), ("width", w)):
             if size % r:
-                raise ShapeError(f"pixel_unshuffle: the {name} {size} of {self.shape} does not "
-                                 f"divide by downscale_factor {r}")
+                raise ShapeError(
+                    f"pixel_unshuffle: the {name} {size} of {self.shape} does not "
+                    f"divide by downscale_factor {r}"
+                )
         n = len(batch)
         x = self.reshape(*batch, c, h // r, r, w // r, r)
         x = x.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
@@ -214,22 +237,28 @@ class FunctionalMixin:
 
     # ---- distances -------------------------------------------------------------------------------
 
-    def pairwise_distance(self: Tensor, other: Tensor, p: float = 2.0, eps: float = 1e-6,
-                          keepdim: bool = False) -> Tensor:
+    def pairwise_distance(
+        self: Tensor, other: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False
+    ) -> Tensor:
         """The p-norm of self - other + eps along the last axis, after broadcasting."""
         return (self - other + eps).norm(p, -1, keepdim)
 
-    def cdist(self: Tensor, other: Tensor, p: float = 2.0,
-              compute_mode: str | None = None) -> Tensor:
+    def cdist(
+        self: Tensor, other: Tensor, p: float = 2.0, compute_mode: str | None = None
+    ) -> Tensor:
         """The p-norm distance of each row of self (..., P, M) to each row of other (..., R, M):
         (..., P, R). The gradient at a distance of 0 is 0, as torch's. ``compute_mode`` is
         accepted for torch's signature; the distance is always taken directly."""
         if self.ndim < 2 or other.ndim < 2:
-            raise ShapeError(f"cdist only supports at least 2-d tensors, got shapes {self.shape} "
-                             f"and {other.shape}")
+            raise ShapeError(
+                f"cdist only supports at least 2-d tensors, got shapes {self.shape} "
+                f"and {other.shape}"
+            )
         if self.shape[-1] != other.shape[-1]:
-            raise ShapeError(f"cdist: X1 and X2 must have the same number of columns, got "
-                             f"{self.shape[-1]} and {other.shape[-1]}")
+            raise ShapeError(
+                f"cdist: X1 and X2 must have the same number of columns, got "
+                f"{self.shape[-1]} and {other.shape[-1]}"
+            )
         if p < 0:
             raise InvalidArgument(f"cdist only supports non-negative p values, got {p}")
         diff = self.unsqueeze(-2) - other.unsqueeze(-3)  # (..., P, R, M)
@@ -243,21 +272,31 @@ class FunctionalMixin:
 
     # ---- losses ----------------------------------------------------------------------------------
 
-    def margin_ranking_loss(self: Tensor, other: Tensor, target: Tensor, margin: float = 0.0,
-                            reduction: str = "mean") -> Tensor:
+    def margin_ranking_loss(
+        self: Tensor, other: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
+    ) -> Tensor:
         """max(0, margin - target * (self - other)): ``target`` 1 wants self ranked higher, -1
         lower."""
         return _reduce_loss((margin - target * (self - other)).maximum(0), reduction)
 
-    def triplet_margin_loss(self: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0,
-                            p: float = 2, eps: float = 1e-6, swap: bool = False,
-                            reduction: str = "mean") -> Tensor:
+    def triplet_margin_loss(
+        self: Tensor,
+        positive: Tensor,
+        negative: Tensor,
+        margin: float = 1.0,
+        p: float = 2,
+        eps: float = 1e-6,
+        swap: bool = False,
+        reduction: str = "mean",
+    ) -> Tensor:
         """max(0, margin + d(anchor, positive) - d(anchor, negative)), d the p-norm
         ``pairwise_distance``; ``swap`` uses d(positive, negative) when it is smaller."""
         if not self.ndim == positive.ndim == negative.ndim:
-            raise ShapeError(f"triplet_margin_loss: the anchor, positive and negative need the "
-                             f"same number of dimensions, got shapes {self.shape}, "
-                             f"{positive.shape} and {negative.shape}")
+            raise ShapeError(
+                f"triplet_margin_loss: the anchor, positive and negative need the "
+                f"same number of dimensions, got shapes {self.shape}, "
+                f"{positive.shape} and {negative.shape}"
+            )
         if margin <= 0:
             raise InvalidValue(f"triplet_margin_loss: margin must be greater than 0, got {margin}")
         d_pos = self.pairwise_distance(positive, p, eps)
@@ -266,8 +305,14 @@ class FunctionalMixin:
             d_neg = d_neg.minimum(positive.pairwise_distance(negative, p, eps))
         return _reduce_loss((margin + d_pos - d_neg).maximum(0), reduction)
 
-    def gaussian_nll_loss(self: Tensor, target: Tensor, var: Tensor | float, full: bool = False,
-                          eps: float = 1e-6, reduction: str = "mean") -> Tensor:
+    def gaussian_nll_loss(
+        self: Tensor,
+        target: Tensor,
+        var: Tensor | float,
+        full: bool = False,
+        eps: float = 1e-6,
+        reduction: str = "mean",
+    ) -> Tensor:
         """The negative log likelihood of ``target`` under normal distributions of mean ``self``
         and variance ``var``: (log(var) + (self - target)**2 / var) / 2 (+ log(2 pi) / 2 if
         ``full``). ``var`` has self's shape, or lacks (or has 1 as) its last axis; it is clamped
@@ -278,9 +323,11 @@ class FunctionalMixin:
             if var.shape == self.shape[:-1]:
                 var = var.unsqueeze(-1)
             elif not (var.shape[:-1] == self.shape[:-1] and var.ndim and var.shape[-1] == 1):
-                raise ShapeError(f"gaussian_nll_loss: var is of incorrect size {var.shape} "
-                                    f"for input {self.shape}; give the input's shape, or it "
-                                    "without (or with 1 as) its last axis")
+                raise ShapeError(
+                    f"gaussian_nll_loss: var is of incorrect size {var.shape} "
+                    f"for input {self.shape}; give the input's shape, or it "
+                    "without (or with 1 as) its last axis"
+                )
         _check_reduction(reduction)
         if var.numel() and (var < 0).any().item():
             raise InvalidValue("gaussian_nll_loss: var has negative entry/entries")
@@ -288,8 +335,14 @@ class FunctionalMixin:
         loss = 0.5 * (var.log() + (self - target).square() / var)
         return _reduce_loss(loss + 0.5 * math.log(2 * math.pi) if full else loss, reduction)
 
-    def poisson_nll_loss(self: Tensor, target: Tensor, log_input: bool = True, full: bool = False,
-                         eps: float = 1e-8, reduction: str = "mean") -> Tensor:
+    def poisson_nll_loss(
+        self: Tensor,
+        target: Tensor,
+        log_input: bool = True,
+        full: bool = False,
+        eps: float = 1e-8,
+        reduction: str = "mean",
+    ) -> Tensor:
         """The negative log likelihood of ``target`` under Poisson distributions of rate
         exp(self) (``log_input``) or self: rate - target * log(rate), the constant log(target!)
         left out unless ``full`` (Stirling's approximation, for targets above 1)."""

@@ -340,7 +340,8 @@ class IndexMixin:
     def _scatter_parts(
         self, dim: int, index: Tensor, src: Tensor | float
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """(mask, values, region): mask[q, k] is true when ``index`` sends src[q with dim k] to q."""
+        """(mask, values, region): mask[q, k] is true when ``index`` sends src[q with dim k] to
+        q."""
         dim = self._axis(dim)
         self._check_scatter(dim, index, src)
         region = tuple(self.shape[i] if i == dim else s for i, s in enumerate(index.shape))
@@ -396,7 +397,8 @@ class IndexMixin:
     def scatter(
         self, dim: int, index: Tensor, src: Tensor | float, reduce: str | None = None
     ) -> Tensor:
-        """Write ``src`` into a copy of this tensor at ``index`` along ``dim``, as ``torch.scatter``.
+        """Write ``src`` into a copy of this tensor at ``index`` along ``dim``, as
+        ``torch.scatter``.
 
         Where several writes go to one place, the last along ``dim`` wins (PyTorch's CPU order).
         ``reduce`` "add" or "multiply" combines them instead (``scatter_reduce``'s sum and prod).
@@ -513,7 +515,8 @@ class IndexMixin:
         return mask.where(value, self).cast(self.dtype)
 
     def embedding(self, weight: Tensor) -> Tensor:
-        """Rows of ``weight`` picked by this index tensor: shape ``self.shape + weight.shape[1:]``."""
+        """Rows of ``weight`` picked by this index tensor: shape ``self.shape +
+        weight.shape[1:]``."""
         vocab = weight.shape[0]
         mask = self.unsqueeze(-1) == type(self).arange(vocab, device=self.device)  # (..., V)
         rows = mask.reshape(mask.shape + (1,) * (weight.ndim - 1))
@@ -646,7 +649,8 @@ class IndexMixin:
 
     @staticmethod
     def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
-        """Sum of products over named axes, as ``torch.einsum``: ``Tensor.einsum("ij,jk->ik", a, b)``
+        """Sum of products over named axes, as ``torch.einsum``: ``Tensor.einsum("ij,jk->ik", a,
+        b)``
         is ``a @ b`` (the operands may also come as one list).
 
         A letter twice in one term takes the diagonal (``"ii->"`` is the trace); ``...`` stands for
@@ -663,15 +667,21 @@ class IndexMixin:
         terms = lhs.split(",")
         if len(terms) != len(tensors):
             raise ShapeError(f"einsum {formula!r} names {len(terms)} operands, got {len(tensors)}")
-        spans = [t.ndim - len(term.replace("...", "")) for term, t in zip(terms, tensors, strict=True)]
+        spans = [
+            t.ndim - len(term.replace("...", "")) for term, t in zip(terms, tensors, strict=True)
+        ]
         rest = max((n for term, n in zip(terms, spans, strict=True) if "..." in term), default=0)
-        labels = [_einsum_labels(term, t.shape, rest) for term, t in zip(terms, tensors, strict=True)]
+        labels = [
+            _einsum_labels(term, t.shape, rest) for term, t in zip(terms, tensors, strict=True)
+        ]
         if arrow:
             output = _einsum_labels(rhs, None, rest)
             unknown = [c for c in output if not any(c in ls for ls in labels)]
             if unknown or len(set(output)) != len(output):
-                raise ShapeError(f"einsum output {rhs!r} must name each input letter at most once "
-                                 f"(unknown or repeated: {unknown or output})")
+                raise ShapeError(
+                    f"einsum output {rhs!r} must name each input letter at most once "
+                    f"(unknown or repeated: {unknown or output})"
+                )
         else:
             letters = lhs.replace("...", "")
             once = sorted(c for c in set(letters) - {","} if letters.count(c) == 1)
@@ -682,9 +692,11 @@ class IndexMixin:
         for ls, t in zip(labels, tensors, strict=True):
             for c, s in zip(ls, t.shape, strict=True):
                 if sizes.setdefault(c, s) != s and 1 not in (s, sizes[c]):
-                    raise ShapeError(f"einsum {formula!r}: axis {c!r} has sizes {sizes[c]} and {s}, "
-                                     f"which do not broadcast (operand shapes "
-                                     f"{[tuple(x.shape) for x in tensors]})")
+                    raise ShapeError(
+                        f"einsum {formula!r}: axis {c!r} has sizes {sizes[c]} and {s}, "
+                        f"which do not broadcast (operand shapes "
+                        f"{[tuple(x.shape) for x in tensors]})"
+                    )
                 sizes[c] = max(sizes[c], s)
         order = output + sorted({c for ls in labels for c in ls} - set(output))
         product = None
@@ -700,7 +712,8 @@ class IndexMixin:
         return out.expand(tuple(sizes[c] for c in output))
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """``x @ weight + bias`` with ``weight`` shaped (in, out), as tinygrad (PyTorch's is transposed)."""
+        """``x @ weight + bias`` with ``weight`` shaped (in, out), as tinygrad (PyTorch's is
+        transposed)."""
         out = self * weight if weight.ndim == 1 else self.matmul(weight)
         return out + bias if bias is not None else out
 
@@ -727,8 +740,10 @@ def _einsum_diagonals(t: Tensor, labels: list[str]) -> tuple[Tensor, list[str]]:
         a = labels.index(c)
         b = labels.index(c, a + 1)
         if t.shape[a] != t.shape[b]:
-            raise ShapeError(f"einsum letter {c!r} repeats in one term over axes of sizes "
-                             f"{t.shape[a]} and {t.shape[b]}; a diagonal needs equal sizes")
+            raise ShapeError(
+                f"einsum letter {c!r} repeats in one term over axes of sizes "
+                f"{t.shape[a]} and {t.shape[b]}; a diagonal needs equal sizes"
+            )
         t = t.diagonal(0, a, b)  # (the diagonal becomes the last axis)
         labels = [x for i, x in enumerate(labels) if i not in (a, b)] + [c]
     return t, labels

@@ -26,8 +26,9 @@ def _is_tensor(x: Any) -> bool:
 def _nonempty(name: str, tensors: Sequence[Tensor]) -> list[Tensor]:
     """The tensors of a join given as one sequence (PyTorch's form), at least one of them."""
     if _is_tensor(tensors) or not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"{name} takes a sequence of tensors, e.g. {name}([a, b]), "
-                        f"got {type(tensors).__name__}")
+        raise TypeError(
+            f"{name} takes a sequence of tensors, e.g. {name}([a, b]), got {type(tensors).__name__}"
+        )
     if not tensors:
         raise ShapeError(f"{name} needs at least one tensor, got an empty sequence")
     return list(tensors)
@@ -94,8 +95,9 @@ class JoinMixin:
 
     # ---- splitting -------------------------------------------------------------------------------
 
-    def tensor_split(self, indices_or_sections: int | Sequence[int] | Tensor,
-                     dim: int = 0) -> tuple[Tensor, ...]:
+    def tensor_split(
+        self, indices_or_sections: int | Sequence[int] | Tensor, dim: int = 0
+    ) -> tuple[Tensor, ...]:
         """Views along ``dim``: an int n gives n pieces as equal as can be (the first ones one
         longer), a list of indices cuts before each, as ``torch.tensor_split`` (a piece may be
         empty; indices past the end are clamped, negative ones count from it).
@@ -110,8 +112,10 @@ class JoinMixin:
         cuts = indices_or_sections
         if _is_tensor(cuts):
             if not cuts.dtype.is_int or cuts.ndim > 1:
-                raise InvalidArgument(f"tensor_split takes a 0-d or 1-d integer tensor, got a "
-                                      f"{cuts.ndim}-d {cuts.dtype.name} one")
+                raise InvalidArgument(
+                    f"tensor_split takes a 0-d or 1-d integer tensor, got a "
+                    f"{cuts.ndim}-d {cuts.dtype.name} one"
+                )
             cuts = cuts.tolist()
         if isinstance(cuts, int):
             if cuts <= 0:
@@ -137,8 +141,10 @@ class JoinMixin:
             if dims < 0:
                 raise InvalidArgument(f"tensordot needs dims >= 0, got dims={dims}")
             if dims > min(self.ndim, other.ndim):
-                raise ShapeError(f"tensordot dims={dims} is more than the axes of shapes "
-                                 f"{self.shape} and {other.shape}")
+                raise ShapeError(
+                    f"tensordot dims={dims} is more than the axes of shapes "
+                    f"{self.shape} and {other.shape}"
+                )
             ours, theirs = list(range(self.ndim - dims, self.ndim)), list(range(dims))
         else:
             ours, theirs = (_pair(d) for d in dims)
@@ -148,19 +154,23 @@ class JoinMixin:
             raise ShapeError(f"tensordot needs as many axes from each, got {ours} and {theirs}")
         for a, b in zip(ours, theirs):
             if self.shape[a] != other.shape[b]:
-                raise ShapeError(f"tensordot contracts axes of different sizes: {self.shape[a]} "
-                                 f"(axis {a} of {self.shape}) and {other.shape[b]} (axis {b} of "
-                                 f"{other.shape})")
+                raise ShapeError(
+                    f"tensordot contracts axes of different sizes: {self.shape[a]} "
+                    f"(axis {a} of {self.shape}) and {other.shape[b]} (axis {b} of "
+                    f"{other.shape})"
+                )
         free_a = [i for i in range(self.ndim) if i not in ours]
         free_b = [i for i in range(other.ndim) if i not in theirs]
         k = prod(self.shape[i] for i in ours)
         a = self.permute(*free_a, *ours).reshape(prod(self.shape[i] for i in free_a), k)
         b = other.permute(*theirs, *free_b).reshape(k, prod(other.shape[i] for i in free_b))
-        return a.matmul(b).reshape(*(self.shape[i] for i in free_a),
-                                   *(other.shape[i] for i in free_b))
+        return a.matmul(b).reshape(
+            *(self.shape[i] for i in free_a), *(other.shape[i] for i in free_b)
+        )
 
-    def diff(self, n: int = 1, dim: int = -1, prepend: Tensor | None = None,
-             append: Tensor | None = None) -> Tensor:
+    def diff(
+        self, n: int = 1, dim: int = -1, prepend: Tensor | None = None, append: Tensor | None = None
+    ) -> Tensor:
         """The ``n``-th forward difference along ``dim``, after joining ``prepend`` and
         ``append`` to it, as ``torch.diff`` (bools: whether neighbours differ).
 
@@ -175,8 +185,10 @@ class JoinMixin:
         parts = [p for p in (prepend, self, append) if p is not None]
         for p in parts:
             if p.ndim != self.ndim:
-                raise ShapeError(f"diff: prepend and append need {self.ndim} axes like the "
-                                 f"input, got shape {p.shape}")
+                raise ShapeError(
+                    f"diff: prepend and append need {self.ndim} axes like the "
+                    f"input, got shape {p.shape}"
+                )
         x = type(self).cat(parts, dim=axis) if len(parts) > 1 else self
         for _ in range(n):
             size = x.shape[axis]
@@ -192,8 +204,10 @@ class JoinMixin:
     def _index_rows(self, name: str, axis: int, index: Tensor) -> Tensor:
         """(n, k) bool: row j of ``axis`` is index[k]; checks PyTorch's rules for ``index``."""
         if not _is_tensor(index) or not index.dtype.is_int:
-            raise InvalidArgument(f"{name} needs an integer index tensor, got "
-                                  f"{getattr(index, 'dtype', type(index).__name__)}")
+            raise InvalidArgument(
+                f"{name} needs an integer index tensor, got "
+                f"{getattr(index, 'dtype', type(index).__name__)}"
+            )
         if index.ndim > 1:
             raise ShapeError(f"{name} index must be 0-d or 1-d, got shape {index.shape}")
         n = self.shape[axis] if self.ndim else 1
@@ -212,13 +226,17 @@ class JoinMixin:
             return self.reshape(1).index_add(dim, index.reshape(-1), one, alpha).reshape(())
         axis = self._axis(dim)
         hit = self._index_rows("index_add", axis, index)
-        expected = self.shape[:axis] + (hit.shape[1],) + self.shape[axis + 1:]
+        expected = self.shape[:axis] + (hit.shape[1],) + self.shape[axis + 1 :]
         if source.shape != expected:
-            raise ShapeError(f"index_add: source of shape {source.shape} should have shape "
-                             f"{expected} ({hit.shape[1]} indices along dim {dim} of {self.shape})")
+            raise ShapeError(
+                f"index_add: source of shape {source.shape} should have shape "
+                f"{expected} ({hit.shape[1]} indices along dim {dim} of {self.shape})"
+            )
         if source.dtype != self.dtype:
-            raise InvalidArgument(f"index_add: source of dtype {source.dtype.name} into a "
-                                  f"{self.dtype.name} tensor; cast it first, as PyTorch requires")
+            raise InvalidArgument(
+                f"index_add: source of dtype {source.dtype.name} into a "
+                f"{self.dtype.name} tensor; cast it first, as PyTorch requires"
+            )
         src = source.transpose(axis, -1).unsqueeze(-2)  # (..., 1, k) against hit (n, k)
         added = hit.where(src, 0).sum(-1, dtype=self.dtype).transpose(axis, -1)
         return (self + (added * alpha if alpha != 1 else added)).cast(self.dtype)
@@ -231,8 +249,9 @@ class JoinMixin:
         """
         axis = self._axis(dim)
         if _is_tensor(value) and value.ndim != 0:
-            raise ShapeError(f"index_fill value must be a number or a 0-d tensor, got shape "
-                             f"{value.shape}")
+            raise ShapeError(
+                f"index_fill value must be a number or a 0-d tensor, got shape {value.shape}"
+            )
         hit = self._index_rows("index_fill", axis, index).any(1)  # (n,)
         hit = hit.reshape(tuple(-1 if i == axis else 1 for i in range(self.ndim)))
         return hit.where(value, self).cast(self.dtype)

@@ -28,13 +28,13 @@ SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.050700987355480493
 _MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
 
 
-
 def _pow_gradient(grad: Tensor, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     """d x**y / dx = y * x**(y-1) (0 where y = 0) and d x**y / dy = x**y * ln x (0 where x = 0
     and y >= 0), as PyTorch defines them at the edges."""
     dx = (y == 0).where(0.0, y * x._float_pow(y - 1))
     dy = ((x == 0) & (y >= 0)).where(0.0, x._float_pow(y) * x.log())
     return (grad * dx).cast(x.dtype), (grad * dy).cast(y.dtype)
+
 
 #: (bits of a partial quotient, the integer type of the same size) for ``_fmod_magnitude``: the
 #: divisor splits into a high part of p - k significand bits and a low part of k, so that a
@@ -219,7 +219,8 @@ class MathMixin:
         a, b = self._operands(other)
         if a.dtype == dtypes.bool:
             raise InvalidArgument(
-                "the remainder of bool tensors is not defined (as in PyTorch); cast them to int first"
+                "the remainder of bool tensors is not defined (as in PyTorch); cast them to "
+                "int first"
             )
         if not a.dtype.is_float:
             return a._alu(Ops.MOD, b)  # C's %, which truncates
@@ -388,8 +389,9 @@ class MathMixin:
         """True where x is neither inf nor nan."""
         return (self - self) == 0 if self.dtype.is_float else self.full_like(True, dtypes.bool)
 
-    def isclose(self, other: Tensor | float, rtol: float = 1e-5, atol: float = 1e-8,
-                equal_nan: bool = False) -> Tensor:
+    def isclose(
+        self, other: Tensor | float, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    ) -> Tensor:
         """True where x equals ``other`` (equal infinities too) or, both finite apart,
         |x - other| <= atol + rtol * |other|, as ``torch.isclose``; nan is close to nan only
         with ``equal_nan``.
@@ -524,7 +526,8 @@ class MathMixin:
         return x - m, m
 
     def softmax(self, axis: int = -1) -> Tensor:
-        """e**x / sum(e**x) along ``axis``: one kernel for the max, one for the sum, one to divide."""
+        """e**x / sum(e**x) along ``axis``: one kernel for the max, one for the sum, one to
+        divide."""
         e = self._shifted(axis)[0].exp()
         return e / e.sum(axis, keepdim=True)
 
@@ -568,7 +571,8 @@ class MathMixin:
         return out.cast(dtypes.uint8) if self.dtype == dtypes.uint8 else out
 
     def all(self, axis: Axis = None, keepdim: bool = False) -> Tensor:
-        """True where every element over ``axis`` is nonzero, True over no elements: not any(x == 0).
+        """True where every element over ``axis`` is nonzero, True over no elements: not any(x ==
+        0).
 
         >>> Tensor([[1, 2], [0, 3]]).all(1).tolist()
         [True, False]

@@ -43,7 +43,9 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     for sizes in zip(*padded):
         big = {s for s in sizes if s != 1}
         if len(big) > 1:
-            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+            raise ShapeError(
+                f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast"
+            )
         out.append(big.pop() if big else 1)
     return tuple(out)
 
@@ -71,8 +73,9 @@ class MovementMixin:
         n = self.ndim if ndim is None else ndim
         m = max(n, 1)  # a 0-d tensor has axis 0 (and -1), as in PyTorch
         if not -m <= axis < m:
-            raise IndexError(f"axis {axis} is out of range for a {n}-d tensor "
-                             f"(valid: {-m}..{m - 1})")
+            raise IndexError(
+                f"axis {axis} is out of range for a {n}-d tensor (valid: {-m}..{m - 1})"
+            )
         return axis % m
 
     def reshape(self, *shape: int | None | Sequence[int | None]) -> Tensor:
@@ -85,8 +88,10 @@ class MovementMixin:
         new = _sizes(shape)
         if any(s is None for s in new):
             if any(s is None for s in new[self.ndim :]):
-                raise ShapeError(f"reshape to {new}: None keeps the size of the axis at its "
-                                 f"position, but {self.shape} has only {self.ndim}")
+                raise ShapeError(
+                    f"reshape to {new}: None keeps the size of the axis at its "
+                    f"position, but {self.shape} has only {self.ndim}"
+                )
             new = tuple(self.shape[i] if s is None else s for i, s in enumerate(new))
         if ops.VARIABLES_USED and (is_symbolic(new) or is_symbolic(self.shape)):
             return self._reshape_symbolic(new)
@@ -95,14 +100,17 @@ class MovementMixin:
         if -1 in new:
             known = prod(s for s in new if s != -1)
             if known == 0:  # (then any size fits no elements: PyTorch refuses to guess too)
-                raise ShapeError(f"cannot reshape {self.shape} to {new}: with another size 0, "
-                                 "the -1 could be any size; give it explicitly")
+                raise ShapeError(
+                    f"cannot reshape {self.shape} to {new}: with another size 0, "
+                    "the -1 could be any size; give it explicitly"
+                )
             if self.numel() % known:  # type: ignore[attr-defined]
                 raise ShapeError(f"cannot reshape {self.shape} to {new}: sizes do not divide")
             new = tuple(self.numel() // known if s == -1 else s for s in new)  # type: ignore[attr-defined]
         if any(s < 0 for s in new) or prod(new) != prod(self.shape):
             raise ShapeError(
-                f"cannot reshape {self.shape} ({prod(self.shape)} elements) to {new} ({prod(new)} elements)"
+                f"cannot reshape {self.shape} ({prod(self.shape)} elements) to {new} "
+                f"({prod(new)} elements)"
             )
         if new == self.shape:
             return self  # type: ignore[return-value]
@@ -114,7 +122,9 @@ class MovementMixin:
             raise ShapeError(f"reshape to {new}: sizes must be ints or bound variables (no -1)")
         old_n, new_n = prod(sym_eval(s) for s in self.shape), prod(sym_eval(s) for s in new)
         if old_n != new_n:
-            raise ShapeError(f"cannot reshape {self.shape} ({old_n} elements) to {new} ({new_n} elements)")
+            raise ShapeError(
+                f"cannot reshape {self.shape} ({old_n} elements) to {new} ({new_n} elements)"
+            )
         if new == self.shape:
             return self
         # a reshape of a reshape is one: a buffer viewed with a symbolic shape stays a buffer
@@ -128,7 +138,9 @@ class MovementMixin:
         """Reorder the axes: ``x.permute(1, 0)`` swaps the two axes of a matrix."""
         axes = tuple(self._axis(a) for a in _sizes(order))
         if sorted(axes) != list(range(self.ndim)):
-            raise ShapeError(f"permute of a {self.ndim}-d tensor needs each axis once, got {_sizes(order)}")
+            raise ShapeError(
+                f"permute of a {self.ndim}-d tensor needs each axis once, got {_sizes(order)}"
+            )
         if axes == tuple(range(self.ndim)):
             return self  # type: ignore[return-value]
         return self._move(Ops.PERMUTE, axes)
@@ -190,8 +202,10 @@ class MovementMixin:
         """Merge axes ``start_dim..end_dim`` into one (a 0-d tensor becomes 1-d)."""
         a, b = self._axis(start_dim), self._axis(end_dim)
         if a > b:
-            raise ShapeError(f"flatten({start_dim}, {end_dim}) of a {self.ndim}-d tensor: "
-                             "start_dim comes after end_dim")
+            raise ShapeError(
+                f"flatten({start_dim}, {end_dim}) of a {self.ndim}-d tensor: "
+                "start_dim comes after end_dim"
+            )
         if self.ndim == 0:
             return self.reshape(1)
         return self.reshape(self.shape[:a] + (prod(self.shape[a : b + 1]),) + self.shape[b + 1 :])
@@ -209,8 +223,10 @@ class MovementMixin:
         known = prod(s for s in sizes if s != -1)
         fits = known == n if inferred == 0 else inferred == 1 and known > 0 and n % known == 0
         if not sizes or any(s < -1 for s in sizes) or not fits:
-            raise ShapeError(f"unflatten: sizes {sizes} do not multiply up to the size {n} of "
-                             f"dim {dim} of {self.shape} (at most one size may be -1)")
+            raise ShapeError(
+                f"unflatten: sizes {sizes} do not multiply up to the size {n} of "
+                f"dim {dim} of {self.shape} (at most one size may be -1)"
+            )
         sizes = tuple(n // known if s == -1 else s for s in sizes)
         return self.reshape(self.shape[:dim] + sizes + self.shape[dim + 1 :])
 
@@ -224,11 +240,13 @@ class MovementMixin:
         dim = self._axis(dimension)
         n = self.shape[dim] if self.ndim else 1
         if step <= 0 or size < 0:
-            raise InvalidArgument(f"unfold needs size >= 0 and step > 0, got size={size}, "
-                                  f"step={step}")
+            raise InvalidArgument(
+                f"unfold needs size >= 0 and step > 0, got size={size}, step={step}"
+            )
         if size > n:
-            raise ShapeError(f"unfold: the window size {size} is larger than dim {dim} of "
-                             f"{self.shape} ({n})")
+            raise ShapeError(
+                f"unfold: the window size {size} is larger than dim {dim} of {self.shape} ({n})"
+            )
         if self.ndim == 0:
             return self.reshape(1).unfold(0, size, step).reshape(size)
         count = (n - size) // step + 1
@@ -264,11 +282,14 @@ class MovementMixin:
         if mode == "constant":
             return self._pad_constant(arg, value)
         if mode not in ("reflect", "replicate", "circular"):
-            raise UnknownOption(f"unknown padding mode {mode!r}; use 'constant', 'reflect', "
-                                "'replicate' or 'circular'")
+            raise UnknownOption(
+                f"unknown padding mode {mode!r}; use 'constant', 'reflect', "
+                "'replicate' or 'circular'"
+            )
         if value != 0:
-            raise InvalidArgument(f"padding mode {mode!r} takes no value (got {value}), "
-                                  "as in PyTorch")
+            raise InvalidArgument(
+                f"padding mode {mode!r} takes no value (got {value}), as in PyTorch"
+            )
         x: Tensor = self  # type: ignore[assignment]
         for axis, (before, after) in enumerate(arg):
             if (before, after) != (0, 0):
@@ -328,16 +349,18 @@ class MovementMixin:
                 )
             before, after = max(before, 0), max(after, 0)
             tiled = x.repeat([3 if i == axis else 1 for i in range(x.ndim)])
-            return tiled.shrink([(n - before, 2 * n + after) if i == axis else None
-                                 for i in range(x.ndim)])
+            return tiled.shrink(
+                [(n - before, 2 * n + after) if i == axis else None for i in range(x.ndim)]
+            )
         if mode == "reflect" and max(before, after) >= size:
             raise ShapeError(
                 f"reflect padding ({before}, {after}) of axis {axis} (size {size}) must be less "
                 "than the axis size on each side"
             )
         if mode == "replicate" and size == 0:
-            raise ShapeError(f"replicate padding of axis {axis}: the axis is empty, "
-                             "there is nothing to repeat")
+            raise ShapeError(
+                f"replicate padding of axis {axis}: the axis is empty, there is nothing to repeat"
+            )
         b, a = max(before, 0), max(after, 0)
         if mode == "reflect":
             left, right = part(1, b + 1).flip(axis), part(size - 1 - a, size - 1).flip(axis)
@@ -345,12 +368,18 @@ class MovementMixin:
             sized = lambda n: tuple(n if i == axis else s for i, s in enumerate(self.shape))
             left, right = part(0, 1).expand(sized(b)), part(size - 1, size).expand(sized(a))
         x = left.cat(self, right, dim=axis)
-        return x.shrink([(max(-before, 0), x.shape[axis] - max(-after, 0)) if i == axis else None
-                         for i in range(x.ndim)])
+        return x.shrink(
+            [
+                (max(-before, 0), x.shape[axis] - max(-after, 0)) if i == axis else None
+                for i in range(x.ndim)
+            ]
+        )
 
     def shrink(self, ranges: Sequence[tuple[int, int] | None]) -> Tensor:
         """Keep ``[start, end)`` of each axis (None keeps the whole axis)."""
-        arg = tuple((0, s) if r is None else (_size(r[0]), _size(r[1])) for r, s in zip(ranges, self.shape))
+        arg = tuple(
+            (0, s) if r is None else (_size(r[0]), _size(r[1])) for r, s in zip(ranges, self.shape)
+        )
         for (b, e), s in zip(arg, self.shape):  # a symbolic size is checked with its bound value
             if not 0 <= sym_eval(b) <= sym_eval(e) <= sym_eval(s):
                 raise ShapeError(f"shrink {arg} does not fit shape {self.shape}")
@@ -372,8 +401,9 @@ class MovementMixin:
         """
         a, b = self._axis(dim1), self._axis(dim2)
         if a == b:
-            raise InvalidArgument(f"diagonal needs two different axes, got dim1={dim1}, "
-                                  f"dim2={dim2}")
+            raise InvalidArgument(
+                f"diagonal needs two different axes, got dim1={dim1}, dim2={dim2}"
+            )
         x = self.permute([i for i in range(self.ndim) if i not in (a, b)] + [a, b])
         batch, (rows, cols) = x.shape[:-2], x.shape[-2:]
         n = max(0, min(rows, cols - offset) if offset >= 0 else min(rows + offset, cols))
@@ -411,8 +441,10 @@ class MovementMixin:
         [[7, 5], [11, 9]]
         """
         if ops.VARIABLES_USED and is_symbolic(self.shape):
-            raise ShapeError(f"indexing a tensor of symbolic shape {self.shape} is not supported; "
-                             "use shrink, or index before binding the Variable")
+            raise ShapeError(
+                f"indexing a tensor of symbolic shape {self.shape} is not supported; "
+                "use shrink, or index before binding the Variable"
+            )
         items = list(index) if isinstance(index, tuple) else [index]
         if any(isinstance(i, (MovementMixin, *ADVANCED_INDEX)) for i in items):
             return self._getitem_tensor(items)  # type: ignore[attr-defined]
@@ -427,8 +459,10 @@ class MovementMixin:
                 continue
             if not isinstance(item, slice):
                 if not hasattr(item, "__index__"):
-                    raise IndexError(f"unsupported index {item!r}; use ints, slices, None, ..., "
-                                     "int lists or tensors, or bool masks")
+                    raise IndexError(
+                        f"unsupported index {item!r}; use ints, slices, None, ..., "
+                        "int lists or tensors, or bool masks"
+                    )
                 item = operator.index(item)  # (a numpy int too)
             x, size = x._index_axis(axis, item)
             if size is not None:
@@ -444,8 +478,9 @@ class MovementMixin:
             raise IndexError(f"an index can only have a single ellipsis ('...'), got {len(dots)}")
         if used > self.ndim:
             hint = " (a 0-d tensor's value is .item())" if self.ndim == 0 else ""
-            raise IndexError(f"too many indices for tensor of dimension {self.ndim} ({used} "
-                             f"given){hint}")
+            raise IndexError(
+                f"too many indices for tensor of dimension {self.ndim} ({used} given){hint}"
+            )
         fill = [slice(None)] * (self.ndim - used)
         return items[: dots[0]] + fill + items[dots[0] + 1 :] if dots else items + fill
 
@@ -454,8 +489,9 @@ class MovementMixin:
         size = self.shape[axis]
         if isinstance(item, int):
             if not -size <= item < size:
-                raise IndexError(f"index {item} is out of bounds for dimension {axis} with "
-                                 f"size {size}")
+                raise IndexError(
+                    f"index {item} is out of bounds for dimension {axis} with size {size}"
+                )
             i = item % size
             return self.shrink([(i, i + 1) if a == axis else None for a in range(self.ndim)]), None
         start, stop, step = item.indices(size)
@@ -466,12 +502,17 @@ class MovementMixin:
         return self._strided(axis, start, stop, step)
 
     def _strided(self, axis: int, start: int, stop: int, step: int) -> tuple[Tensor, int]:
-        """Elements ``start, start+step, ...`` below ``stop`` of ``axis``: shrink, pad, reshape, shrink."""
+        """Elements ``start, start+step, ...`` below ``stop`` of ``axis``: shrink, pad, reshape,
+        shrink."""
         count = max(0, -(-(stop - start) // step))
         if count == 0:
             return self.shrink([(0, 0) if a == axis else None for a in range(self.ndim)]), 0
-        x = self.shrink([(start, min(start + count * step, self.shape[axis])) if a == axis else None
-                         for a in range(self.ndim)])
+        x = self.shrink(
+            [
+                (start, min(start + count * step, self.shape[axis])) if a == axis else None
+                for a in range(self.ndim)
+            ]
+        )
         if step == 1:
             return x, count
         extra = count * step - x.shape[axis]

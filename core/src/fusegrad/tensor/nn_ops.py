@@ -49,13 +49,17 @@ def _conv_gradient(
     written out (for a 5x5 kernel, 25 times the input's size) and then summed back. It is the
     transposed convolution of ``g`` instead: a reduction of the same shape as the forward one.
     """
-    if grad.uop.op is not Ops.BUFFER:  # computed once: both gradients below read it in other layouts
+    if (
+        grad.uop.op is not Ops.BUFFER
+    ):  # computed once: both gradients below read it in other layouts
         grad = grad.contiguous()
     n, (cout, cin_g, *ks) = weight.ndim - 2, weight.shape
     batch, outs = grad.shape[0], grad.shape[2:]
     dx = grad.conv_transpose2d(weight, stride=stride, dilation=dilation, groups=groups)
     # positions after the last window are read by no window: their gradient is 0
-    dx = dx.pad([None, None] + [(0, p - d) for p, d in zip(xp.shape[2:], dx.shape[2:], strict=True)])
+    dx = dx.pad(
+        [None, None] + [(0, p - d) for p, d in zip(xp.shape[2:], dx.shape[2:], strict=True)]
+    )
     # The weight gradient sums over the whole batch for each of few outputs: every register tile
     # of outputs would stream all the data from memory. Summing chunks of 8 samples first keeps
     # a chunk's data in cache across tiles; the partial sums are small.
@@ -65,7 +69,13 @@ def _conv_gradient(
     if (cout // groups) % 8 == 0:  # C_out innermost in memory (a copy): it runs as vectors
         grad = _innermost(grad, 1)
     g_win = grad.reshape((chunks, batch // chunks, groups, cout // groups, 1) + outs + (1,) * n)
-    dw = (win * g_win).sum([1] + list(range(5, 5 + n))).reshape(chunks, -1).sum(0).reshape(weight.shape)
+    dw = (
+        (win * g_win)
+        .sum([1] + list(range(5, 5 + n)))
+        .reshape(chunks, -1)
+        .sum(0)
+        .reshape(weight.shape)
+    )
     return dx, dw
 
 
@@ -74,8 +84,9 @@ _POOL_MOVES: dict[tuple, tuple[tuple[Ops, Any], ...]] = {}
 caches.register("pool moves", _POOL_MOVES.clear)
 
 
-def _pool_moves(x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...],
-                dilation: tuple[int, ...]) -> tuple[tuple[Ops, Any], ...]:
+def _pool_moves(
+    x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
+) -> tuple[tuple[Ops, Any], ...]:
     """The chain of movement ops that ``_pool_windows`` puts on a tensor of ``x``'s shape, found
     by applying it to a placeholder and walking back from the result."""
     base = UOp(Ops.PARAM, x.dtype, (), (0, x.numel()))
@@ -354,8 +365,9 @@ class NNMixin:
         ks = _tuple(kernel_size, n, "kernel_size")
         st = ks if stride is None or stride == () else _tuple(stride, n, "stride")
         if indices.shape != self.shape:
-            raise ShapeError(f"max_unpool needs indices of the values' shape {self.shape}, "
-                             f"got {indices.shape}")
+            raise ShapeError(
+                f"max_unpool needs indices of the values' shape {self.shape}, got {indices.shape}"
+            )
         zipped = zip(self.shape[-n:], st, _padding_pairs(padding, n), ks, strict=True)
         outs = tuple((i - 1) * s - b - a + k for i, s, (b, a), k in zipped)
         if output_size is not None:  # any size that pools back to this one, as PyTorch checks
@@ -371,9 +383,7 @@ class NNMixin:
         lead, count = self.shape[:-n], math.prod(self.shape[-n:])
         values, index = self.reshape(lead + (count,)), indices.reshape(lead + (count,))
         planes = type(self).zeros(lead + (math.prod(outs),), dtype=self.dtype, device=self.device)
-        out = planes.scatter(-1, index, values)._with_gradient(
-            _unpool_gradient, (values, index)
-        )
+        out = planes.scatter(-1, index, values)._with_gradient(_unpool_gradient, (values, index))
         return out.reshape(lead + outs)
 
     def avg_pool2d(
@@ -418,7 +428,8 @@ class NNMixin:
         return self.max_unpool2d(indices, _tuple(kernel_size, 3, "kernel_size"), *args, **kwargs)
 
     def adaptive_avg_pool2d(self, output_size: Size) -> Tensor:
-        """Average over windows [floor(j*I/O), ceil((j+1)*I/O)) so the last axes become ``output_size``."""
+        """Average over windows [floor(j*I/O), ceil((j+1)*I/O)) so the last axes become
+        ``output_size``."""
         n = 2 if isinstance(output_size, int) else len(output_size)
         outs = _tuple(output_size, n, "output_size")
         x = self._float_operand()
@@ -548,8 +559,10 @@ class NNMixin:
         0..i (aligned top-left when there are more keys than queries). ``enable_gqa`` repeats each
         key and value head (axis -3) for its group of query heads."""
         if is_causal and attn_mask is not None:
-            raise InvalidArgument("scaled_dot_product_attention takes attn_mask or is_causal=True, "
-                                  "not both (as PyTorch); put the causal mask into attn_mask")
+            raise InvalidArgument(
+                "scaled_dot_product_attention takes attn_mask or is_causal=True, "
+                "not both (as PyTorch); put the causal mask into attn_mask"
+            )
         if enable_gqa:
             key, value = self._grouped(key, "key"), self._grouped(value, "value")
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
@@ -568,12 +581,16 @@ class NNMixin:
     def _grouped(self, kv: Tensor, name: str) -> Tensor:
         """``kv`` with each head (axis -3) repeated for the query heads of its group."""
         if self.ndim < 3 or kv.ndim < 3:
-            raise IndexError(f"enable_gqa needs heads on axis -3 of the query {self.shape} and "
-                             f"the {name} {kv.shape}")
+            raise IndexError(
+                f"enable_gqa needs heads on axis -3 of the query {self.shape} and "
+                f"the {name} {kv.shape}"
+            )
         heads, kv_heads = self.shape[-3], kv.shape[-3]
         if kv_heads == 0 or heads % kv_heads:
-            raise ShapeError(f"enable_gqa: the {name}'s {kv_heads} heads must divide the query's "
-                             f"{heads} (shapes {kv.shape} and {self.shape})")
+            raise ShapeError(
+                f"enable_gqa: the {name}'s {kv_heads} heads must divide the query's "
+                f"{heads} (shapes {kv.shape} and {self.shape})"
+            )
         group, lead = heads // kv_heads, kv.shape[:-3]
         x = kv.unsqueeze(-3).expand(lead + (kv_heads, group) + kv.shape[-2:])
         return x.reshape(lead + (heads,) + kv.shape[-2:])
@@ -651,8 +668,13 @@ class NNMixin:
         return _reduce_loss(-(target * logp).sum(axis), reduction)
 
     def _check_loss_args(
-        self, name: str, target: Tensor, weight: Tensor | None, reduction: str,
-        label_smoothing: float, indices: bool,
+        self,
+        name: str,
+        target: Tensor,
+        weight: Tensor | None,
+        reduction: str,
+        label_smoothing: float,
+        indices: bool,
     ) -> int:
         """The class axis of ``self``, after PyTorch's checks of a classification loss's
         arguments."""
@@ -666,15 +688,18 @@ class NNMixin:
         axis = 1 if self.ndim > 1 else 0
         classes, expected = self.shape[axis], self.shape[:axis] + self.shape[axis + 1 :]
         if weight is not None and weight.shape != (classes,):
-            raise ShapeError(f"{name} weight needs one value per class, shape ({classes},); "
-                             f"got {weight.shape}")
+            raise ShapeError(
+                f"{name} weight needs one value per class, shape ({classes},); got {weight.shape}"
+            )
         if indices and not target.dtype.is_int:
             raise InvalidArgument(
                 f"{name} needs class indices as an int tensor, got {target.dtype.name}"
             )
         if indices and target.shape != expected:
-            raise ShapeError(f"{name} of scores {self.shape} needs class indices of shape "
-                             f"{expected}, got {target.shape}")
+            raise ShapeError(
+                f"{name} of scores {self.shape} needs class indices of shape "
+                f"{expected}, got {target.shape}"
+            )
         if not indices and target.shape != self.shape:
             raise ShapeError(
                 f"{name} of scores {self.shape}: a float target holds class probabilities and "
@@ -694,8 +719,10 @@ class NNMixin:
         lo.realize(hi)
         for bad in (lo.item(), hi.item()):
             if not 0 <= bad < classes:
-                raise IndexError(f"Target {bad} is out of bounds: class indices are "
-                                 f"0..{classes - 1} (or ignore_index={ignore_index})")
+                raise IndexError(
+                    f"Target {bad} is out of bounds: class indices are "
+                    f"0..{classes - 1} (or ignore_index={ignore_index})"
+                )
 
     def sparse_categorical_crossentropy(
         self,

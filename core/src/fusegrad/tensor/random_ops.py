@@ -20,12 +20,26 @@ if TYPE_CHECKING:
 #: single-precision approximation of M. Giles, "Approximating the erfinv function" (GPU Computing
 #: Gems, 2011), highest degree first. Measured against float64: within 4 float32 ulps.
 ERFINV_CENTRAL = (
-    2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-    -0.00125372503, -0.00417768164, 0.246640727, 1.50140941,
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
 )
 ERFINV_TAIL = (
-    -0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-    -0.0076224613, 0.00943887047, 1.00167406, 2.83297682,
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
 )
 
 
@@ -66,8 +80,10 @@ class RandomMixin:
         [0.0, 1.0]
         """
         if generator is not None:
-            raise InvalidArgument("bernoulli: generator objects are not supported; seed with "
-                                  "Tensor.manual_seed instead")
+            raise InvalidArgument(
+                "bernoulli: generator objects are not supported; seed with "
+                "Tensor.manual_seed instead"
+            )
         if p is not None and not 0 <= p <= 1:
             raise InvalidArgument(f"bernoulli needs a probability p in [0, 1], got p={p}")
         prob = self if p is None else p
@@ -75,8 +91,14 @@ class RandomMixin:
         return (u < prob).cast(self.dtype)
 
     @classmethod
-    def randperm(cls, n: int, *, dtype: DType | str = dtypes.int64, device: str | None = None,
-                 requires_grad: bool = False) -> Tensor:
+    def randperm(
+        cls,
+        n: int,
+        *,
+        dtype: DType | str = dtypes.int64,
+        device: str | None = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
         """A random permutation of 0..n-1, from ``Tensor.manual_seed``'s generator.
 
         >>> sorted(Tensor.randperm(4).tolist())

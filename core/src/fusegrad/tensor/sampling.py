@@ -34,8 +34,10 @@ def _adaptive_windows(size: int, out: int) -> np.ndarray:
 
 def _check_pool_dims(x: Tensor, name: str, n: int) -> None:
     if not n + 1 <= x.ndim <= n + 2:
-        raise ShapeError(f"{name} expects {n + 1} to {n + 2} dimensions ((C, ...) or (N, C, ...)),"
-                         f" got shape {x.shape}")
+        raise ShapeError(
+            f"{name} expects {n + 1} to {n + 2} dimensions ((C, ...) or (N, C, ...)),"
+            f" got shape {x.shape}"
+        )
 
 
 def _logaddexp(*xs: Tensor) -> Tensor:
@@ -86,8 +88,9 @@ class SamplingMixin:
         _check_pool_dims(self, "adaptive_avg_pool1d", 1)
         return self.adaptive_avg_pool2d(_tuple(output_size, 1, "output_size"))
 
-    def adaptive_max_pool1d(self: Tensor, output_size: int,
-                            return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def adaptive_max_pool1d(
+        self: Tensor, output_size: int, return_indices: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """The largest value of each of ``output_size`` windows over the last axis of (N?, C, L)
         (windows as ``adaptive_avg_pool1d``'s); with ``return_indices``, also where it is.
 
@@ -97,19 +100,23 @@ class SamplingMixin:
         _check_pool_dims(self, "adaptive_max_pool1d", 1)
         return self._adaptive_max(_tuple(output_size, 1, "output_size"), return_indices)
 
-    def adaptive_max_pool2d(self: Tensor, output_size: Size,
-                            return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def adaptive_max_pool2d(
+        self: Tensor, output_size: Size, return_indices: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """The largest value of each window over the last two axes of (N?, C, H, W), sized so the
         result is ``output_size``; with ``return_indices``, also where each is in its plane
         (``h * W + w``, the first on ties, int32 as ``max_pool2d``'s)."""
         _check_pool_dims(self, "adaptive_max_pool2d", 2)
         return self._adaptive_max(_tuple(output_size, 2, "output_size"), return_indices)
 
-    def _adaptive_max(self: Tensor, outs: tuple[int, ...],
-                      return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
-        n, spatial = len(outs), self.shape[-len(outs):]
-        picks = [type(self)(_adaptive_windows(i, o), device=self.device)
-                 for i, o in zip(spatial, outs, strict=True)]
+    def _adaptive_max(
+        self: Tensor, outs: tuple[int, ...], return_indices: bool
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        n, spatial = len(outs), self.shape[-len(outs) :]
+        picks = [
+            type(self)(_adaptive_windows(i, o), device=self.device)
+            for i, o in zip(spatial, outs, strict=True)
+        ]
 
         def windows(x: Tensor) -> Tensor:
             """(..., I1, I2, ...) -> (..., O1, K1, O2, K2, ...): each spatial axis as windows."""
@@ -131,8 +138,14 @@ class SamplingMixin:
 
     # ---- fold ------------------------------------------------------------------------------------
 
-    def fold(self: Tensor, output_size: Size, kernel_size: Size, dilation: Size = 1,
-             padding: Size = 0, stride: Size = 1) -> Tensor:
+    def fold(
+        self: Tensor,
+        output_size: Size,
+        kernel_size: Size,
+        dilation: Size = 1,
+        padding: Size = 0,
+        stride: Size = 1,
+    ) -> Tensor:
         """Sum sliding blocks back into an image, as ``torch.nn.functional.fold``: (N?, C*kh*kw, L)
         -> (N?, C, H, W), each of the L columns a kh x kw block added at its window's place
         (overlaps add up). It is the transposed convolution with a one-hot kernel per channel.
@@ -147,21 +160,30 @@ class SamplingMixin:
             raise ShapeError(f"fold expects (N, C*kh*kw, L) or (C*kh*kw, L), got {self.shape}")
         x, k = (self if self.ndim == 3 else self.unsqueeze(0)), ks[0] * ks[1]
         if x.shape[1] % k:
-            raise ShapeError(f"fold: size {x.shape[1]} of dimension 1 of {self.shape} does not "
-                             f"divide by the product of kernel_size {ks}")
-        blocks = [(s + 2 * p - d * (kk - 1) - 1) // t + 1
-                  for s, p, d, kk, t in zip(size, pads, dl, ks, st, strict=True)]
+            raise ShapeError(
+                f"fold: size {x.shape[1]} of dimension 1 of {self.shape} does not "
+                f"divide by the product of kernel_size {ks}"
+            )
+        blocks = [
+            (s + 2 * p - d * (kk - 1) - 1) // t + 1
+            for s, p, d, kk, t in zip(size, pads, dl, ks, st, strict=True)
+        ]
         if min(blocks) < 1 or x.shape[2] != blocks[0] * blocks[1]:
-            raise ShapeError(f"fold: output_size={size}, kernel_size={ks}, dilation={dl}, "
-                             f"padding={tuple(pads)}, stride={st} give {blocks[0]} * {blocks[1]} "
-                             f"sliding blocks, but the input has {x.shape[2]} (shape {self.shape})")
+            raise ShapeError(
+                f"fold: output_size={size}, kernel_size={ks}, dilation={dl}, "
+                f"padding={tuple(pads)}, stride={st} give {blocks[0]} * {blocks[1]} "
+                f"sliding blocks, but the input has {x.shape[2]} (shape {self.shape})"
+            )
         channels = x.shape[1] // k
         one_hot = np.tile(np.eye(k, dtype=np.float32).reshape(k, 1, *ks), (channels, 1, 1, 1))
         weight = type(self)(one_hot, device=self.device).cast(x.dtype)
-        extra = [(s + 2 * p - d * (kk - 1) - 1) % t
-                 for s, p, d, kk, t in zip(size, pads, dl, ks, st, strict=True)]
+        extra = [
+            (s + 2 * p - d * (kk - 1) - 1) % t
+            for s, p, d, kk, t in zip(size, pads, dl, ks, st, strict=True)
+        ]
         out = x.reshape(x.shape[0], x.shape[1], *blocks).conv_transpose2d(
-            weight, None, st, pads, extra, channels, dl)
+            weight, None, st, pads, extra, channels, dl
+        )
         return out if self.ndim == 3 else out.squeeze(0)
 
     # ---- sampling grids --------------------------------------------------------------------------
@@ -172,12 +194,16 @@ class SamplingMixin:
         position's (x, y[, z]) in [-1, 1], mapped by the matrix, as ``F.affine_grid``."""
         size = tuple(size)
         if len(size) not in (4, 5):
-            raise UnknownOption(f"affine_grid only supports 4-d and 5-d sizes (2-d and 3-d "
-                                f"transforms), got size {size}")
+            raise UnknownOption(
+                f"affine_grid only supports 4-d and 5-d sizes (2-d and 3-d "
+                f"transforms), got size {size}"
+            )
         n = len(size) - 2
         if self.shape != (size[0], n, n + 1):
-            raise ShapeError(f"affine_grid: size {size} needs a batch of affine matrices of "
-                             f"shape ({size[0]}, {n}, {n + 1}), got {self.shape}")
+            raise ShapeError(
+                f"affine_grid: size {size} needs a batch of affine matrices of "
+                f"shape ({size[0]}, {n}, {n + 1}), got {self.shape}"
+            )
         lines = [_grid_line(s, align_corners) for s in size[2:]]
         mesh = np.meshgrid(*lines, indexing="ij")  # one array per axis, varying along it
         coords = np.stack([*reversed(mesh), np.ones(size[2:], np.float32)], axis=-1)  # x first
@@ -185,21 +211,30 @@ class SamplingMixin:
         grid = base.cast(self.dtype).matmul(self.transpose(1, 2))
         return grid.reshape(size[0], *size[2:], n)
 
-    def grid_sample(self: Tensor, grid: Tensor, mode: str = "bilinear", padding_mode: str = "zeros",
-                    align_corners: bool = False) -> Tensor:
+    def grid_sample(
+        self: Tensor,
+        grid: Tensor,
+        mode: str = "bilinear",
+        padding_mode: str = "zeros",
+        align_corners: bool = False,
+    ) -> Tensor:
         """Read input (N, C, H, W) at the positions ``grid`` (N, Ho, Wo, 2) holds, (x, y) in
         [-1, 1] from the left/top to the right/bottom edge (the outer pixels' centres with
         ``align_corners``): (N, C, Ho, Wo), as ``F.grid_sample``. Modes bilinear and nearest;
         positions outside read 0 ("zeros") or the nearest edge pixel ("border")."""
         if mode not in ("bilinear", "nearest"):
-            raise UnknownOption(f"grid_sample: mode must be 'bilinear' or 'nearest' here, got "
-                                f"{mode!r}")
+            raise UnknownOption(
+                f"grid_sample: mode must be 'bilinear' or 'nearest' here, got {mode!r}"
+            )
         if padding_mode not in ("zeros", "border"):
-            raise UnknownOption(f"grid_sample: padding_mode must be 'zeros' or 'border' here, got "
-                                f"{padding_mode!r}")
+            raise UnknownOption(
+                f"grid_sample: padding_mode must be 'zeros' or 'border' here, got {padding_mode!r}"
+            )
         if self.ndim != 4 or grid.shape != (self.shape[0], *grid.shape[1:3], 2):
-            raise ShapeError(f"grid_sample needs input (N, C, H, W) and grid (N, Ho, Wo, 2) of "
-                             f"the same N, got {self.shape} and {grid.shape}")
+            raise ShapeError(
+                f"grid_sample needs input (N, C, H, W) and grid (N, Ho, Wo, 2) of "
+                f"the same N, got {self.shape} and {grid.shape}"
+            )
         h, w = self.shape[2:]
         x = _unnormalise(grid[..., 0], w, align_corners, padding_mode)
         y = _unnormalise(grid[..., 1], h, align_corners, padding_mode)
@@ -207,10 +242,12 @@ class SamplingMixin:
             return self._read_at(y.round(), x.round())
         x0, y0 = x.floor(), y.floor()
         fx, fy = x - x0, y - y0
-        return (self._read_at(y0, x0) * ((1 - fy) * (1 - fx)).unsqueeze(1)
-                + self._read_at(y0, x0 + 1) * ((1 - fy) * fx).unsqueeze(1)
-                + self._read_at(y0 + 1, x0) * (fy * (1 - fx)).unsqueeze(1)
-                + self._read_at(y0 + 1, x0 + 1) * (fy * fx).unsqueeze(1))
+        return (
+            self._read_at(y0, x0) * ((1 - fy) * (1 - fx)).unsqueeze(1)
+            + self._read_at(y0, x0 + 1) * ((1 - fy) * fx).unsqueeze(1)
+            + self._read_at(y0 + 1, x0) * (fy * (1 - fx)).unsqueeze(1)
+            + self._read_at(y0 + 1, x0 + 1) * (fy * fx).unsqueeze(1)
+        )
 
     def _read_at(self: Tensor, y: Tensor, x: Tensor) -> Tensor:
         """input (N, C, H, W) at whole-number positions y, x (N, Ho, Wo): (N, C, Ho, Wo), 0 where
@@ -224,8 +261,15 @@ class SamplingMixin:
 
     # ---- CTC -------------------------------------------------------------------------------------
 
-    def ctc_loss(self: Tensor, targets: Tensor, input_lengths: Any, target_lengths: Any,
-                 blank: int = 0, reduction: str = "mean", zero_infinity: bool = False) -> Tensor:
+    def ctc_loss(
+        self: Tensor,
+        targets: Tensor,
+        input_lengths: Any,
+        target_lengths: Any,
+        blank: int = 0,
+        reduction: str = "mean",
+        zero_infinity: bool = False,
+    ) -> Tensor:
         """The connectionist temporal classification loss of log-probabilities ``self`` (T, N, C)
         (or (T, C)): -log of the total probability of the alignments of each target, by the
         forward algorithm in log space, one step per time step. ``targets`` (N, S) padded or the
@@ -239,8 +283,10 @@ class SamplingMixin:
         tgt_lens = _host_ints(target_lengths, "target_lengths")
         labels = _ctc_labels(targets, tgt_lens, batch)
         if len(in_lens) != batch or any(not 0 <= t <= steps for t in in_lens):
-            raise InvalidArgument(f"ctc_loss: input_lengths {in_lens} need one length per "
-                                  f"sequence ({batch}), each at most T={steps}")
+            raise InvalidArgument(
+                f"ctc_loss: input_lengths {in_lens} need one length per "
+                f"sequence ({batch}), each at most T={steps}"
+            )
         ext = np.full((batch, 2 * labels.shape[1] + 1), blank, dtype=np.int32)
         ext[:, 1::2] = labels
         labels_at = type(self)(ext, device=self.device).unsqueeze(0).expand(steps, *ext.shape)
@@ -254,8 +300,9 @@ class SamplingMixin:
         out = _reduce_loss(nll, reduction)
         return out.reshape(()) if self.ndim == 2 and reduction == "none" else out
 
-    def _ctc_alpha(self: Tensor, emit: Tensor, ext: np.ndarray, in_lens: list[int],
-                   blank: int) -> Tensor:
+    def _ctc_alpha(
+        self: Tensor, emit: Tensor, ext: np.ndarray, in_lens: list[int], blank: int
+    ) -> Tensor:
         """The forward variables after each sequence's last step: alpha[n, s] = log P(the first
         s + 1 extended labels of sequence n emitted by then)."""
         cls, (batch, size) = type(self), ext.shape
@@ -300,18 +347,22 @@ def _ctc_labels(targets: Tensor, lengths: list[int], batch: int) -> np.ndarray:
     """The targets as (N, S) labels, from (N, S) padded or the concatenated targets."""
     flat = np.asarray(targets.numpy(), dtype=np.int64)
     if len(lengths) != batch:
-        raise InvalidArgument(f"ctc_loss: target_lengths {lengths} need one length per sequence "
-                              f"({batch})")
+        raise InvalidArgument(
+            f"ctc_loss: target_lengths {lengths} need one length per sequence ({batch})"
+        )
     if flat.ndim == 2 or (flat.ndim == 1 and batch == 1 and len(flat) != sum(lengths)):
         rows = flat.reshape(batch, -1)
         if any(not 0 <= t <= rows.shape[1] for t in lengths):
-            raise InvalidArgument(f"ctc_loss: target_lengths {lengths} exceed the targets' length "
-                                  f"{rows.shape[1]}")
+            raise InvalidArgument(
+                f"ctc_loss: target_lengths {lengths} exceed the targets' length {rows.shape[1]}"
+            )
         return rows
     if flat.ndim != 1 or len(flat) != sum(lengths):
-        raise ShapeError(f"ctc_loss: targets {flat.shape} are neither (N, S) nor the "
-                         f"{sum(lengths)} targets of lengths {lengths} concatenated")
+        raise ShapeError(
+            f"ctc_loss: targets {flat.shape} are neither (N, S) nor the "
+            f"{sum(lengths)} targets of lengths {lengths} concatenated"
+        )
     rows = np.zeros((batch, max(lengths, default=0)), dtype=np.int64)
     for n, (start, t) in enumerate(zip(np.cumsum([0, *lengths[:-1]]), lengths, strict=True)):
-        rows[n, :t] = flat[start:start + t]
+        rows[n, :t] = flat[start : start + t]
     return rows

@@ -40,9 +40,9 @@ class ScanMixin:
 
     __slots__ = ()
 
-
     def _prefix(self, axis: int, fill: Any) -> Tensor:
-        """(..., n, n) with [..., i, j] = x[..., j] for j <= i, else ``fill``; the axis moved last."""
+        """(..., n, n) with [..., i, j] = x[..., j] for j <= i, else ``fill``; the axis moved
+        last."""
         x = self.transpose(axis, -1) if self.ndim else self.reshape(1)
         n = x.shape[-1]
         idx = type(self).arange(n, device=self.device)
@@ -61,9 +61,14 @@ class ScanMixin:
         axis = self._axis(axis)
         return self._unscan(self._prefix(axis, 0).sum(-1), axis)
 
-    def _scan(self, axis: int, parts: Sequence[Tensor], fills: Sequence[Any],
-              combine: Callable[[tuple[Tensor, ...], tuple[Tensor, ...]], tuple[Tensor, ...]],
-              steps_per_kernel: int) -> tuple[Tensor, ...]:
+    def _scan(
+        self,
+        axis: int,
+        parts: Sequence[Tensor],
+        fills: Sequence[Any],
+        combine: Callable[[tuple[Tensor, ...], tuple[Tensor, ...]], tuple[Tensor, ...]],
+        steps_per_kernel: int,
+    ) -> tuple[Tensor, ...]:
         """Running ``combine`` of ``parts`` (tensors shaped like this one) along ``axis``.
 
         By doubling (Hillis and Steele): the step of shift s combines each element with the one s
@@ -99,8 +104,9 @@ class ScanMixin:
         (out,) = wide._scan(axis, (wide,), (1,), lambda e, later: (e[0] * later[0],), 4)
         return out.cast(x.dtype)
 
-    def _running_best(self, axis: int, later_wins: Callable[[Tensor, Tensor], Tensor],
-                      worst: Any) -> ValuesIndices:
+    def _running_best(
+        self, axis: int, later_wins: Callable[[Tensor, Tensor], Tensor], worst: Any
+    ) -> ValuesIndices:
         """The running best along ``axis`` and its index: a later element replaces the best so
         far where ``later_wins(later, best)`` (ties too: the latest index, as PyTorch), and a nan
         always does. The values are selected, so the gradient goes to the element chosen."""
@@ -141,7 +147,9 @@ class ScanMixin:
         axis = self._axis(axis)
         x = self._float_operand()
         wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
-        (out,) = wide._scan(axis, (wide,), (-math.inf,), lambda e, later: (e[0].logaddexp(later[0]),), 1)
+        (out,) = wide._scan(
+            axis, (wide,), (-math.inf,), lambda e, later: (e[0].logaddexp(later[0]),), 1
+        )
         return out.cast(x.dtype)
 
     # ---- sorting ---------------------------------------------------------------------------------

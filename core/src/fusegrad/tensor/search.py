@@ -38,8 +38,15 @@ class SearchMixin:
 
     # ---- searching -------------------------------------------------------------------------------
 
-    def searchsorted(self, values: Tensor | float, *, out_int32: bool = False, right: bool = False,
-                     side: str | None = None, sorter: Tensor | None = None) -> Tensor:
+    def searchsorted(
+        self,
+        values: Tensor | float,
+        *,
+        out_int32: bool = False,
+        right: bool = False,
+        side: str | None = None,
+        sorter: Tensor | None = None,
+    ) -> Tensor:
         """Where each of ``values`` would go in this sorted tensor's last axis to keep it sorted,
         as ``torch.searchsorted(self, values)``: before equal elements, or after them with
         ``right`` (or ``side="right"``). ``sorter`` holds the indices that sort an unsorted row.
@@ -52,8 +59,9 @@ class SearchMixin:
             if side not in ("left", "right"):
                 raise UnknownOption(f"searchsorted side must be 'left' or 'right', got {side!r}")
             if right and side == "left":
-                raise InvalidArgument("searchsorted: side='left' and right=True say opposite "
-                                      "things; give one of them")
+                raise InvalidArgument(
+                    "searchsorted: side='left' and right=True say opposite things; give one of them"
+                )
             right = side == "right"
         boundaries = self if sorter is None else self.gather(-1, sorter)
         scalar = not _is_tensor(values)
@@ -62,20 +70,24 @@ class SearchMixin:
         if self.ndim > 1 and self.shape[:-1] != values.shape[:-1]:
             raise ShapeError(
                 f"searchsorted: boundaries of shape {self.shape} are 1-d or share all but the "
-                f"last axis with the values, which have shape {values.shape}")
+                f"last axis with the values, which have shape {values.shape}"
+            )
         return boundaries._count_before(values, right)
 
     def _count_before(self, values: Tensor, right: bool) -> Tensor:
         """For each value, how many elements of this sorted last axis come before it: those not
         >= it (> with ``right``). "not" makes a nan value count every element, as PyTorch's."""
         if self.ndim == 0:
-            raise ShapeError("searchsorted needs boundaries with at least one axis, got a 0-d tensor")
+            raise ShapeError(
+                "searchsorted needs boundaries with at least one axis, got a 0-d tensor"
+            )
         row = self if self.ndim == 1 else self.unsqueeze(-2)  # (..., 1, n) against (..., k, 1)
         after = row > values.unsqueeze(-1) if right else row >= values.unsqueeze(-1)
         return after.logical_not().sum(-1, dtype=dtypes.int32)
 
-    def bucketize(self, boundaries: Tensor, *, out_int32: bool = False,
-                  right: bool = False) -> Tensor:
+    def bucketize(
+        self, boundaries: Tensor, *, out_int32: bool = False, right: bool = False
+    ) -> Tensor:
         """The bucket of each element between the sorted 1-d ``boundaries``, as
         ``torch.bucketize``: i with boundaries[i-1] < x <= boundaries[i] (with ``right``,
         boundaries[i-1] <= x < boundaries[i]).
@@ -111,8 +123,9 @@ class SearchMixin:
         axis = self._axis(dim)
         n = self.shape[axis] if self.ndim else 1
         if not 1 <= k <= n:
-            raise InvalidArgument(f"kthvalue: k={k} is out of range for dim {dim} of size {n} "
-                             f"(k counts from 1)")
+            raise InvalidArgument(
+                f"kthvalue: k={k} is out of range for dim {dim} of size {n} (k counts from 1)"
+            )
         x = self if self.ndim else self.reshape(1)
         ordered, order = x.sort(axis)
         keep = [(k - 1, k) if i == axis else None for i in range(x.ndim)]
@@ -121,8 +134,14 @@ class SearchMixin:
             values, indices = values.squeeze(axis), indices.squeeze(axis)
         return ValuesIndices(values, indices)
 
-    def quantile(self, q: float | Tensor, dim: int | None = None, keepdim: bool = False, *,
-                 interpolation: str = "linear") -> Tensor:
+    def quantile(
+        self,
+        q: float | Tensor,
+        dim: int | None = None,
+        keepdim: bool = False,
+        *,
+        interpolation: str = "linear",
+    ) -> Tensor:
         """The ``q``-th quantiles along ``dim`` (of all elements if None), as ``torch.quantile``:
         the order statistics at rank q * (n - 1), between two of them by ``interpolation``
         (linear, lower, higher, midpoint or nearest). A 1-d ``q`` puts its axis first. A row
@@ -133,13 +152,20 @@ class SearchMixin:
         """
         return self._quantile(q, dim, keepdim, interpolation, "quantile")
 
-    def nanquantile(self, q: float | Tensor, dim: int | None = None, keepdim: bool = False, *,
-                    interpolation: str = "linear") -> Tensor:
+    def nanquantile(
+        self,
+        q: float | Tensor,
+        dim: int | None = None,
+        keepdim: bool = False,
+        *,
+        interpolation: str = "linear",
+    ) -> Tensor:
         """``quantile`` of the elements that are not nan (nan where all are)."""
         return self._quantile(q, dim, keepdim, interpolation, "nanquantile")
 
-    def _quantile(self, q: float | Tensor, dim: int | None, keepdim: bool, interpolation: str,
-                  name: str) -> Tensor:
+    def _quantile(
+        self, q: float | Tensor, dim: int | None, keepdim: bool, interpolation: str, name: str
+    ) -> Tensor:
         """Sort with nans as inf (last), count the numbers per row, then take the ranks."""
         x = self._check_quantile(q, interpolation, name)
         if dim is None or x.ndim == 0:
@@ -161,27 +187,41 @@ class SearchMixin:
     def _check_quantile(self, q: float | Tensor, interpolation: str, name: str) -> Tensor:
         """PyTorch's checks: a float input, not empty, q in [0, 1] and of at most 1 axis."""
         if not self.dtype.is_float:
-            raise InvalidArgument(f"{name} needs a float tensor, got {self.dtype.name}; cast it "
-                                  f"first (x.float())")
+            raise InvalidArgument(
+                f"{name} needs a float tensor, got {self.dtype.name}; cast it first (x.float())"
+            )
         if self.numel() == 0:
             raise InvalidArgument(f"{name} of an empty tensor (shape {self.shape}) is undefined")
         if interpolation not in INTERPOLATIONS:
-            raise UnknownOption(f"{name} interpolation must be one of {', '.join(INTERPOLATIONS)}"
-                                f", got {interpolation!r}")
+            raise UnknownOption(
+                f"{name} interpolation must be one of {', '.join(INTERPOLATIONS)}"
+                f", got {interpolation!r}"
+            )
         if _is_tensor(q) and q.ndim > 1:
-            raise ShapeError(f"{name} q must be a number or a 0-d or 1-d tensor, got shape {q.shape}")
+            raise ShapeError(
+                f"{name} q must be a number or a 0-d or 1-d tensor, got shape {q.shape}"
+            )
         if _is_tensor(q) and q.dtype != self.dtype:
-            raise InvalidArgument(f"{name} q of dtype {q.dtype.name} for a {self.dtype.name} "
-                                  f"input; give them one dtype, as PyTorch requires")
+            raise InvalidArgument(
+                f"{name} q of dtype {q.dtype.name} for a {self.dtype.name} "
+                f"input; give them one dtype, as PyTorch requires"
+            )
         found = q.numpy().reshape(-1).tolist() if _is_tensor(q) else [q]
         if any(not 0 <= v <= 1 for v in found):
-            raise InvalidArgument(f"{name} q must be in [0, 1], got {q if not _is_tensor(q) else found}")
+            raise InvalidArgument(
+                f"{name} q must be in [0, 1], got {q if not _is_tensor(q) else found}"
+            )
         return self
 
     # ---- unique ----------------------------------------------------------------------------------
 
-    def unique(self, sorted: bool = True, return_inverse: bool = False,
-               return_counts: bool = False, dim: int | None = None) -> Any:
+    def unique(
+        self,
+        sorted: bool = True,
+        return_inverse: bool = False,
+        return_counts: bool = False,
+        dim: int | None = None,
+    ) -> Any:
         """The distinct elements in ascending order (of ``dim``: the distinct slices along it,
         in lexicographic order), as ``torch.unique``; with ``return_inverse`` where each input
         element (slice) is in the result, with ``return_counts`` how often each occurs. Their

@@ -44,8 +44,21 @@ def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     return node if shape == (buf.size,) else UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
 
 
-class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, IndexMixin, NNMixin,
-             FunctionalMixin, SamplingMixin, AliasMixin, SearchMixin, JoinMixin, RandomMixin):
+class Tensor(
+    AutogradMixin,
+    MovementMixin,
+    MathMixin,
+    ScanMixin,
+    SpecialMixin,
+    IndexMixin,
+    NNMixin,
+    FunctionalMixin,
+    SamplingMixin,
+    AliasMixin,
+    SearchMixin,
+    JoinMixin,
+    RandomMixin,
+):
     """A lazy n-dimensional array on a device.
 
     >>> Tensor([1, 2, 3]).mul(2).tolist()
@@ -77,7 +90,8 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
             self.uop = self._from_numpy(data, dtype)
         else:
             raise FusegradError(
-                f"cannot make a Tensor from {type(data).__name__}; pass numbers, lists or a numpy array"
+                f"cannot make a Tensor from {type(data).__name__}; pass numbers, lists or a "
+                "numpy array"
             )
 
     def _from_numpy(self, data: Any, dtype: DType | None) -> UOp:
@@ -145,7 +159,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         """Compute this tensor (and ``others``) now, in as few kernels as the graph allows."""
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
         if todo:
-            buffers = engine.realize_uops([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
+            buffers = engine.realize_uops(
+                [_unreshaped(t.uop) for t in todo], [t.device for t in todo]
+            )
             keep_graph = bool(_GRAD_TENSORS)
             for t, buf in zip(todo, buffers):
                 if keep_graph and t._graph is None:
@@ -190,7 +206,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
     def item(self) -> Scalar:
         """The value of a one-element tensor."""
         if self.numel() != 1:
-            raise ShapeError(f"item() needs a tensor with one element, this one has shape {self.shape}")
+            raise ShapeError(
+                f"item() needs a tensor with one element, this one has shape {self.shape}"
+            )
         return self.numpy().reshape(()).item()
 
     def to(self, device: str) -> Tensor:
@@ -240,28 +258,44 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
     # ---- creation --------------------------------------------------------------------------------
 
     @staticmethod
-    def full(shape: int | Sequence[int], fill: Scalar, dtype: DType | str | None = None,
-             device: str | None = None) -> Tensor:
+    def full(
+        shape: int | Sequence[int],
+        fill: Scalar,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
         """A tensor of ``shape`` filled with ``fill`` (no memory until realized)."""
         shape = _shape_arg(shape)
         dtype = to_dtype(dtype) if dtype is not None else dtypes.from_py(fill)
         return Tensor(broadcast_scalar(fill, dtype, shape), device=device)
 
     @staticmethod
-    def zeros(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+    def zeros(
+        *shape: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         t = Tensor.full(_shape_arg(shape), 0, to_dtype(dtype or dtypes.default_float), device)
         return t.requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def ones(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+    def ones(
+        *shape: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         t = Tensor.full(_shape_arg(shape), 1, to_dtype(dtype or dtypes.default_float), device)
         return t.requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+    def empty(
+        *shape: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """Uninitialised memory of ``shape``."""
         shape = _shape_arg(shape)
         dev = Device.canonicalize(device) if device else Device.DEFAULT
@@ -269,8 +303,13 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         return Tensor._wrap(buffer_uop(buf, shape), dev).requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
-               dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def arange(
+        start: int | float,
+        stop: int | float | None = None,
+        step: int | float = 1,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
         """``start, start+step, ...`` up to but excluding ``stop``, as ``torch.arange``; whole
         numbers are int32, or int64 where int32 cannot hold them. Values that ``dtype`` cannot
         hold raise OverflowError (PyTorch wraps them around).
@@ -283,8 +322,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         if step == 0:
             raise InvalidArgument("arange step must not be zero")
         if (stop - start) * step < 0:
-            raise InvalidArgument(f"arange({start}, {stop}, {step}): the step goes away from stop; "
-                                  "flip its sign, or swap start and stop")
+            raise InvalidArgument(
+                f"arange({start}, {stop}, {step}): the step goes away from stop; "
+                "flip its sign, or swap start and stop"
+            )
         count = max(0, math.ceil((stop - start) / step))
         ends = (start, start + (count - 1) * step) if count else ()
         default = dtypes.from_py([start, stop, step])
@@ -292,13 +333,20 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
             default = dtypes.int64
         dtype = to_dtype(dtype) if dtype is not None else default
         if dtype.is_int and any(not dtype.min <= v <= dtype.max for v in ends):
-            raise OverflowError(f"arange({start}, {stop}, {step}) runs from {ends[0]} to "
-                                f"{ends[1]}, out of the range of {dtype.name}; use a wider dtype")
+            raise OverflowError(
+                f"arange({start}, {stop}, {step}) runs from {ends[0]} to "
+                f"{ends[1]}, out of the range of {dtype.name}; use a wider dtype"
+            )
         return Tensor(np.arange(start, stop, step).astype(dtype.np), device=device, dtype=dtype)
 
     @staticmethod
-    def linspace(start: int | float, end: int | float, steps: int,
-                 dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    def linspace(
+        start: int | float,
+        end: int | float,
+        steps: int,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
         """``steps`` evenly spaced values from ``start`` to ``end``, both included, as
         ``torch.linspace``: the first half counted up from ``start``, the second down from
         ``end`` (so both ends are exact), in the dtype's precision (float64 for ints, which
@@ -323,14 +371,17 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         return Tensor(values.astype(dtype.np), device=device, dtype=dtype)
 
     @staticmethod
-    def eye(n: int, m: int | None = None, dtype: DType | str | None = None,
-            device: str | None = None) -> Tensor:
+    def eye(
+        n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
         """The identity matrix (ones on the diagonal), ``n`` by ``m`` (default ``n``)."""
         m = n if m is None else m
         if n < 0 or m < 0:
             raise ShapeError(f"eye needs sizes >= 0, got n={n}, m={m}")
         rows = Tensor.arange(n, device=device).reshape(n, 1)
-        return (rows == Tensor.arange(m, device=device)).cast(to_dtype(dtype or dtypes.default_float))
+        return (rows == Tensor.arange(m, device=device)).cast(
+            to_dtype(dtype or dtypes.default_float)
+        )
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
@@ -343,31 +394,49 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         return np.random.Generator(np.random.Philox(key=Tensor._seed, counter=Tensor._rng_counter))
 
     @staticmethod
-    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+    def rand(
+        *shape: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """Uniform random numbers in [0, 1)."""
         dtype = to_dtype(dtype or dtypes.default_float)
         values = Tensor._generator().random(_shape_arg(shape), dtype=np.float32)
         return Tensor(values, device=device).cast(dtype).requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None,
-            requires_grad: bool | None = None) -> Tensor:
+    def randn(
+        *shape: Any,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+        requires_grad: bool | None = None,
+    ) -> Tensor:
         """Normally distributed random numbers (mean 0, variance 1)."""
         dtype = to_dtype(dtype or dtypes.default_float)
         values = Tensor._generator().standard_normal(_shape_arg(shape), dtype=np.float32)
         return Tensor(values, device=device).cast(dtype).requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, requires_grad: bool | None = None,
-                **kwargs: Any) -> Tensor:
+    def uniform(
+        *shape: Any,
+        low: float = 0.0,
+        high: float = 1.0,
+        requires_grad: bool | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Uniform random numbers in [low, high) (the result, not a rand inside, is the leaf)."""
         out = Tensor.rand(*shape, **kwargs) * (high - low) + low
         return out.requires_grad_(bool(requires_grad))
 
     @staticmethod
-    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
-               **kwargs: Any) -> Tensor:
+    def normal(
+        *shape: Any,
+        mean: float = 0.0,
+        std: float = 1.0,
+        requires_grad: bool | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
         """Normally distributed random numbers of mean ``mean`` and deviation ``std``."""
         return (Tensor.randn(*shape, **kwargs) * std + mean).requires_grad_(bool(requires_grad))
 
@@ -401,8 +470,13 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         return Tensor.normal(shape, std=std, **kwargs)
 
     @staticmethod
-    def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None,
-                device: str | None = None) -> Tensor:
+    def randint(
+        *shape: Any,
+        low: int = 0,
+        high: int = 10,
+        dtype: DType | str | None = None,
+        device: str | None = None,
+    ) -> Tensor:
         """Random integers in [low, high), int32 unless ``dtype`` says otherwise.
 
         >>> Tensor.manual_seed(0)
@@ -414,7 +488,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
             raise FusegradError(f"randint needs low < high, got low={low}, high={high}")
         dtype = to_dtype(dtype or dtypes.int32)
         if not dtype.is_int:
-            raise FusegradError(f"randint makes integers; got dtype={dtype.name} (cast the result instead)")
+            raise FusegradError(
+                f"randint makes integers; got dtype={dtype.name} (cast the result instead)"
+            )
         values = Tensor._generator().integers(low, high, _shape_arg(shape), dtype=np.int64)
         return Tensor(values, device=device).cast(dtype)
 
@@ -558,7 +634,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         return (a < b) | (a == b) if a.dtype.is_float else (b < a).logical_not()
 
     def logical_not(self) -> Tensor:
-        return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor.full(self.shape, True, dtypes.bool, self.device))
+        return self.cast(dtypes.bool)._alu(
+            Ops.CMPNE, Tensor.full(self.shape, True, dtypes.bool, self.device)
+        )
 
     __add__ = add
     __mul__ = mul
@@ -625,7 +703,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         """x where x > 0 or x is NaN, else 0 (so the gradient at 0 is 0, and NaN stays NaN, as in
         torch)."""
         keep = self > 0
-        return (keep | (self != self) if self.dtype.is_float else keep).where(self, self.zeros_like())
+        return (keep | (self != self) if self.dtype.is_float else keep).where(
+            self, self.zeros_like()
+        )
 
     def sigmoid(self) -> Tensor:
         """1 / (1 + e**-x), whose gradient is s * (1 - s) (``_sigmoid_gradient``).
@@ -667,9 +747,14 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         resolved = tuple(sorted(self._distinct_axes(axes)))
         return resolved if self.ndim else ()  # a 0-d tensor's axis 0 (or -1) has nothing to reduce
 
-    def sum(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-            dtype: DType | str | None = None) -> Tensor:
-        """Sum over ``axis`` (all axes by default). Small ints and bool sum as int32, halves in float32."""
+    def sum(
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
+        """Sum over ``axis`` (all axes by default). Small ints and bool sum as int32, halves in
+        float32."""
         acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
         out = self.cast(_accumulate_dtype(acc))._reduce(Ops.ADD, axis, keepdim)
         return out.cast(acc)
@@ -692,9 +777,13 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
     def _min(self, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
         """``min``, the dtype's largest value over an empty axis: -max(-x), or ~max(~x) for ints."""
         if self.dtype.is_int:
-            flipped = self._alu(Ops.XOR, self.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
+            flipped = self._alu(
+                Ops.XOR, self.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max)
+            )
             back = flipped._max(axis, keepdim)
-            return back._alu(Ops.XOR, back.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max))
+            return back._alu(
+                Ops.XOR, back.full_like(-1 if not self.dtype.is_unsigned else self.dtype.max)
+            )
         if self.dtype == dtypes.bool:
             return self.logical_not()._max(axis, keepdim).logical_not()
         return -((-self)._max(axis, keepdim))
@@ -712,8 +801,12 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
             "check the size first"
         )
 
-    def mean(self, axis: int | Sequence[int] | None = None, keepdim: bool = False,
-             dtype: DType | str | None = None) -> Tensor:
+    def mean(
+        self,
+        axis: int | Sequence[int] | None = None,
+        keepdim: bool = False,
+        dtype: DType | str | None = None,
+    ) -> Tensor:
         """The average over ``axis``, in ``dtype`` (a float type) if given: the input is cast to
         it first, as PyTorch's. Integers average to the default float (PyTorch refuses them).
 
@@ -721,8 +814,10 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         'float64'
         """
         if dtype is not None and not (dtype := to_dtype(dtype)).is_float:
-            raise InvalidArgument(f"mean(dtype={dtype.name}): the mean is a float; pass a float "
-                                  "dtype, or cast the result (PyTorch refuses it too)")
+            raise InvalidArgument(
+                f"mean(dtype={dtype.name}): the mean is a float; pass a float "
+                "dtype, or cast the result (PyTorch refuses it too)"
+            )
         x = self._float_operand() if dtype is None else self.cast(dtype)
         count = prod(self.shape[a] for a in self._resolve_axes(axis))
         total = x.sum(axis, keepdim)
@@ -736,7 +831,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
         """Matrix product with PyTorch's rules for 1-d and batched inputs; a multiply and a sum."""
         x, w = self, other
         if x.ndim == 0 or w.ndim == 0:
-            raise ShapeError(f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}")
+            raise ShapeError(
+                f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}"
+            )
         if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
             raise ShapeError(f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ")
         dtype = promote_types(x.dtype, w.dtype)
@@ -750,7 +847,9 @@ class Tensor(AutogradMixin, MovementMixin, MathMixin, ScanMixin, SpecialMixin, I
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
         xe = x.unsqueeze(-2)  # (..., n, 1, k)
         we = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k): schedule/layout.py finds this
-        return (xe * we).sum(-1, dtype=promote_types(x.dtype, w.dtype) if x.dtype.is_float else None)
+        return (xe * we).sum(
+            -1, dtype=promote_types(x.dtype, w.dtype) if x.dtype.is_float else None
+        )
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
@@ -780,9 +879,12 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
     if len(shape) == 1 and not isinstance(shape[0], (int, UOp)):
         shape = shape[0]
     out = tuple(shape)
-    if any(not isinstance(s, int) or s < 0 for s in out) and \
-            any(not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out):  # (bound Variables pass)
-        raise ShapeError(f"a shape is a sequence of non-negative ints or bound Variables, got {out}")
+    if any(not isinstance(s, int) or s < 0 for s in out) and any(
+        not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out
+    ):  # (bound Variables pass)
+        raise ShapeError(
+            f"a shape is a sequence of non-negative ints or bound Variables, got {out}"
+        )
     return out
 
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from fusegrad.uop.ops import UOp, toposort
 
 
-def listing(nodes: UOp | list[UOp], shapes: bool = False,
-            arg_text: Callable[[UOp], str] | None = None) -> list[str]:
+def listing(
+    nodes: UOp | list[UOp], shapes: bool = False, arg_text: Callable[[UOp], str] | None = None
+) -> list[str]:
     """The lines of ``nodes``: a graph given by its root (listed sources first), or nodes
     already in order (a linear program, a toposort). ``arg_text`` may spell some nodes' args."""
     order = nodes if isinstance(nodes, list) else toposort([nodes])
@@ -35,8 +36,12 @@ def _shape_text(u: UOp) -> str:
         return "-"
 
 
-def print_listing(title: str, nodes: UOp | list[UOp], shapes: bool = False,
-                  arg_text: Callable[[UOp], str] | None = None) -> None:
+def print_listing(
+    title: str,
+    nodes: UOp | list[UOp],
+    shapes: bool = False,
+    arg_text: Callable[[UOp], str] | None = None,
+) -> None:
     """Print ``--- title ---`` and the listing of ``nodes``."""
     print(f"--- {title} ---")
     print("\n".join(listing(nodes, shapes, arg_text)))

@@ -96,9 +96,19 @@ class GroupOp:
     Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
 
 
-# The ops a linear kernel program may contain: what every renderer must handle (DESIGN.md section 3).
+# The ops a linear kernel program may contain: what every renderer must handle (DESIGN.md section
+# 3).
 BACKEND_OPS = frozenset(
-    {Ops.PARAM, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.DEFINE_REG, Ops.SPECIAL, Ops.RANGE, Ops.END, Ops.IF}
+    {
+        Ops.PARAM,
+        Ops.DEFINE_VAR,
+        Ops.DEFINE_LOCAL,
+        Ops.DEFINE_REG,
+        Ops.SPECIAL,
+        Ops.RANGE,
+        Ops.END,
+        Ops.IF,
+    }
     | {Ops.ENDIF, Ops.BARRIER, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.CONST, Ops.CAST, Ops.BITCAST}
     | GroupOp.ALU
     # only in programs for renderers with ``min_storage_bits`` > 8 (see codegen/decompose.py)

@@ -57,7 +57,9 @@ class UOp:
     src: tuple[UOp, ...]
     arg: Any
 
-    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    def __new__(
+        cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None
+    ):
         key = (op, dtype, src, _const_key(arg) if op is Ops.CONST else arg)
         if (entry := _NODES.get(key)) is not None and (hit := entry()) is not None:
             return hit
@@ -89,7 +91,10 @@ class UOp:
     def replace(self, **kw: Any) -> UOp:
         """A copy with some of ``op``, ``dtype``, ``src``, ``arg`` changed."""
         return UOp(
-            kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg)
+            kw.get("op", self.op),
+            kw.get("dtype", self.dtype),
+            kw.get("src", self.src),
+            kw.get("arg", self.arg),
         )
 
     # ---- constructors --------------------------------------------------------------------------
@@ -101,7 +106,11 @@ class UOp:
 
     def alu(self, op: Ops, *src: UOp) -> UOp:
         """Apply an ALU op; comparisons give bool, everything else keeps ``self.dtype``."""
-        dtype = dtypes.bool if op in GroupOp.Comparison else (src[-1].dtype if op is Ops.WHERE else self.dtype)
+        dtype = (
+            dtypes.bool
+            if op in GroupOp.Comparison
+            else (src[-1].dtype if op is Ops.WHERE else self.dtype)
+        )
         return UOp(op, dtype, (self, *src))
 
     def _operand(self, x: UOp | int | float | bool) -> UOp:
@@ -207,7 +216,8 @@ class UOp:
 #: the slots' own setters, which bypass the immutable ``__setattr__`` (twice as fast as
 #: ``object.__setattr__``, which looks each name up; a training step builds thousands of nodes)
 _SET_OP, _SET_DTYPE, _SET_SRC, _SET_ARG, _SET_SHAPE, _SET_BOUNDS = (
-    UOp.__dict__[name].__set__ for name in ("op", "dtype", "src", "arg", "_shape", "_bounds"))
+    UOp.__dict__[name].__set__ for name in ("op", "dtype", "src", "arg", "_shape", "_bounds")
+)
 
 
 #: (dtype, shape, constant) -> the constant as a node broadcast to ``shape``. The constants of a
@@ -272,7 +282,9 @@ def Variable(name: str, lo: int, hi: int) -> UOp:  # noqa: N802 (it names a kind
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
         raise ValueError(f"Variable {name!r} needs int bounds 0 <= lo <= hi, got {lo!r} and {hi!r}")
     if not name.isidentifier():
-        raise ValueError(f"Variable name {name!r} must be an identifier (it names a kernel argument)")
+        raise ValueError(
+            f"Variable name {name!r} must be an identifier (it names a kernel argument)"
+        )
     global VARIABLES_USED
     VARIABLES_USED = True
     return UOp(Ops.DEFINE_VAR, dtypes.index, (), (name, lo, hi))
@@ -318,7 +330,9 @@ def unbind(x: sint, values: dict[UOp, int]) -> sint:
     def free(b: UOp) -> UOp:
         var, value = b.src[0], b.src[1].arg
         if values.setdefault(var, value) != value:
-            raise ValueError(f"Variable {var.arg[0]!r} is bound to {values[var]} and {value} in one graph")
+            raise ValueError(
+                f"Variable {var.arg[0]!r} is bound to {values[var]} and {value} in one graph"
+            )
         return var
 
     return _map_binds(x, free)
@@ -338,8 +352,14 @@ def graph_variables(roots: list[UOp]) -> tuple[UOp, ...]:
     """The variables a tensor graph (or kernel AST) depends on: in sizes of movement ops and
     in values (a mean divides by a symbolic count)."""
     nodes = toposort(roots)
-    sizes = [x for u in nodes if u.op in GroupOp.Movement and is_symbolic(u.arg)
-             for a in u.arg for x in (a if type(a) is tuple else (a,)) if type(x) is UOp]
+    sizes = [
+        x
+        for u in nodes
+        if u.op in GroupOp.Movement and is_symbolic(u.arg)
+        for a in u.arg
+        for x in (a if type(a) is tuple else (a,))
+        if type(x) is UOp
+    ]
     return variables_of({*nodes, *toposort(sizes)})
 
 
@@ -378,7 +398,9 @@ def wraps(dtype: DType) -> bool:
     return dtype.is_int and (dtype.is_unsigned or dtype.itemsize < 4)
 
 
-def _wrapped(dtype: DType, bounds: tuple[int | float, int | float]) -> tuple[int | float, int | float]:
+def _wrapped(
+    dtype: DType, bounds: tuple[int | float, int | float]
+) -> tuple[int | float, int | float]:
     """``bounds`` of the exact result, as the bounds of the value ``dtype`` holds: a result that may
     wrap around can be anything."""
     if wraps(dtype) and (bounds[0] < dtype.min or bounds[1] > dtype.max):
@@ -406,7 +428,9 @@ def _bounds_of(u: UOp) -> tuple[int | float, int | float]:
         return (-a1, -a0)
     if op is Ops.MUL:
         (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
-        corners = [x * y for x in (a0, a1) for y in (b0, b1) if not (math.isinf(x) or math.isinf(y))]
+        corners = [
+            x * y for x in (a0, a1) for y in (b0, b1) if not (math.isinf(x) or math.isinf(y))
+        ]
         if len(corners) < 4:
             return (u.dtype.min, u.dtype.max)
         return (min(corners), max(corners))

@@ -36,7 +36,9 @@ class UPat:
         allow_any_len: bool = False,
     ):
         self.ops = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
-        self.dtypes = None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
+        self.dtypes = (
+            None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
+        )
         self.src = (src,) if isinstance(src, UPat) else src
         self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
 
@@ -83,7 +85,9 @@ class UPat:
             return False
         if self.dtypes is not None and u.dtype not in self.dtypes:
             return False
-        if self.arg is not _ANY and not (type(u.arg) is type(self.arg) or _both_numbers(u.arg, self.arg)):
+        if self.arg is not _ANY and not (
+            type(u.arg) is type(self.arg) or _both_numbers(u.arg, self.arg)
+        ):
             return False
         if self.arg is not _ANY and u.arg != self.arg:
             return False

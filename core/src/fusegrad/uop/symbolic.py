@@ -31,7 +31,8 @@ def fold_cast(c: UOp, x: UOp) -> UOp | None:
     return UOp.const(c.dtype, x.arg)
 
 
-# ---- sums of terms --------------------------------------------------------------------------------
+# ---- sums of terms
+# --------------------------------------------------------------------------------
 
 
 def terms(x: UOp) -> list[UOp]:
@@ -65,7 +66,8 @@ def add_all(xs: list[UOp], dtype: DType) -> UOp:
 
 
 def split_coefficients(x: UOp, c: int) -> tuple[list[UOp], list[UOp]] | None:
-    """Write each term ``t*k`` of ``x`` as ``t*(k//c)*c + t*(k%c)``: the quotient and remainder parts.
+    """Write each term ``t*k`` of ``x`` as ``t*(k//c)*c + t*(k%c)``: the quotient and remainder
+    parts.
 
     Only for sums of nonnegative terms with nonnegative coefficients, where // and % behave alike
     in C and in mathematics.
@@ -78,9 +80,13 @@ def split_coefficients(x: UOp, c: int) -> tuple[list[UOp], list[UOp]] | None:
         k = coefficient(t)
         base = UOp.const(t.dtype, 1) if t.op is Ops.CONST else divide_term(t, k) if k != 1 else t
         if k // c:
-            quotients.append(base * (k // c) if t.op is not Ops.CONST else UOp.const(t.dtype, k // c))
+            quotients.append(
+                base * (k // c) if t.op is not Ops.CONST else UOp.const(t.dtype, k // c)
+            )
         if k % c:
-            remainders.append(base * (k % c) if t.op is not Ops.CONST else UOp.const(t.dtype, k % c))
+            remainders.append(
+                base * (k % c) if t.op is not Ops.CONST else UOp.const(t.dtype, k % c)
+            )
     return quotients, remainders
 
 
@@ -91,22 +97,37 @@ def split_below(x: UOp, c: int) -> tuple[int, UOp, UOp] | None:
     parts = terms(x)
     if any(t.vmin < 0 or coefficient(t) < 0 for t in parts):
         return None
-    for d in sorted({math.gcd(c, coefficient(t)) for t in parts if t.op is not Ops.CONST}, reverse=True):
+    for d in sorted(
+        {math.gcd(c, coefficient(t)) for t in parts if t.op is not Ops.CONST}, reverse=True
+    ):
         if not 1 < d < c:
             continue
         big = [t for t in parts if coefficient(t) % d == 0]
         small = [t for t in parts if coefficient(t) % d]
         rest = add_all(small, x.dtype)
         if big and rest.vmax < d:
-            return d, add_all([divide_term(t, d) if t.op is not Ops.CONST else
-                               UOp.const(t.dtype, t.arg // d) for t in big], x.dtype), rest
+            return (
+                d,
+                add_all(
+                    [
+                        divide_term(t, d)
+                        if t.op is not Ops.CONST
+                        else UOp.const(t.dtype, t.arg // d)
+                        for t in big
+                    ],
+                    x.dtype,
+                ),
+                rest,
+            )
     return None
 
 
 def may_wrap(x: UOp) -> bool:
-    """Whether ``x``, or one of its summands, may have wrapped around its (unsigned or narrow) dtype:
+    """Whether ``x``, or one of its summands, may have wrapped around its (unsigned or narrow)
+    dtype:
     then it is not the sum and products it is written as, and regrouping them would change it
-    (uint8 ``(a*100)//10`` is not ``a*10``). The bounds of such a value are its dtype's whole range."""
+    (uint8 ``(a*100)//10`` is not ``a*10``).
+    The bounds of such a value are its dtype's whole range."""
     return wraps(x.dtype) and any(t.bounds == (t.dtype.min, t.dtype.max) for t in (x, *terms(x)))
 
 
@@ -159,13 +180,20 @@ def recombine_in_sum(x: UOp) -> UOp | None:
     """``... + (a // c) * c + ... + a % c + ...`` -> ``... + a + ...``: the same identity when
     the two terms are not next to each other in the chain of additions."""
     parts = terms(x)
-    mods = {(t.src[0], t.src[1].arg): t for t in parts if t.op is Ops.MOD and t.src[1].op is Ops.CONST}
+    mods = {
+        (t.src[0], t.src[1].arg): t for t in parts if t.op is Ops.MOD and t.src[1].op is Ops.CONST
+    }
     if not mods:
         return None
     for t in parts:
-        if (t.op is Ops.MUL and t.src[1].op is Ops.CONST and t.src[0].op is Ops.IDIV
-                and t.src[0].src[1].op is Ops.CONST and t.src[0].src[1].arg == t.src[1].arg
-                and (mod := mods.get((t.src[0].src[0], t.src[1].arg))) is not None):
+        if (
+            t.op is Ops.MUL
+            and t.src[1].op is Ops.CONST
+            and t.src[0].op is Ops.IDIV
+            and t.src[0].src[1].op is Ops.CONST
+            and t.src[0].src[1].arg == t.src[1].arg
+            and (mod := mods.get((t.src[0].src[0], t.src[1].arg))) is not None
+        ):
             rest = [p for p in parts if p is not t and p is not mod]
             return add_all([*rest, t.src[0].src[0]], x.dtype)
     return None
@@ -185,25 +213,39 @@ def fold_compare(x: UOp, c: UOp) -> UOp | None:
 _int = tuple(d for d in dtypes.all() if d.is_int)
 _ix = UPat.var("x", dtype=_int)
 
-SIMPLIFY = PatternMatcher([
-    (UPat(GroupOp.ALU, name="op"), fold_constants),
-    (UPat(Ops.CAST, src=UPat.cvar("x"), name="c"), fold_cast),
-    (UPat.var("x") + 0, lambda x: x),                                        # x + 0 -> x
-    (UPat.var("x") * 1, lambda x: x),                                        # x * 1 -> x
-    (_ix * 0, lambda x: UOp.const(x.dtype, 0)),                              # x * 0 -> 0 (ints)
-    (_ix // 1, lambda x: x),                                                 # x // 1 -> x
-    (_ix % 1, lambda x: UOp.const(x.dtype, 0)),                              # x % 1 -> 0
-    ((_ix + UPat.cvar("a")) + UPat.cvar("b"), lambda x, a, b: x + (a.arg + b.arg)),  # (x+a)+b
-    ((_ix * UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * (a.arg * b.arg)),  # (x*a)*b
-    ((_ix + UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * b.arg + a.arg * b.arg),  # distribute
-    ((_ix + UPat.var("y", dtype=_int)) * UPat.cvar("b"), lambda x, y, b: x * b.arg + y * b.arg),  # (x+y)*b
-    (_ix // UPat.cvar("c"), simplify_div),
-    (_ix % UPat.cvar("c"), simplify_mod),
-    ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
-    (UPat(Ops.ADD, dtype=_int, name="x"), recombine_in_sum),
-    (UPat(Ops.CMPLT, src=(_ix, UPat.cvar("c"))), fold_compare),                  # decided by bounds
-    (UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var())), lambda a: a),   # True ? a : b
-    (UPat(Ops.WHERE, src=(UPat.const(False), UPat.var(), UPat.var("b"))), lambda b: b),  # False ? a : b
-    (UPat.var("x", dtypes.bool) & True, lambda x: x),                                      # x & True -> x
-    (UPat.var("x", dtypes.bool) & False, lambda x: UOp.const(dtypes.bool, False)),        # x & False
-])
+SIMPLIFY = PatternMatcher(
+    [
+        (UPat(GroupOp.ALU, name="op"), fold_constants),
+        (UPat(Ops.CAST, src=UPat.cvar("x"), name="c"), fold_cast),
+        (UPat.var("x") + 0, lambda x: x),  # x + 0 -> x
+        (UPat.var("x") * 1, lambda x: x),  # x * 1 -> x
+        (_ix * 0, lambda x: UOp.const(x.dtype, 0)),  # x * 0 -> 0 (ints)
+        (_ix // 1, lambda x: x),  # x // 1 -> x
+        (_ix % 1, lambda x: UOp.const(x.dtype, 0)),  # x % 1 -> 0
+        ((_ix + UPat.cvar("a")) + UPat.cvar("b"), lambda x, a, b: x + (a.arg + b.arg)),  # (x+a)+b
+        ((_ix * UPat.cvar("a")) * UPat.cvar("b"), lambda x, a, b: x * (a.arg * b.arg)),  # (x*a)*b
+        (
+            (_ix + UPat.cvar("a")) * UPat.cvar("b"),
+            lambda x, a, b: x * b.arg + a.arg * b.arg,
+        ),  # distribute
+        (
+            (_ix + UPat.var("y", dtype=_int)) * UPat.cvar("b"),
+            lambda x, y, b: x * b.arg + y * b.arg,
+        ),  # (x+y)*b
+        (_ix // UPat.cvar("c"), simplify_div),
+        (_ix % UPat.cvar("c"), simplify_mod),
+        ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
+        (UPat(Ops.ADD, dtype=_int, name="x"), recombine_in_sum),
+        (UPat(Ops.CMPLT, src=(_ix, UPat.cvar("c"))), fold_compare),  # decided by bounds
+        (
+            UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var())),
+            lambda a: a,
+        ),  # True ? a : b
+        (
+            UPat(Ops.WHERE, src=(UPat.const(False), UPat.var(), UPat.var("b"))),
+            lambda b: b,
+        ),  # False ? a : b
+        (UPat.var("x", dtypes.bool) & True, lambda x: x),  # x & True -> x
+        (UPat.var("x", dtypes.bool) & False, lambda x: UOp.const(dtypes.bool, False)),  # x & False
+    ]
+)
