@@ -223,14 +223,14 @@ class Buffer:
         if flat.nbytes != self.nbytes:
             raise ValueError(f"copyin of {flat.nbytes} bytes into a {self.nbytes}-byte buffer")
         if self.nbytes:
-            Device[self.device].allocator.copyin(self.handle, memoryview(flat).cast("B"))
+            Device[self.device].allocator.copyin(self.handle, flat.data.cast("B"))
         return self
 
     def numpy(self) -> np.ndarray:
         """A host copy of the contents."""
         out = np.empty(self.size, dtype=self.dtype.np)
         if self.nbytes:
-            Device[self.device].allocator.copyout(memoryview(out).cast("B"), self.handle)
+            Device[self.device].allocator.copyout(out.data.cast("B"), self.handle)
         return out
 
     def __del__(self) -> None:

@@ -31,7 +31,7 @@ DECOMPOSITIONS: dict[Ops, tuple[UPat, object]] = {
 ARITHMETIC_MATH_DTYPES = (dtypes.float16, dtypes.bfloat16, dtypes.float32)
 
 
-def _replaced_math_ops(renderer: Renderer) -> set[Ops]:
+def _replaced_math_ops(renderer: Renderer) -> frozenset[Ops] | set[Ops]:
     """The renderer's slow math ops that core has an arithmetic version of."""
     return renderer.scalar_math_ops & FLOAT32_MATH.keys()
 

@@ -100,14 +100,17 @@ def generate(
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
     symbolic = bool(graph_variables([ast]))
+    chosen: KernelOpts | None
     if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
-        opts = None
-    elif opts is _DEFAULT:
-        opts = heuristic_opts(ast, renderer)
-    group = plan_groups(ast, renderer) if grid and opts is None and not symbolic else None
+        chosen = None
+    elif isinstance(opts, KernelOpts) or opts is None:
+        chosen = opts
+    else:  # not given: the heuristic's
+        chosen = heuristic_opts(ast, renderer)
+    group = plan_groups(ast, renderer) if grid and chosen is None and not symbolic else None
     if Context.DEBUG >= 4:
-        print(f"--- optimisation ---\nloops: {opts}\ngroups: {group}")
-    graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=opts)
+        print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}")
+    graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=chosen)
     _debug_stage("lowered", graph)
     check_stage(graph, LOWERED)
     graph = _rewrite_stage(SIMPLIFICATION, lambda g: graph_rewrite(g, rules.kernel), graph)
@@ -137,7 +140,7 @@ def generate(
         global_size,
         n_buffers,
         flops,
-        opts,
+        chosen,
         ast,  # type: ignore[arg-type]
         local_size,
         variables_of(program),

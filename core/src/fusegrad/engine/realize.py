@@ -20,7 +20,7 @@ from fusegrad.device import Buffer, Device, plugin_manager
 from fusegrad.engine import capture
 from fusegrad.errors import CompileError, JitError
 from fusegrad.helpers import Context
-from fusegrad.schedule.kernelize import KernelStep, Plan, abstract, make_plan
+from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
 from fusegrad.schedule.layout import Capabilities
 from fusegrad.uop.listing import print_listing
 from fusegrad.uop.ops import Ops, UOp, graph_variables, toposort
@@ -194,7 +194,7 @@ def run_plan(
                 plugin_manager().hook.fusegrad_kernel_run(
                     name=step.runner.kernel.name, device=step.device, seconds=seconds
                 )
-        else:
+        elif isinstance(step, CopyStep):
             if recording is not None:
                 raise JitError(
                     "TinyJit cannot capture a copy between devices yet; move tensors first"

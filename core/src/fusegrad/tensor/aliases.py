@@ -19,6 +19,7 @@ import numpy as np
 
 from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import ShapeError
+from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.movement import broadcast_shapes
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def _expm1_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
     return (grad * x.exp(),)
 
 
-class AliasMixin:
+class AliasMixin(TensorBase):
     """PyTorch's convenience methods, each a composition of fusegrad's own."""
 
     __slots__ = ()
@@ -75,7 +76,7 @@ class AliasMixin:
         >>> Tensor.zeros(2, 3).size(), Tensor.zeros(2, 3).size(-1)
         ((2, 3), 3)
         """
-        return self.shape if dim is None else self.shape[self._axis(dim)]  # type: ignore[attr-defined]
+        return self.shape if dim is None else self.shape[self._axis(dim)]
 
     def dim(self) -> int:
         """The number of axes (``ndim``)."""
@@ -83,23 +84,23 @@ class AliasMixin:
 
     def expand_as(self, other: Tensor) -> Tensor:
         """``expand`` to ``other``'s shape."""
-        return self.expand(other.shape)  # type: ignore[attr-defined]
+        return self.expand(other.shape)
 
     def broadcast_to(self, shape: Sequence[int]) -> Tensor:
         """``expand`` to ``shape``, as ``torch.broadcast_to``."""
-        return self.expand(tuple(shape))  # type: ignore[attr-defined]
+        return self.expand(tuple(shape))
 
     def type_as(self, other: Tensor) -> Tensor:
         """Cast to ``other``'s dtype."""
-        return self.cast(other.dtype)  # type: ignore[attr-defined]
+        return self.cast(other.dtype)
 
     def view_as(self, other: Tensor) -> Tensor:
         """``view`` with ``other``'s shape."""
-        return self.reshape(other.shape)  # type: ignore[attr-defined]
+        return self.reshape(other.shape)
 
     def reshape_as(self, other: Tensor) -> Tensor:
         """``reshape`` to ``other``'s shape."""
-        return self.reshape(other.shape)  # type: ignore[attr-defined]
+        return self.reshape(other.shape)
 
     def new_full(
         self,
@@ -116,7 +117,7 @@ class AliasMixin:
         [7, 7]
         """
         dtype = to_dtype(dtype) if dtype is not None else self.dtype
-        out = self.full(tuple(size), fill_value, dtype, device or self.device)  # type: ignore[attr-defined]
+        out = self.full(tuple(size), fill_value, dtype, device or self.device)
         return out.requires_grad_(requires_grad)
 
     def new_zeros(
@@ -151,7 +152,7 @@ class AliasMixin:
         return self.empty(
             _size(size),
             dtype=dtype,
-            device=device or self.device,  # type: ignore[attr-defined]
+            device=device or self.device,
             requires_grad=requires_grad,
         )
 
@@ -171,8 +172,8 @@ class AliasMixin:
         if hasattr(data, "uop"):
             data = data.numpy()
         dtype = to_dtype(dtype) if dtype is not None else self.dtype
-        out = type(self)(data, device=device or self.device, dtype=dtype)  # type: ignore[call-arg]
-        return out.requires_grad_(requires_grad)  # type: ignore[attr-defined]
+        out = type(self)(data, device=device or self.device, dtype=dtype)
+        return out.requires_grad_(requires_grad)
 
     # ---- moving axes -----------------------------------------------------------------------------
 
@@ -187,18 +188,18 @@ class AliasMixin:
                 f"t() transposes tensors of at most 2 axes, this one has shape "
                 f"{self.shape}; use transpose(dim0, dim1) or mT"
             )
-        return self.transpose(0, 1) if self.ndim == 2 else self  # type: ignore[attr-defined,return-value]
+        return self.transpose(0, 1) if self.ndim == 2 else self
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
         """The last two axes swapped (a batch of matrices, each transposed)."""
         if self.ndim < 2:
             raise ShapeError(f"mT needs at least 2 axes, got shape {self.shape}")
-        return self.transpose(-2, -1)  # type: ignore[attr-defined]
+        return self.transpose(-2, -1)
 
     def ravel(self) -> Tensor:
         """All elements in one axis."""
-        return self.reshape(-1)  # type: ignore[attr-defined]
+        return self.reshape(-1)
 
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Tensor:
         """Move the axes ``source`` to the positions ``destination``; the others keep their order.
@@ -206,8 +207,8 @@ class AliasMixin:
         >>> Tensor.zeros(2, 3, 4).movedim(0, -1).shape
         (3, 4, 2)
         """
-        src = [self._axis(a) for a in _axes(source)]  # type: ignore[attr-defined]
-        dst = [self._axis(a) for a in _axes(destination)]  # type: ignore[attr-defined]
+        src = [self._axis(a) for a in _axes(source)]
+        dst = [self._axis(a) for a in _axes(destination)]
         if len(src) != len(dst) or len(set(src)) != len(src) or len(set(dst)) != len(dst):
             raise ShapeError(
                 f"movedim needs as many distinct source axes as destination axes, "
@@ -216,13 +217,13 @@ class AliasMixin:
         rest = iter(a for a in range(self.ndim) if a not in src)
         moved = dict(zip(dst, src))
         order = [moved[i] if i in moved else next(rest) for i in range(self.ndim)]
-        return self.permute(order)  # type: ignore[attr-defined]
+        return self.permute(order)
 
     moveaxis = movedim
 
     def swapaxes(self, axis0: int, axis1: int) -> Tensor:
         """``transpose(axis0, axis1)``."""
-        return self.transpose(axis0, axis1)  # type: ignore[attr-defined]
+        return self.transpose(axis0, axis1)
 
     swapdims = swapaxes
 
@@ -232,7 +233,7 @@ class AliasMixin:
         >>> Tensor([1, 2, 3, 4]).narrow(0, -3, 2).tolist()
         [2, 3]
         """
-        axis = self._axis(dim)  # type: ignore[attr-defined]
+        axis = self._axis(dim)
         n = self.shape[axis]
         if not -n <= start <= n:
             raise IndexError(f"narrow start {start} is out of range for axis {dim} of size {n}")
@@ -243,69 +244,69 @@ class AliasMixin:
                 f"of size {n}: use a length of at most {n - start}"
             )
         ranges = [(start, start + length) if a == axis else None for a in range(self.ndim)]
-        return self.shrink(ranges)  # type: ignore[attr-defined]
+        return self.shrink(ranges)
 
     def select(self, dim: int, index: int) -> Tensor:
         """Element ``index`` of axis ``dim``, that axis removed: ``x.select(1, 0)`` is ``x[:,
         0]``."""
-        axis = self._axis(dim)  # type: ignore[attr-defined]
+        axis = self._axis(dim)
         n = self.shape[axis]
         if not -n <= index < n:
             raise IndexError(f"select index {index} is out of range for axis {dim} of size {n}")
-        return self[(slice(None),) * axis + (index,)]  # type: ignore[index]
+        return self[(slice(None),) * axis + (index,)]
 
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
         """Rotate by ``k`` quarter turns in the plane of ``dims``, from the first axis towards the
         second, as ``torch.rot90``."""
-        if len(dims) != 2 or self._axis(dims[0]) == self._axis(dims[1]):  # type: ignore[attr-defined]
+        if len(dims) != 2 or self._axis(dims[0]) == self._axis(dims[1]):
             raise ShapeError(f"rot90 needs two different axes, got dims={tuple(dims)}")
         a, b = dims
         k %= 4
         if k == 1:
-            return self.flip(b).transpose(a, b)  # type: ignore[attr-defined]
+            return self.flip(b).transpose(a, b)
         if k == 2:
-            return self.flip((a, b))  # type: ignore[attr-defined]
+            return self.flip((a, b))
         if k == 3:
-            return self.flip(a).transpose(a, b)  # type: ignore[attr-defined]
-        return self  # type: ignore[return-value]
+            return self.flip(a).transpose(a, b)
+        return self
 
     def flipud(self) -> Tensor:
         """Reverse the first axis."""
         if self.ndim < 1:
             raise ShapeError("flipud needs at least 1 axis, got a 0-d tensor")
-        return self.flip(0)  # type: ignore[attr-defined]
+        return self.flip(0)
 
     def fliplr(self) -> Tensor:
         """Reverse the second axis."""
         if self.ndim < 2:
             raise ShapeError(f"fliplr needs at least 2 axes, got shape {self.shape}")
-        return self.flip(1)  # type: ignore[attr-defined]
+        return self.flip(1)
 
     # ---- comparisons by name ---------------------------------------------------------------------
 
     def eq(self, other: Any) -> Tensor:
         """``self == other``."""
-        return self == other  # type: ignore[return-value]
+        return self == other
 
     def ne(self, other: Any) -> Tensor:
         """``self != other``."""
-        return self != other  # type: ignore[return-value]
+        return self != other
 
     def lt(self, other: Any) -> Tensor:
         """``self < other``."""
-        return self < other  # type: ignore[operator]
+        return self < other
 
     def le(self, other: Any) -> Tensor:
         """``self <= other``."""
-        return self <= other  # type: ignore[operator]
+        return self <= other
 
     def gt(self, other: Any) -> Tensor:
         """``self > other``."""
-        return self > other  # type: ignore[operator]
+        return self > other
 
     def ge(self, other: Any) -> Tensor:
         """``self >= other``."""
-        return self >= other  # type: ignore[operator]
+        return self >= other
 
     def equal(self, other: Tensor) -> bool:
         """Whether both have the same shape and equal elements (nan equals nothing).
@@ -313,13 +314,13 @@ class AliasMixin:
         >>> Tensor([1, 2]).equal(Tensor([1.0, 2.0]))
         True
         """
-        return self.shape == other.shape and bool((self == other).all().item())  # type: ignore[attr-defined]
+        return self.shape == other.shape and bool((self == other).all().item())
 
     def allclose(
         self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
     ) -> bool:
         """Whether every element ``isclose`` to ``other``'s."""
-        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())  # type: ignore[attr-defined]
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
     # ---- matrix products -------------------------------------------------------------------------
 
@@ -330,7 +331,7 @@ class AliasMixin:
                 f"mm multiplies two matrices, got shapes {self.shape} and {other.shape}; "
                 "use matmul for vectors and batches"
             )
-        return self.matmul(other)  # type: ignore[attr-defined]
+        return self.matmul(other)
 
     def bmm(self, other: Tensor) -> Tensor:
         """Matrix products of two batches of the same size (no broadcasting, as ``torch.bmm``)."""
@@ -339,23 +340,23 @@ class AliasMixin:
                 f"bmm needs two 3-d tensors with the same batch size, got shapes "
                 f"{self.shape} and {other.shape}; use matmul to broadcast"
             )
-        return self.matmul(other)  # type: ignore[attr-defined]
+        return self.matmul(other)
 
     def outer(self, other: Tensor) -> Tensor:
         """The outer product of two vectors: ``out[i, j] = self[i] * other[j]``."""
         if self.ndim != 1 or other.ndim != 1:
             raise ShapeError(f"outer needs two vectors, got shapes {self.shape} and {other.shape}")
-        return self.unsqueeze(1) * other.unsqueeze(0)  # type: ignore[attr-defined]
+        return self.unsqueeze(1) * other.unsqueeze(0)
 
     def inner(self, other: Tensor) -> Tensor:
         """Sums of products over the last axes; the result has the other axes of both, in order."""
         if self.ndim == 0 or other.ndim == 0:
-            return self * other  # type: ignore[operator]
+            return self * other
         if self.shape[-1] != other.shape[-1]:
             raise ShapeError(
                 f"inner needs equal last axes, got shapes {self.shape} and {other.shape}"
             )
-        a = self.reshape(*self.shape[:-1], *(1,) * (other.ndim - 1), self.shape[-1])  # type: ignore[attr-defined]
+        a = self.reshape(*self.shape[:-1], *(1,) * (other.ndim - 1), self.shape[-1])
         return (a * other).sum(-1)
 
     def _scaled_sum(self, product: Tensor, beta: float, alpha: float) -> Tensor:
@@ -363,7 +364,7 @@ class AliasMixin:
         product = product if alpha == 1 else product * alpha
         if beta == 0:
             return product
-        return product + (self if beta == 1 else self * beta)  # type: ignore[operator]
+        return product + (self if beta == 1 else self * beta)
 
     def addmm(self, mat1: Tensor, mat2: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
         """``beta * self + alpha * (mat1 @ mat2)``, as ``torch.addmm``."""
@@ -375,7 +376,7 @@ class AliasMixin:
             raise ShapeError(
                 f"addmv needs a matrix and a vector, got shapes {mat.shape} and {vec.shape}"
             )
-        return self._scaled_sum(mat.matmul(vec), beta, alpha)  # type: ignore[attr-defined]
+        return self._scaled_sum(mat.matmul(vec), beta, alpha)
 
     def baddbmm(self, batch1: Tensor, batch2: Tensor, beta: float = 1, alpha: float = 1) -> Tensor:
         """``beta * self + alpha * (batch1 @ batch2)``, as ``torch.baddbmm``."""
@@ -383,22 +384,22 @@ class AliasMixin:
 
     def addcmul(self, tensor1: Tensor, tensor2: Tensor, value: float = 1) -> Tensor:
         """``self + value * tensor1 * tensor2``."""
-        return self + value * tensor1 * tensor2  # type: ignore[operator]
+        return self + value * tensor1 * tensor2
 
     def addcdiv(self, tensor1: Tensor, tensor2: Tensor, value: float = 1) -> Tensor:
         """``self + value * tensor1 / tensor2``."""
-        return self + value * tensor1 / tensor2  # type: ignore[operator]
+        return self + value * tensor1 / tensor2
 
     def trace(self) -> Tensor:
         """The sum of a matrix's diagonal."""
         if self.ndim != 2:
             raise ShapeError(f"trace needs a matrix, got shape {self.shape}")
-        return self.diagonal().sum()  # type: ignore[attr-defined]
+        return self.diagonal().sum()
 
     def cross(self, other: Tensor, dim: int = -1) -> Tensor:
         """The cross product of 3-vectors along axis ``dim`` (the last by default, as
         ``torch.linalg.cross``), broadcasting the other axes."""
-        a, b = self._operands(other)  # type: ignore[attr-defined]
+        a, b = self._operands(other)
         axis = a._axis(dim)
         if a.shape[axis] != 3:
             raise ShapeError(
@@ -411,7 +412,7 @@ class AliasMixin:
     def kron(self, other: Tensor) -> Tensor:
         """The Kronecker product: each element of ``self`` times all of ``other``, in blocks."""
         n = max(self.ndim, other.ndim)
-        a = self.reshape((1,) * (n - self.ndim) + self.shape)  # type: ignore[attr-defined]
+        a = self.reshape((1,) * (n - self.ndim) + self.shape)
         b = other.reshape((1,) * (n - other.ndim) + other.shape)
         pairs = [s for pair in zip(a.shape, (1,) * n) for s in pair]
         out = a.reshape(pairs) * b.reshape([s for pair in zip((1,) * n, b.shape) for s in pair])
@@ -421,12 +422,12 @@ class AliasMixin:
 
     def amax(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
         """The largest value over ``dim`` (every axis if empty); ties share the gradient equally."""
-        return self.max(dim if dim != () else None, keepdim)  # type: ignore[attr-defined]
+        return self.max(dim if dim != () else None, keepdim)
 
     def amin(self, dim: int | Sequence[int] = (), keepdim: bool = False) -> Tensor:
         """The smallest value over ``dim`` (every axis if empty); ties share the gradient
         equally."""
-        return self.min(dim if dim != () else None, keepdim)  # type: ignore[attr-defined]
+        return self.min(dim if dim != () else None, keepdim)
 
     def aminmax(self, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
         """``(amin, amax)`` over ``dim`` (every axis if None)."""
@@ -440,12 +441,12 @@ class AliasMixin:
         dtype: DType | str | None = None,
     ) -> Tensor:
         """``sum`` counting nans as 0."""
-        x = self.isnan().where(0, self) if self.dtype.is_float else self  # type: ignore[attr-defined]
+        x = self.isnan().where(0, self) if self.dtype.is_float else self
         return x.sum(dim, keepdim, dtype=dtype)
 
     def nanmean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
         """The mean of the elements that are not nan (nan where all are)."""
-        x = self._float_operand()  # type: ignore[attr-defined]
+        x = self._float_operand()
         count = x.isnan().logical_not().sum(dim, keepdim)
         return x.nansum(dim, keepdim) / count
 
@@ -459,9 +460,9 @@ class AliasMixin:
         [0.0, -9.0, 1.0]
         """
         if not self.dtype.is_float:
-            return self  # type: ignore[return-value]
+            return self
         big = float(np.finfo(self.dtype.np).max)
-        x = self.isnan().where(nan, self)  # type: ignore[attr-defined]
+        x = self.isnan().where(nan, self)
         x = (x == math.inf).where(big if posinf is None else posinf, x)
         return (x == -math.inf).where(-big if neginf is None else neginf, x)
 
@@ -473,23 +474,23 @@ class AliasMixin:
         2.0
         """
         if dim is None:
-            return self.reshape(-1)._median(0, False, skip_nan=False)[0]  # type: ignore[attr-defined]
+            return self.reshape(-1)._median(0, False, skip_nan=False)[0]
         return self._median(dim, keepdim, skip_nan=False)
 
     def nanmedian(self, dim: int | None = None, keepdim: bool = False) -> Any:
         """``median`` of the elements that are not nan (nan where all are)."""
         if dim is None:
-            return self.reshape(-1)._median(0, False, skip_nan=True)[0]  # type: ignore[attr-defined]
+            return self.reshape(-1)._median(0, False, skip_nan=True)[0]
         return self._median(dim, keepdim, skip_nan=True)
 
     def _median(self, dim: int, keepdim: bool, skip_nan: bool) -> tuple[Tensor, Tensor]:
         """Sort along ``dim`` with nans as inf (so they sort last), then pick the middle of the
         numbers (``skip_nan``) or, in a row with a nan, the first nan."""
-        axis = self._axis(dim)  # type: ignore[attr-defined]
+        axis = self._axis(dim)
         n = self.shape[axis]
         if n == 0:
             raise IndexError(f"median over axis {dim} of shape {self.shape}: the axis is empty")
-        nans = self.isnan()  # type: ignore[attr-defined]
+        nans = self.isnan()
         keys = nans.where(math.inf, self) if self.dtype.is_float else self
         ordered, order = keys.sort(axis)
         count = n - nans.sum(axis, keepdim=True)  # the numbers in each row
@@ -509,7 +510,7 @@ class AliasMixin:
         >>> round(Tensor([1.0]).atan2(-1.0).item(), 6)
         2.356194
         """
-        y, x = self._operands(other)  # type: ignore[attr-defined]
+        y, x = self._operands(other)
         y, x = y._float_operand(), x._float_operand()
         ay, ax = y.abs(), x.abs()
         big, small = ay.maximum(ax), ay.minimum(ax)
@@ -522,7 +523,7 @@ class AliasMixin:
 
     def hypot(self, other: Tensor | float) -> Tensor:
         """sqrt(a**2 + b**2) without overflow: max * sqrt(1 + (min / max)**2); inf if either is."""
-        a, b = self._operands(other)  # type: ignore[attr-defined]
+        a, b = self._operands(other)
         a, b = a._float_operand(), b._float_operand()
         big, small = a.abs().maximum(b.abs()), a.abs().minimum(b.abs())
         ratio = (big == 0).where(0.0, small / big)
@@ -537,7 +538,7 @@ class AliasMixin:
         >>> Tensor([1e-10]).expm1().item() * 1e10, Tensor([1e-10]).exp().item() - 1
         (1.000000013351432, 0.0)
         """
-        x = self._float_operand()  # type: ignore[attr-defined]
+        x = self._float_operand()
         u = x.exp()
         near = (x.abs() < 1) & (u != 1)
         kahan = (u - 1) * x / near.where(u, math.e).log()
@@ -546,50 +547,50 @@ class AliasMixin:
 
     def frac(self) -> Tensor:
         """The fractional part, x - trunc(x), with x's sign."""
-        return self - self.trunc()  # type: ignore[attr-defined,operator]
+        return self - self.trunc()
 
     def sgn(self) -> Tensor:
         """``sign`` (for real numbers, PyTorch's sgn is sign)."""
-        return self.sign()  # type: ignore[attr-defined]
+        return self.sign()
 
     def signbit(self) -> Tensor:
         """Whether the sign bit is set: true for negative numbers, -0.0 and negative nans."""
         if self.dtype.is_float:
             bits = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[self.dtype.itemsize]
-            return self.bitcast(bits) < 0  # type: ignore[attr-defined]
+            return self.bitcast(bits) < 0
         if self.dtype == dtypes.bool or self.dtype.is_unsigned:
-            return self.full_like(False, dtypes.bool)  # type: ignore[attr-defined]
-        return self < 0  # type: ignore[operator]
+            return self.full_like(False, dtypes.bool)
+        return self < 0
 
     def heaviside(self, values: Tensor | float) -> Tensor:
         """0 where x < 0, ``values`` where x == 0, 1 where x > 0 (no gradient, as in PyTorch)."""
-        x, v = self._operands(values)  # type: ignore[attr-defined]
+        x, v = self._operands(values)
         return (x == 0).where(v, (x > 0).cast(x.dtype)).detach()
 
     def xlogy(self, other: Tensor | float) -> Tensor:
         """x * ln(y), 0 where x is 0 (unless y is nan): an entropy term that stays finite."""
-        x, y = self._operands(other)  # type: ignore[attr-defined]
+        x, y = self._operands(other)
         x, y = x._float_operand(), y._float_operand()
         out = x * ((x == 0) & y.isnan().logical_not()).where(1.0, y).log()
         return out.detach()._with_gradient(_xlogy_gradient, (x, y))
 
     def deg2rad(self) -> Tensor:
         """Degrees to radians."""
-        return self._float_operand() * (math.pi / 180)  # type: ignore[attr-defined]
+        return self._float_operand() * (math.pi / 180)
 
     def rad2deg(self) -> Tensor:
         """Radians to degrees."""
-        return self._float_operand() * (180 / math.pi)  # type: ignore[attr-defined]
+        return self._float_operand() * (180 / math.pi)
 
     def float_power(self, exponent: Tensor | float) -> Tensor:
         """``self ** exponent`` in float64, as ``torch.float_power``."""
         if hasattr(exponent, "uop"):
-            exponent = exponent.cast(dtypes.float64)  # type: ignore[union-attr]
-        return self.cast(dtypes.float64) ** exponent  # type: ignore[attr-defined]
+            exponent = exponent.cast(dtypes.float64)
+        return self.cast(dtypes.float64) ** exponent
 
     def true_divide(self, other: Tensor | float) -> Tensor:
         """``div`` (true division)."""
-        return self.div(other)  # type: ignore[attr-defined]
+        return self.div(other)
 
     # ---- indexing --------------------------------------------------------------------------------
 
@@ -597,14 +598,14 @@ class AliasMixin:
         """The elements at ``index`` (a vector) along axis ``dim``."""
         if index.ndim > 1:
             raise IndexError(f"index_select takes a 0-d or 1-d index, got shape {index.shape}")
-        axis = self._axis(dim)  # type: ignore[attr-defined]
-        return self[(slice(None),) * axis + (index.reshape(-1),)]  # type: ignore[index]
+        axis = self._axis(dim)
+        return self[(slice(None),) * axis + (index.reshape(-1),)]
 
     def take_along_dim(self, indices: Tensor, dim: int | None = None) -> Tensor:
         """``gather`` with the other axes broadcast (both flattened if ``dim`` is None)."""
         if dim is None:
-            return self.reshape(-1).gather(0, indices.reshape(-1))  # type: ignore[attr-defined]
-        axis = self._axis(dim)  # type: ignore[attr-defined]
+            return self.reshape(-1).gather(0, indices.reshape(-1))
+        axis = self._axis(dim)
         if indices.ndim != self.ndim:
             raise ShapeError(
                 f"take_along_dim needs indices with as many axes as the input, got "

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from fusegrad.engine import capture
 from fusegrad.errors import FusegradError, ShapeError
 from fusegrad.gradient import compute_gradient, full_like
+from fusegrad.tensor.base import TensorBase
 from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class _Switch(ContextDecorator):
         setattr(self.cls, self.name, self.old)
 
 
-class AutogradMixin:
+class AutogradMixin(TensorBase):
     """The gradient side of ``Tensor``."""
 
     __slots__ = ()
@@ -80,7 +81,7 @@ class AutogradMixin:
 
     def requires_grad_(self, value: bool = True) -> Tensor:
         self.requires_grad = value
-        return self  # type: ignore[return-value]
+        return self
 
     def _differentiable_uop(self) -> UOp:
         """The graph to differentiate: the lazy one, even if this tensor was realized since."""
@@ -97,7 +98,7 @@ class AutogradMixin:
         """
         arg = (_tensor_rule, (rule, type(self), self.device, params))
         node = UOp(Ops.CUSTOM_GRAD, self.uop.dtype, (self.uop, *(t.uop for t in inputs)), arg)
-        return self._wrap(node, self.device)  # type: ignore[attr-defined]
+        return self._wrap(node, self.device)
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """d self / d target for each target, without touching ``.grad``.
@@ -113,7 +114,7 @@ class AutogradMixin:
         out = []
         for t in targets:
             g = found.get(t.uop)
-            out.append(self._wrap(g if g is not None else full_like(t.uop, 0.0), t.device))  # type: ignore[attr-defined]
+            out.append(self._wrap(g if g is not None else full_like(t.uop, 0.0), t.device))
         return out
 
     def _seed_gradient(self, gradient: Tensor | None) -> UOp:
@@ -145,20 +146,20 @@ class AutogradMixin:
             g = found.get(t.uop)
             if g is None:
                 continue
-            g_tensor = self._wrap(g, t.device)  # type: ignore[attr-defined]
+            g_tensor = self._wrap(g, t.device)
             t.grad = g_tensor if t.grad is None else t.grad + g_tensor
-        return self  # type: ignore[return-value]
+        return self
 
     def assign(self, x: Tensor | Any) -> Tensor:
         """Make this tensor hold ``x``'s values (same shape; cast to this dtype). Lazy."""
         if not isinstance(x, type(self)):
-            x = type(self)(x, device=self.device, dtype=self.uop.dtype)  # type: ignore[attr-defined]
+            x = type(self)(x, device=self.device, dtype=self.uop.dtype)
         if x.shape != self.uop.shape:
             raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.uop.shape}")
-        if x.device != self.device:  # type: ignore[attr-defined]
-            x = x.to(self.device)  # type: ignore[attr-defined]
+        if x.device != self.device:
+            x = x.to(self.device)
         if (recording := capture.active()) is not None:  # TinyJit is capturing (engine/capture.py)
             recording.assigned(self, self.uop)
         self.uop = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
         self._graph = None
-        return self  # type: ignore[return-value]
+        return self

@@ -11,13 +11,14 @@ import math
 from typing import TYPE_CHECKING
 
 from fusegrad.errors import InvalidArgument, InvalidValue, ShapeError
+from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.nn_ops import _check_reduction, _reduce_loss
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
 
 
-class FunctionalMixin:
+class FunctionalMixin(TensorBase):
     """Losses, layers and helpers of ``torch.nn.functional`` built from other Tensor ops."""
 
     def smooth_l1_loss(

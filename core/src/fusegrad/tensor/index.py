@@ -17,6 +17,7 @@ import numpy as np
 from fusegrad.dtype import dtypes, promote_types
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
+from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.movement import ADVANCED_INDEX, broadcast_shapes
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def _indexed_axes(item: Any) -> int:
     return item.ndim if isinstance(item, np.ndarray) and item.dtype == np.bool_ else 1
 
 
-class IndexMixin:
+class IndexMixin(TensorBase):
     """Joining, splitting, gathering, scattering and advanced indexing."""
 
     __slots__ = ()
@@ -662,7 +663,7 @@ class IndexMixin:
         """
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = tuple(operands[0])
-        tensors: list[Tensor] = list(operands)  # type: ignore[arg-type]
+        tensors: list[Tensor] = list(operands)
         lhs, arrow, rhs = formula.replace(" ", "").partition("->")
         terms = lhs.split(",")
         if len(terms) != len(tensors):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.helpers import prod
+from fusegrad.tensor.base import TensorBase
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -50,7 +51,7 @@ def _pair(dims: Any) -> list[int]:
     return [dims] if isinstance(dims, int) else [int(d) for d in dims]
 
 
-class JoinMixin:
+class JoinMixin(TensorBase):
     """hstack/vstack/dstack/column_stack, tensor_split, tensordot, diff, index_add/fill."""
 
     __slots__ = ()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FusegradError, InvalidArgument
 from fusegrad.helpers import prod
+from fusegrad.tensor.base import TensorBase
 from fusegrad.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def _remainder_gradient(grad: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Ten
     return grad, -grad * quotient
 
 
-class MathMixin:
+class MathMixin(TensorBase):
     """Elementwise math, activations, softmax and statistics."""
 
     __slots__ = ()

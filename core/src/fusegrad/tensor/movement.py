@@ -15,6 +15,7 @@ import numpy as np
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
+from fusegrad.tensor.base import TensorBase
 from fusegrad.uop import ops
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, sym_eval
 
@@ -55,7 +56,7 @@ def _unreshaped(u: UOp) -> UOp:
     return u.src[0] if u.op is Ops.RESHAPE else u
 
 
-class MovementMixin:
+class MovementMixin(TensorBase):
     """Reshaping, reordering, broadcasting, padding and slicing."""
 
     __slots__ = ()
@@ -66,7 +67,7 @@ class MovementMixin:
     ndim: int
 
     def _move(self, op: Ops, arg: Any) -> Tensor:
-        return self._wrap(UOp(op, self.uop.dtype, (self.uop,), arg), self.device)  # type: ignore[attr-defined]
+        return self._wrap(UOp(op, self.uop.dtype, (self.uop,), arg), self.device)
 
     def _axis(self, axis: int, ndim: int | None = None) -> int:
         """A non-negative axis; an IndexError names the valid range."""
@@ -104,16 +105,16 @@ class MovementMixin:
                     f"cannot reshape {self.shape} to {new}: with another size 0, "
                     "the -1 could be any size; give it explicitly"
                 )
-            if self.numel() % known:  # type: ignore[attr-defined]
+            if self.numel() % known:
                 raise ShapeError(f"cannot reshape {self.shape} to {new}: sizes do not divide")
-            new = tuple(self.numel() // known if s == -1 else s for s in new)  # type: ignore[attr-defined]
+            new = tuple(self.numel() // known if s == -1 else s for s in new)
         if any(s < 0 for s in new) or prod(new) != prod(self.shape):
             raise ShapeError(
                 f"cannot reshape {self.shape} ({prod(self.shape)} elements) to {new} "
                 f"({prod(new)} elements)"
             )
         if new == self.shape:
-            return self  # type: ignore[return-value]
+            return self
         return self._move(Ops.RESHAPE, new)
 
     def _reshape_symbolic(self, new: tuple) -> Tensor:
@@ -129,7 +130,7 @@ class MovementMixin:
             return self
         # a reshape of a reshape is one: a buffer viewed with a symbolic shape stays a buffer
         src = _unreshaped(self.uop)
-        return self._wrap(UOp(Ops.RESHAPE, src.dtype, (src,), new), self.device)  # type: ignore[attr-defined]
+        return self._wrap(UOp(Ops.RESHAPE, src.dtype, (src,), new), self.device)
 
     def view(self, *shape: int | Sequence[int]) -> Tensor:
         return self.reshape(*shape)
@@ -142,7 +143,7 @@ class MovementMixin:
                 f"permute of a {self.ndim}-d tensor needs each axis once, got {_sizes(order)}"
             )
         if axes == tuple(range(self.ndim)):
-            return self  # type: ignore[return-value]
+            return self
         return self._move(Ops.PERMUTE, axes)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -150,7 +151,7 @@ class MovementMixin:
         order = list(range(self.ndim))
         a, b = self._axis(dim0), self._axis(dim1)
         if self.ndim == 0:
-            return self  # type: ignore[return-value]
+            return self
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
@@ -290,7 +291,7 @@ class MovementMixin:
             raise InvalidArgument(
                 f"padding mode {mode!r} takes no value (got {value}), as in PyTorch"
             )
-        x: Tensor = self  # type: ignore[assignment]
+        x: Tensor = self
         for axis, (before, after) in enumerate(arg):
             if (before, after) != (0, 0):
                 x = x._pad_edge(axis, before, after, mode)
@@ -322,11 +323,11 @@ class MovementMixin:
             grow = tuple((max(b, 0), max(a, 0)) for b, a in arg)
             return self.shrink(cut)._pad_constant(grow, value)
         if all(p == (0, 0) for p in arg):
-            return self  # type: ignore[return-value]
+            return self
         padded = self._move(Ops.PAD, arg)
         if value == 0:
             return padded
-        inside = self.full_like(True, dtypes.bool)._move(Ops.PAD, arg)  # type: ignore[attr-defined]
+        inside = self.full_like(True, dtypes.bool)._move(Ops.PAD, arg)
         return inside.where(padded, padded.full_like(value))  # keeps the tensor's dtype, as torch
 
     def _pad_edge(self, axis: int, before: int, after: int, mode: str) -> Tensor:
@@ -384,7 +385,7 @@ class MovementMixin:
             if not 0 <= sym_eval(b) <= sym_eval(e) <= sym_eval(s):
                 raise ShapeError(f"shrink {arg} does not fit shape {self.shape}")
         if all(r == (0, s) for r, s in zip(arg, self.shape)):
-            return self  # type: ignore[return-value]
+            return self
         return self._move(Ops.SHRINK, arg)
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
@@ -447,10 +448,10 @@ class MovementMixin:
             )
         items = list(index) if isinstance(index, tuple) else [index]
         if any(isinstance(i, (MovementMixin, *ADVANCED_INDEX)) for i in items):
-            return self._getitem_tensor(items)  # type: ignore[attr-defined]
+            return self._getitem_tensor(items)
         used = sum(1 for i in items if i is not None and i is not Ellipsis)
         items = self._fill_ellipsis(items, used)
-        x: Tensor = self  # type: ignore[assignment]
+        x: Tensor = self
         out_shape: list[int] = []
         axis = 0
         for item in items:

@@ -17,6 +17,7 @@ import numpy as np
 from fusegrad import caches
 from fusegrad.dtype import dtypes
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
+from fusegrad.tensor.base import TensorBase
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def _reduce_loss(loss: Tensor, reduction: str) -> Tensor:
     return loss.mean()
 
 
-class NNMixin:
+class NNMixin(TensorBase):
     """Convolution, pooling, resizing, normalisation, dropout, attention and losses."""
 
     __slots__ = ()

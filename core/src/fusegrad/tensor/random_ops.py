@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import InvalidArgument, ShapeError
+from fusegrad.tensor.base import TensorBase
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -66,7 +67,7 @@ def _erfinv_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
     return (grad * (math.sqrt(math.pi) / 2) * (y * y).exp(),)
 
 
-class RandomMixin:
+class RandomMixin(TensorBase):
     """bernoulli, randperm and erfinv."""
 
     __slots__ = ()

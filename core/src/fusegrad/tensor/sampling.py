@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
+from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.nn_ops import Size, _check_reduction, _padding_pairs, _reduce_loss, _tuple
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def _host_ints(x: Tensor | Sequence[int] | int, name: str) -> list[int]:
     return values
 
 
-class SamplingMixin:
+class SamplingMixin(TensorBase):
     """Adaptive pooling, fold, affine grids and grid sampling, and the CTC loss."""
 
     __slots__ = ()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument
+from fusegrad.tensor.base import TensorBase
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -35,7 +36,7 @@ def _contiguous_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
     return (grad.contiguous(),)
 
 
-class ScanMixin:
+class ScanMixin(TensorBase):
     """Scans along an axis, and sorting."""
 
     __slots__ = ()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
+from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.scan import ValuesIndices
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def _is_tensor(x: Any) -> bool:
     return hasattr(x, "uop")
 
 
-class SearchMixin:
+class SearchMixin(TensorBase):
     """Searching sorted rows, order statistics and unique elements."""
 
     __slots__ = ()

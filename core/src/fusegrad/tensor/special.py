@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from fusegrad.dtype import dtypes
+from fusegrad.tensor.base import TensorBase
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -155,14 +156,14 @@ def _copysign_gradient(grad: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, None
     return grad * (a == 0).where(0.0, a.copysign(b) / a), None
 
 
-class SpecialMixin:
+class SpecialMixin(TensorBase):
     """Inverse trigonometric and hyperbolic functions, log1p, log10, copysign, logaddexp."""
 
     __slots__ = ()
 
     def _special(self, name: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
         """``fn`` of this tensor as a float (halves in float32), with the derivative ``name``."""
-        x = self._float_operand()  # type: ignore[attr-defined]
+        x = self._float_operand()
         wide = x.cast(dtypes.float32) if x.dtype.itemsize < 4 else x
         out = fn(wide)._with_gradient(_derivative_gradient, (wide,), (name,))
         return out.cast(x.dtype)
@@ -177,7 +178,7 @@ class SpecialMixin:
 
     def log10(self) -> Tensor:
         """The base-10 logarithm: log2(x) * log10(2)."""
-        return self.log2() * math.log10(2)  # type: ignore[attr-defined]
+        return self.log2() * math.log10(2)
 
     def atan(self) -> Tensor:
         """The arctangent, in (-pi/2, pi/2).
@@ -221,7 +222,7 @@ class SpecialMixin:
         >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-0.0, 1.0, -1.0])).tolist()
         [-1.0, 2.0, -3.0]
         """
-        a, b = self._operands(other)  # type: ignore[attr-defined]
+        a, b = self._operands(other)
         a, b = a._float_operand(), b._float_operand()
         bits = _BITS[a.dtype.itemsize]
         out = ((a.bitcast(bits) & bits.max) | (b.bitcast(bits) & bits.min)).bitcast(a.dtype)
@@ -233,12 +234,12 @@ class SpecialMixin:
         >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
         1000.693
         """
-        a, b = self._operands(other)  # type: ignore[attr-defined]
+        a, b = self._operands(other)
         a, b = a._float_operand(), b._float_operand()
         difference = (a == b).where(0.0, a - b)  # equal infinities: no inf - inf
         return a.maximum(b) + (-difference.abs()).exp().log1p()
 
     def logsigmoid(self) -> Tensor:
         """ln(sigmoid(x)) = min(x, 0) - log1p(e**-|x|): finite for every finite x."""
-        x = self._float_operand()  # type: ignore[attr-defined]
+        x = self._float_operand()
         return x.minimum(0) - (-x.abs()).exp().log1p()

@@ -33,6 +33,7 @@ class _Entry(weakref.ref):
     """A weak reference to a UOp that remembers its key in ``_NODES``."""
 
     __slots__ = ("key",)
+    key: tuple
 
 
 def _forget(entry: _Entry) -> None:
@@ -56,6 +57,8 @@ class UOp:
     dtype: DType
     src: tuple[UOp, ...]
     arg: Any
+    _shape: tuple[int, ...] | None  # symbolic sizes are UOps, typed as ints like ``shape``
+    _bounds: tuple[int | float, int | float] | None
 
     def __new__(
         cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None
@@ -187,9 +190,10 @@ class UOp:
     @property
     def shape(self) -> tuple[int, ...]:
         """The shape of a tensor-graph node (computed once)."""
-        if self._shape is None:
-            _SET_SHAPE(self, _shape_of(self))
-        return self._shape
+        shape = self._shape
+        if shape is None:
+            _SET_SHAPE(self, shape := _shape_of(self))
+        return shape
 
     @property
     def size(self) -> int:
@@ -208,9 +212,10 @@ class UOp:
     @property
     def bounds(self) -> tuple[int | float, int | float]:
         """Smallest and largest value this integer expression can take."""
-        if self._bounds is None:
-            _SET_BOUNDS(self, _wrapped(self.dtype, _bounds_of(self)))
-        return self._bounds
+        bounds = self._bounds
+        if bounds is None:
+            _SET_BOUNDS(self, bounds := _wrapped(self.dtype, _bounds_of(self)))
+        return bounds
 
 
 #: the slots' own setters, which bypass the immutable ``__setattr__`` (twice as fast as
@@ -306,7 +311,7 @@ def sym_eval(x: sint, values: dict[UOp, int] | None = None) -> int:
         if values is None or x not in values:
             raise ValueError(f"Variable {x.arg[0]!r} has no value here; bind it: var.bind(n)")
         return values[x]
-    return exec_alu(x.op, x.dtype, tuple(sym_eval(s, values) for s in x.src))
+    return int(exec_alu(x.op, x.dtype, tuple(sym_eval(s, values) for s in x.src)))
 
 
 def sym_max(x: sint) -> int:
@@ -448,7 +453,7 @@ def _bounds_of(u: UOp) -> tuple[int | float, int | float]:
     if op is Ops.SHR:  # a packed narrow element's word: i >> 2
         (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
         if a0 >= 0 and b0 == b1 and b0 >= 0:
-            return (a0 >> b0, a1 >> b0)
+            return (int(a0) >> int(b0), int(a1) >> int(b0))
     if op is Ops.AND and u.dtype != dtypes.bool:  # x & m keeps only m's bits: [0, m] for m >= 0
         (a0, a1), (b0, b1) = u.src[0].bounds, u.src[1].bounds
         if a0 >= 0 or b0 >= 0:
