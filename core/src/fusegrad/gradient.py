@@ -196,7 +196,7 @@ def compute_gradient(
         g = grads.get(u)
         if g is None or not u.src or not any(s in reach for s in u.src):
             continue
-        src_grads = DERIVATIVES.rewrite(u, ctx=g)
+        src_grads: tuple[UOp | None, ...] | None = DERIVATIVES.rewrite(u, ctx=g)
         if src_grads is None:
             raise NotImplementedError(f"no derivative rule for {u.op}")
         for s, sg in zip(u.src, src_grads):

@@ -162,10 +162,10 @@ class Lowerer:
                 src = src.src[0]
             return self.lower(src, unflatten(flatten(idx, u.shape), src.shape), gate)
         if op is Ops.PERMUTE:
-            inner = [idx_const(0)] * len(idx)
+            permuted = [idx_const(0)] * len(idx)
             for out_axis, src_axis in enumerate(arg):
-                inner[src_axis] = idx[out_axis]
-            return self.lower(src, tuple(inner), gate)
+                permuted[src_axis] = idx[out_axis]
+            return self.lower(src, tuple(permuted), gate)
         if op is Ops.EXPAND:
             inner = tuple(idx_const(0) if s == 1 else i for i, s in zip(idx, src.shape))
             return self.lower(src, inner, gate)
@@ -249,8 +249,8 @@ def output_index(
     ]
     looped += [(d, tile[d]) for d in opts.order if d in tile]  # tiles: innermost output loops
     loops: dict[int, list[UOp]] = {}
-    for i, (d, trips) in enumerate(looped):
-        loops.setdefault(d, []).append(axes.range(trips, outermost if i == 0 else AxisKind.GLOBAL))
+    for n, (d, trips) in enumerate(looped):
+        loops.setdefault(d, []).append(axes.range(trips, outermost if n == 0 else AxisKind.GLOBAL))
     inner = {d: axes.range(u, AxisKind.UPCAST) for d, u in opts.upcast}
     idx = []
     for d, size in enumerate(shape):

@@ -33,7 +33,8 @@ def _neighbours(opts: KernelOpts | None, ast: UOp) -> list[KernelOpts | None]:
     value = ast.src[0].src[1]
     shape = value.shape
     axes = [d for d, s in enumerate(shape) if s > 1]
-    if not axes or _reduce_of(value) is None:
+    reduce = _reduce_of(value)
+    if not axes or reduce is None:
         return []
     base = opts or KernelOpts(tuple(range(len(shape))))
     out: list[KernelOpts | None] = [None]
@@ -50,7 +51,6 @@ def _neighbours(opts: KernelOpts | None, ast: UOp) -> list[KernelOpts | None]:
                     out.append(KernelOpts(order, upcast, base.lanes, base.merge))
                     if base.tile:
                         out.append(KernelOpts(order, upcast, base.lanes, base.merge, base.tile))
-    reduce = _reduce_of(value)
     axis = max(reduce.arg[1])
     for amount in (4, 8, 16):
         if (
@@ -161,7 +161,7 @@ def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | 
             f"\rBEAM {kernels[0].name if kernels else ''}: {len(timed)} candidates, "
             f"best {timed[frontier[0]] * 1e3:.3f} ms (default {timed[default] * 1e3:.3f} ms)"
         )
-    best = frontier[0]
+    chosen = frontier[0]
     sys.stderr.write(f" in {time.perf_counter() - start:.1f} s\n")
-    _save(path, best)
-    return best
+    _save(path, chosen)
+    return chosen

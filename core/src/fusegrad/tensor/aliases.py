@@ -63,10 +63,7 @@ class AliasMixin(TensorBase):
 
     __slots__ = ()
 
-    shape: tuple[int, ...]
-    ndim: int
     device: str
-    dtype: DType
 
     # ---- shape queries and constructors ----------------------------------------------------------
 

@@ -63,8 +63,6 @@ class MovementMixin(TensorBase):
 
     uop: UOp
     device: str
-    shape: tuple[int, ...]
-    ndim: int
 
     def _move(self, op: Ops, arg: Any) -> Tensor:
         return self._wrap(UOp(op, self.uop.dtype, (self.uop,), arg), self.device)

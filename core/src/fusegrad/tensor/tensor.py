@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from fusegrad.tensor.special import SpecialMixin
 from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, sym_eval
 
 Scalar = int | float | bool
+#: ``Tensor`` has cast methods named int, float and bool: annotations in its body use these
+_int: TypeAlias = int
+_float: TypeAlias = float
+_bool: TypeAlias = bool
 
 
 def buffer_uop(buf: Buffer, shape: tuple[int, ...]) -> UOp:
@@ -259,7 +263,7 @@ class Tensor(
 
     @staticmethod
     def full(
-        shape: int | Sequence[int],
+        shape: _int | Sequence[_int],
         fill: Scalar,
         dtype: DType | str | None = None,
         device: str | None = None,
@@ -274,7 +278,7 @@ class Tensor(
         *shape: Any,
         dtype: DType | str | None = None,
         device: str | None = None,
-        requires_grad: bool | None = None,
+        requires_grad: _bool | None = None,
     ) -> Tensor:
         t = Tensor.full(_shape_arg(shape), 0, to_dtype(dtype or dtypes.default_float), device)
         return t.requires_grad_(bool(requires_grad))
@@ -284,7 +288,7 @@ class Tensor(
         *shape: Any,
         dtype: DType | str | None = None,
         device: str | None = None,
-        requires_grad: bool | None = None,
+        requires_grad: _bool | None = None,
     ) -> Tensor:
         t = Tensor.full(_shape_arg(shape), 1, to_dtype(dtype or dtypes.default_float), device)
         return t.requires_grad_(bool(requires_grad))
@@ -294,7 +298,7 @@ class Tensor(
         *shape: Any,
         dtype: DType | str | None = None,
         device: str | None = None,
-        requires_grad: bool | None = None,
+        requires_grad: _bool | None = None,
     ) -> Tensor:
         """Uninitialised memory of ``shape``."""
         shape = _shape_arg(shape)
@@ -304,9 +308,9 @@ class Tensor(
 
     @staticmethod
     def arange(
-        start: int | float,
-        stop: int | float | None = None,
-        step: int | float = 1,
+        start: _int | _float,
+        stop: _int | _float | None = None,
+        step: _int | _float = 1,
         dtype: DType | str | None = None,
         device: str | None = None,
     ) -> Tensor:
@@ -327,7 +331,7 @@ class Tensor(
                 "flip its sign, or swap start and stop"
             )
         count = max(0, math.ceil((stop - start) / step))
-        ends = (start, start + (count - 1) * step) if count else ()
+        ends: tuple[_int | _float, ...] = (start, start + (count - 1) * step) if count else ()
         default = dtypes.from_py([start, stop, step])
         if default.is_int and any(not dtypes.int32.min <= v <= dtypes.int32.max for v in ends):
             default = dtypes.int64
@@ -341,9 +345,9 @@ class Tensor(
 
     @staticmethod
     def linspace(
-        start: int | float,
-        end: int | float,
-        steps: int,
+        start: _int | _float,
+        end: _int | _float,
+        steps: _int,
         dtype: DType | str | None = None,
         device: str | None = None,
     ) -> Tensor:
@@ -361,18 +365,20 @@ class Tensor(
                 f"linspace needs steps >= 0 (got {steps}) and a number dtype (got {dtype.name}), "
                 "as in PyTorch"
             )
-        compute = np.float32 if dtype.is_float and dtype.itemsize <= 4 else np.float64
+        compute: type[np.floating[Any]] = (
+            np.float32 if dtype.is_float and dtype.itemsize <= 4 else np.float64
+        )
         start_, end_ = compute(start), compute(end)
         step = (end_ - start_) / compute(max(steps - 1, 1))
         i = np.arange(steps)
-        up = start_ + step * i.astype(compute)
-        down = end_ - step * (steps - 1 - i).astype(compute)
+        up = start_ + i.astype(compute) * step
+        down = end_ - (steps - 1 - i).astype(compute) * step
         values = np.where((i < steps // 2) | (steps == 1), up, down)
         return Tensor(values.astype(dtype.np), device=device, dtype=dtype)
 
     @staticmethod
     def eye(
-        n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None
+        n: _int, m: _int | None = None, dtype: DType | str | None = None, device: str | None = None
     ) -> Tensor:
         """The identity matrix (ones on the diagonal), ``n`` by ``m`` (default ``n``)."""
         m = n if m is None else m
@@ -384,7 +390,7 @@ class Tensor(
         )
 
     @staticmethod
-    def manual_seed(seed: int = 0) -> None:
+    def manual_seed(seed: _int = 0) -> None:
         """Seed the random number generator (the same numbers on every device)."""
         Tensor._seed, Tensor._rng_counter = seed, 0
 
@@ -398,7 +404,7 @@ class Tensor(
         *shape: Any,
         dtype: DType | str | None = None,
         device: str | None = None,
-        requires_grad: bool | None = None,
+        requires_grad: _bool | None = None,
     ) -> Tensor:
         """Uniform random numbers in [0, 1)."""
         dtype = to_dtype(dtype or dtypes.default_float)
@@ -410,7 +416,7 @@ class Tensor(
         *shape: Any,
         dtype: DType | str | None = None,
         device: str | None = None,
-        requires_grad: bool | None = None,
+        requires_grad: _bool | None = None,
     ) -> Tensor:
         """Normally distributed random numbers (mean 0, variance 1)."""
         dtype = to_dtype(dtype or dtypes.default_float)
@@ -420,9 +426,9 @@ class Tensor(
     @staticmethod
     def uniform(
         *shape: Any,
-        low: float = 0.0,
-        high: float = 1.0,
-        requires_grad: bool | None = None,
+        low: _float = 0.0,
+        high: _float = 1.0,
+        requires_grad: _bool | None = None,
         **kwargs: Any,
     ) -> Tensor:
         """Uniform random numbers in [low, high) (the result, not a rand inside, is the leaf)."""
@@ -432,9 +438,9 @@ class Tensor(
     @staticmethod
     def normal(
         *shape: Any,
-        mean: float = 0.0,
-        std: float = 1.0,
-        requires_grad: bool | None = None,
+        mean: _float = 0.0,
+        std: _float = 1.0,
+        requires_grad: _bool | None = None,
         **kwargs: Any,
     ) -> Tensor:
         """Normally distributed random numbers of mean ``mean`` and deviation ``std``."""
@@ -455,7 +461,7 @@ class Tensor(
         return Tensor.uniform(shape, low=-bound, high=bound, **kwargs)
 
     @staticmethod
-    def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    def kaiming_uniform(*shape: Any, a: _float = 0.01, **kwargs: Any) -> Tensor:
         """He/Kaiming uniform for leaky relu slope ``a``: bound sqrt(6 / ((1 + a^2) fan_in)), the
         fan-in of a (out, in, ...) weight, as PyTorch's ``kaiming_uniform_``."""
         fan_in, _ = _fans(shape := _shape_arg(shape))
@@ -463,7 +469,7 @@ class Tensor(
         return Tensor.uniform(shape, low=-bound, high=bound, **kwargs)
 
     @staticmethod
-    def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    def kaiming_normal(*shape: Any, a: _float = 0.01, **kwargs: Any) -> Tensor:
         """He/Kaiming normal: deviation sqrt(2 / ((1 + a^2) fan_in)), as ``kaiming_normal_``."""
         fan_in, _ = _fans(shape := _shape_arg(shape))
         std = math.sqrt(2 / ((1 + a * a) * max(fan_in, 1)))
@@ -472,8 +478,8 @@ class Tensor(
     @staticmethod
     def randint(
         *shape: Any,
-        low: int = 0,
-        high: int = 10,
+        low: _int = 0,
+        high: _int = 10,
         dtype: DType | str | None = None,
         device: str | None = None,
     ) -> Tensor:
@@ -518,7 +524,7 @@ class Tensor(
             dtype = others[0].dtype
         return self._wrap(UOp(op, dtype, srcs), self.device)
 
-    def _operands(self, other: Tensor | Scalar, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    def _operands(self, other: Tensor | Scalar, reverse: _bool = False) -> tuple[Tensor, Tensor]:
         """Both operands of a binary op, promoted to one dtype and broadcast to one shape."""
         if not isinstance(other, Tensor):  # a Python scalar: a cached broadcast constant
             a = self.cast(scalar_type(other, self.dtype))
@@ -540,23 +546,23 @@ class Tensor(
     def _float_operand(self) -> Tensor:
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
 
-    def add(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def add(self, other: Tensor | Scalar, reverse: _bool = False) -> Tensor:
         """Elementwise sum, broadcasting."""
         a, b = self._operands(other, reverse)
         return a._alu(Ops.ADD, b)
 
-    def mul(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def mul(self, other: Tensor | Scalar, reverse: _bool = False) -> Tensor:
         """Elementwise product, broadcasting."""
         a, b = self._operands(other, reverse)
         return a._alu(Ops.MUL, b)
 
-    def sub(self, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    def sub(self, other: Tensor | Scalar, reverse: _bool = False) -> Tensor:
         """Elementwise difference, broadcasting."""
         a, b = self._operands(other, reverse)
         return a._alu(Ops.ADD, b.neg())
 
     def div(
-        self, other: Tensor | Scalar, reverse: bool = False, rounding_mode: str | None = None
+        self, other: Tensor | Scalar, reverse: _bool = False, rounding_mode: str | None = None
     ) -> Tensor:
         """True division; integer inputs give a float result, as in PyTorch. ``rounding_mode``
         "trunc" rounds the quotient towards zero and "floor" down (integers then stay integers).
@@ -729,7 +735,7 @@ class Tensor(
 
     # ---- reductions ------------------------------------------------------------------------------
 
-    def _reduce(self, op: Ops, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    def _reduce(self, op: Ops, axis: _int | Sequence[_int] | None, keepdim: _bool) -> Tensor:
         axes = self._resolve_axes(axis)
         shape = self.shape
         if axes:
@@ -740,7 +746,7 @@ class Tensor(
             return out
         return out.reshape(tuple(s for i, s in enumerate(shape) if i not in axes))
 
-    def _resolve_axes(self, axis: int | Sequence[int] | None) -> tuple[int, ...]:
+    def _resolve_axes(self, axis: _int | Sequence[_int] | None) -> tuple[_int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
         axes = (axis,) if isinstance(axis, int) else tuple(axis)
@@ -749,8 +755,8 @@ class Tensor(
 
     def sum(
         self,
-        axis: int | Sequence[int] | None = None,
-        keepdim: bool = False,
+        axis: _int | Sequence[_int] | None = None,
+        keepdim: _bool = False,
         dtype: DType | str | None = None,
     ) -> Tensor:
         """Sum over ``axis`` (all axes by default). Small ints and bool sum as int32, halves in
@@ -759,22 +765,22 @@ class Tensor(
         out = self.cast(_accumulate_dtype(acc))._reduce(Ops.ADD, axis, keepdim)
         return out.cast(acc)
 
-    def max(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def max(self, axis: _int | Sequence[_int] | None = None, keepdim: _bool = False) -> Tensor:
         """The largest value over ``axis``; an axis of size 0 has none (``ShapeError``)."""
         self._require_elements("max", axis)
         return self._max(axis, keepdim)
 
-    def min(self, axis: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+    def min(self, axis: _int | Sequence[_int] | None = None, keepdim: _bool = False) -> Tensor:
         """The smallest value over ``axis``; an axis of size 0 has none (``ShapeError``)."""
         self._require_elements("min", axis)
         return self._min(axis, keepdim)
 
-    def _max(self, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    def _max(self, axis: _int | Sequence[_int] | None, keepdim: _bool) -> Tensor:
         """``max`` that gives the dtype's smallest value over an empty axis, for methods whose
         result stays defined there (the softmax of an empty row, a scatter of no elements)."""
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def _min(self, axis: int | Sequence[int] | None, keepdim: bool) -> Tensor:
+    def _min(self, axis: _int | Sequence[_int] | None, keepdim: _bool) -> Tensor:
         """``min``, the dtype's largest value over an empty axis: -max(-x), or ~max(~x) for ints."""
         if self.dtype.is_int:
             flipped = self._alu(
@@ -788,7 +794,7 @@ class Tensor(
             return self.logical_not()._max(axis, keepdim).logical_not()
         return -((-self)._max(axis, keepdim))
 
-    def _require_elements(self, name: str, axis: int | Sequence[int] | None) -> None:
+    def _require_elements(self, name: str, axis: _int | Sequence[_int] | None) -> None:
         """Refuse a reduction that has no identity (max, min, argmax) over an axis of size 0,
         as PyTorch does: the result would be a made-up value."""
         empty = [a for a in self._resolve_axes(axis) if self.shape[a] == 0]
@@ -803,8 +809,8 @@ class Tensor(
 
     def mean(
         self,
-        axis: int | Sequence[int] | None = None,
-        keepdim: bool = False,
+        axis: _int | Sequence[_int] | None = None,
+        keepdim: _bool = False,
         dtype: DType | str | None = None,
     ) -> Tensor:
         """The average over ``axis``, in ``dtype`` (a float type) if given: the input is cast to

@@ -119,7 +119,9 @@ def _match_srcs(pats: tuple[UPat, ...], srcs: tuple[UOp, ...], captures: dict[st
     return False
 
 
-Rule = tuple[UPat, Callable[..., UOp | None]]
+#: a pattern and what to do on a match: a rewrite returns the new UOp or None (no change);
+#: other tables (gradient.py's derivatives) return what their caller expects
+Rule = tuple[UPat, Callable[..., Any]]
 
 
 class PatternMatcher:
@@ -146,8 +148,9 @@ class PatternMatcher:
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         return PatternMatcher(self.rules + other.rules)
 
-    def rewrite(self, u: UOp, ctx: Any = None) -> UOp | None:
-        """Apply the first rule that fires on ``u`` itself, or return None."""
+    def rewrite(self, u: UOp, ctx: Any = None) -> Any:
+        """Apply the first rule that fires on ``u`` itself (its result: a UOp for a rewrite), or
+        return None."""
         for pat, fn, wants_ctx in self._by_op.get(u.op, ()):
             captures: dict[str, UOp] = {}
             if not pat.match(u, captures):
@@ -221,5 +224,6 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
                 stack.append((node, 2, out))
                 stack.append((out, 0, None))
         else:
+            assert pending is not None  # stage 2 always carries the rewritten node
             done[node] = done[pending]
     return done[root]
