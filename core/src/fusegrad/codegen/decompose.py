@@ -3,6 +3,8 @@ into what it has, and what cannot be rewritten is refused with a clear error."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fusegrad.codegen.transcendental import FLOAT32_MATH
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import UnsupportedOp
@@ -11,7 +13,7 @@ from fusegrad.uop.ops import Ops, UOp, toposort
 from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
 
 # one rule per op a target may lack, each the identity it relies on
-DECOMPOSITIONS: dict[Ops, tuple[UPat, object]] = {
+DECOMPOSITIONS: dict[Ops, tuple[UPat, Callable[..., UOp | None]]] = {
     Ops.MAX: (
         UPat(Ops.MAX, src=(UPat.var("a"), UPat.var("b"))),  # max(a,b) = a<b ? b : a,
         lambda a, b: (a.lt(b) | b.ne(b) if a.dtype.is_float else a.lt(b)).where(b, a),

@@ -29,6 +29,7 @@ kernel takes one of two shapes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fusegrad.codegen.linearize import Linearizer
@@ -174,7 +175,7 @@ class GroupedLinearizer(Linearizer):
             red: self.combine(red, number, shared, share)
             for number, (red, (shared, share, _)) in enumerate(zip(self.reduces, shares))
         }
-        self.place_rest({red: (lambda copies, total=total: total) for red, total in totals.items()})
+        self.place_rest({red: _constant(total) for red, total in totals.items()})
         self.place([UOp(Ops.ENDIF, src=(guard,))])
         return self.program
 
@@ -230,3 +231,8 @@ def launch_size(
         local = min(renderer.local_size, n)
         return (n,), ((local,) if local > 1 else None)
     return None, None
+
+
+def _constant(total: UOp) -> Callable[[dict[UOp, UOp]], UOp]:
+    """A ``place_rest`` result that needs no copy of the upcast loops: the combined total."""
+    return lambda copies: total

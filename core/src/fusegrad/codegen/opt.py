@@ -252,7 +252,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
     candidates = sorted(others, key=reuse_score, reverse=True)
     rows, vector = _tile_rows(shape, candidates, vector, regs, whole=bool(upcast))
-    if upcast:
+    if upcast and vec_axis is not None:
         upcast[0] = (vec_axis, vector)
     upcast[:0] = rows
     reuse = rows[-1][0] if rows else None

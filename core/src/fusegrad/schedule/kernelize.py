@@ -20,13 +20,13 @@ padding. A kernel never sees a size-0 axis, whose index math would divide by zer
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fusegrad.dtype import DType
 from fusegrad.errors import FusegradError
-from fusegrad.helpers import prod
 from fusegrad.schedule.layout import Capabilities, lay_out
 from fusegrad.uop import ops
 from fusegrad.uop.ops import (
@@ -107,7 +107,8 @@ def _unbound(u: UOp, done: dict[UOp, UOp], values: dict[UOp, int]) -> UOp | None
     none. A buffer viewed with a symbolic shape gets a symbolic size: then its PARAM, like the
     rest of the graph, is the same whatever the variable's value."""
     if u.op is Ops.BIND:
-        return unbind(u, values)
+        free = unbind(u, values)
+        return free if isinstance(free, UOp) else None
     if u.op not in GroupOp.Movement or not is_symbolic(u.arg):
         return None
     arg = tuple(
@@ -119,7 +120,8 @@ def _unbound(u: UOp, done: dict[UOp, UOp], values: dict[UOp, int]) -> UOp | None
     while base.op is Ops.RESHAPE:  # reshapes compose: only the last one's shape matters
         base = base.src[0]
     if u.op is Ops.RESHAPE and base.op is Ops.BUFFER:
-        src = UOp(Ops.PARAM, src.dtype, (), (done[base].arg[0], prod(arg)))
+        size = math.prod(cast("tuple[int | UOp, ...]", arg))  # a reshape's arg is a flat shape
+        src = UOp(Ops.PARAM, src.dtype, (), (done[base].arg[0], size))
         if arg == src.shape:
             return src
     return UOp(u.op, u.dtype, (src,), arg)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import numpy as np
 
@@ -185,7 +185,7 @@ class AliasMixin(TensorBase):
                 f"t() transposes tensors of at most 2 axes, this one has shape "
                 f"{self.shape}; use transpose(dim0, dim1) or mT"
             )
-        return self.transpose(0, 1) if self.ndim == 2 else self
+        return self.transpose(0, 1) if self.ndim == 2 else cast("Tensor", self)
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
@@ -265,7 +265,7 @@ class AliasMixin(TensorBase):
             return self.flip((a, b))
         if k == 3:
             return self.flip(a).transpose(a, b)
-        return self
+        return cast("Tensor", self)
 
     def flipud(self) -> Tensor:
         """Reverse the first axis."""
@@ -457,7 +457,7 @@ class AliasMixin(TensorBase):
         [0.0, -9.0, 1.0]
         """
         if not self.dtype.is_float:
-            return self
+            return cast("Tensor", self)
         big = float(np.finfo(self.dtype.np).max)
         x = self.isnan().where(nan, self)
         x = (x == math.inf).where(big if posinf is None else posinf, x)
@@ -581,7 +581,7 @@ class AliasMixin(TensorBase):
 
     def float_power(self, exponent: Tensor | float) -> Tensor:
         """``self ** exponent`` in float64, as ``torch.float_power``."""
-        if hasattr(exponent, "uop"):
+        if not isinstance(exponent, (int, float)):
             exponent = exponent.cast(dtypes.float64)
         return self.cast(dtypes.float64) ** exponent
 
@@ -625,7 +625,7 @@ class AliasMixin(TensorBase):
         offset: int = 0,
         dtype: DType | str = dtypes.int64,
         device: str | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """The (row, column) coordinates of the lower triangle of a ``row`` x ``col`` matrix, a
         (2, N) tensor, as ``torch.tril_indices``."""
         return cls(np.stack(np.tril_indices(row, offset, col)), device=device, dtype=dtype)
@@ -638,6 +638,6 @@ class AliasMixin(TensorBase):
         offset: int = 0,
         dtype: DType | str = dtypes.int64,
         device: str | None = None,
-    ) -> Tensor:
+    ) -> Self:
         """The (row, column) coordinates of the upper triangle of a ``row`` x ``col`` matrix."""
         return cls(np.stack(np.triu_indices(row, offset, col)), device=device, dtype=dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 from contextlib import ContextDecorator
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from fusegrad.engine import capture
 from fusegrad.errors import FusegradError, ShapeError
@@ -79,7 +79,7 @@ class AutogradMixin(TensorBase):
         else:
             _GRAD_TENSORS.discard(self)
 
-    def requires_grad_(self, value: bool = True) -> Tensor:
+    def requires_grad_(self, value: bool = True) -> Self:
         self.requires_grad = value
         return self
 
@@ -131,7 +131,7 @@ class AutogradMixin(TensorBase):
             )
         return gradient.uop
 
-    def backward(self, gradient: Tensor | None = None) -> Tensor:
+    def backward(self, gradient: Tensor | None = None) -> Self:
         """Accumulate d self / d t into ``t.grad`` for every tensor ``t`` with ``requires_grad``."""
         if type(self).no_grad:
             raise FusegradError("backward() inside Tensor.no_grad_mode(); leave the block first")
@@ -150,7 +150,7 @@ class AutogradMixin(TensorBase):
             t.grad = g_tensor if t.grad is None else t.grad + g_tensor
         return self
 
-    def assign(self, x: Tensor | Any) -> Tensor:
+    def assign(self, x: Tensor | Any) -> Self:
         """Make this tensor hold ``x``'s values (same shape; cast to this dtype). Lazy."""
         if not isinstance(x, type(self)):
             x = type(self)(x, device=self.device, dtype=self.uop.dtype)

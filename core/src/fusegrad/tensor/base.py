@@ -4,9 +4,11 @@ mixin type-checks without the mixin importing ``tensor.py`` (which imports the m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # (typing's own from Python 3.13)
+
     from fusegrad.dtype import DType
     from fusegrad.tensor.tensor import Tensor
     from fusegrad.uop.ops import UOp
@@ -15,11 +17,31 @@ if TYPE_CHECKING:
 class TensorBase:
     """The common base of ``Tensor``'s mixins (see the module's docstring)."""
 
-    __slots__ = ()
-
     if TYPE_CHECKING:
+        # the slots Tensor declares, which mixin methods assign
+        __slots__ = ("uop", "device", "_requires_grad", "grad", "_graph")
         uop: UOp
         device: str
+        _requires_grad: bool | None
+        grad: Tensor | None
+        _graph: UOp | None
+        training: ClassVar[bool]
+
+        def __new__(cls, *args: Any, **kwargs: Any) -> Tensor: ...
+
+        # constructors a mixin reaches as ``type(self).arange(...)``; Tensor defines them
+        @staticmethod
+        def full(*args: Any, **kwargs: Any) -> Tensor: ...
+        @staticmethod
+        def zeros(*args: Any, **kwargs: Any) -> Tensor: ...
+        @staticmethod
+        def ones(*args: Any, **kwargs: Any) -> Tensor: ...
+        @staticmethod
+        def arange(*args: Any, **kwargs: Any) -> Tensor: ...
+        @staticmethod
+        def rand(*args: Any, **kwargs: Any) -> Tensor: ...
+        @staticmethod
+        def _generator() -> Any: ...
 
         @property
         def shape(self) -> tuple[int, ...]: ...
@@ -51,3 +73,12 @@ class TensorBase:
         def __gt__(self, x: Any) -> Tensor: ...
         def __ge__(self, x: Any) -> Tensor: ...
         def __getitem__(self, index: Any) -> Tensor: ...
+        def __eq__(self, x: Any) -> Tensor: ...  # type: ignore[override]
+        def __ne__(self, x: Any) -> Tensor: ...  # type: ignore[override]
+    else:
+        __slots__ = ()
+
+
+def is_tensor(x: Any) -> TypeIs[Tensor]:
+    """Whether ``x`` is a Tensor (it has a graph node), asked without importing ``tensor.py``."""
+    return hasattr(x, "uop")

@@ -8,7 +8,7 @@ to keep both short; ``Tensor`` inherits ``FunctionalMixin`` like its other mixin
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from fusegrad.errors import InvalidArgument, InvalidValue, ShapeError
 from fusegrad.tensor.base import TensorBase
@@ -21,9 +21,7 @@ if TYPE_CHECKING:
 class FunctionalMixin(TensorBase):
     """Losses, layers and helpers of ``torch.nn.functional`` built from other Tensor ops."""
 
-    def smooth_l1_loss(
-        self: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0
-    ) -> Tensor:
+    def smooth_l1_loss(self, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
         """|d| - beta/2 where |d| >= beta, else d**2 / (2*beta), for d = self - target (beta 0:
         L1)."""
         d = (self - target).abs()
@@ -31,18 +29,14 @@ class FunctionalMixin(TensorBase):
             return _reduce_loss(d, reduction)
         return _reduce_loss((d < beta).where(d.square() * (0.5 / beta), d - 0.5 * beta), reduction)
 
-    def huber_loss(
-        self: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0
-    ) -> Tensor:
+    def huber_loss(self, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
         """d**2 / 2 where |d| < delta, else delta * (|d| - delta/2): smooth L1 scaled by delta."""
         d = (self - target).abs()
         return _reduce_loss(
             (d < delta).where(d.square() * 0.5, (d - 0.5 * delta) * delta), reduction
         )
 
-    def kl_div(
-        self: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False
-    ) -> Tensor:
+    def kl_div(self, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
         """KL(target || exp(self)) per element, ``self`` holding log-probabilities: target *
         (log(target) - self), 0 where target is 0. ``reduction="batchmean"`` divides the sum by
         the batch size (the true KL divergence; "mean" divides by every element, as torch does)."""
@@ -54,13 +48,13 @@ class FunctionalMixin(TensorBase):
             return loss.sum() / (self.shape[0] if self.ndim else 1)
         return _reduce_loss(loss, reduction)
 
-    def cosine_similarity(self: Tensor, other: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    def cosine_similarity(self, other: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
         """sum(a * b) / (max(|a|, eps) * max(|b|, eps)) along ``dim``, after broadcasting."""
         a_norm = self.square().sum(dim).sqrt().maximum(eps)
         b_norm = other.square().sum(dim).sqrt().maximum(eps)
         return (self * other).sum(dim) / (a_norm * b_norm)
 
-    def glu(self: Tensor, dim: int = -1) -> Tensor:
+    def glu(self, dim: int = -1) -> Tensor:
         """The gated linear unit: the first half of ``dim`` times the sigmoid of the second."""
         if self.shape[dim] % 2:
             raise ShapeError(f"glu halves dimension {dim}, but its size {self.shape[dim]} is odd")
@@ -68,7 +62,7 @@ class FunctionalMixin(TensorBase):
         return a * b.sigmoid()
 
     def instance_norm(
-        self: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
+        self, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5
     ) -> Tensor:
         """Normalise each channel of each sample over its spatial axes (N, C, ...), then scale by
         ``weight`` and shift by ``bias`` per channel."""
@@ -82,7 +76,7 @@ class FunctionalMixin(TensorBase):
             out = out * weight.reshape(per_channel)
         return out if bias is None else out + bias.reshape(per_channel)
 
-    def pixel_shuffle(self: Tensor, upscale_factor: int) -> Tensor:
+    def pixel_shuffle(self, upscale_factor: int) -> Tensor:
         """(..., C*r*r, H, W) -> (..., C, H*r, W*r): channels become r x r blocks of pixels."""
         r = upscale_factor
         *batch, c, h, w = self.shape
@@ -96,7 +90,7 @@ class FunctionalMixin(TensorBase):
         return x.reshape(*batch, c // (r * r), h * r, w * r)
 
     def norm(
-        self: Tensor,
+        self,
         p: float | str = 2,
         dim: int | tuple[int, ...] | None = None,
         keepdim: bool = False,
@@ -116,14 +110,14 @@ class FunctionalMixin(TensorBase):
             raise InvalidArgument(f"norm: p={p!r} is not a number, inf or 'fro'")
         return x.pow(p).sum(dim, keepdim=keepdim).pow(1 / p)
 
-    def unbind(self: Tensor, dim: int = 0) -> tuple[Tensor, ...]:
+    def unbind(self, dim: int = 0) -> tuple[Tensor, ...]:
         """The slices along ``dim``, each without that axis."""
         dim = dim + self.ndim if dim < 0 else dim
         if not 0 <= dim < self.ndim:
             raise IndexError(f"unbind: dim {dim} is out of range for a {self.ndim}-d tensor")
         return tuple(self[(slice(None),) * dim + (i,)] for i in range(self.shape[dim]))
 
-    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """``num_samples`` category indices per row of weights (1-d or 2-d, need not sum to 1),
         drawn by inverting the cumulative distribution. Without replacement only one sample can be
         drawn here (torch removes each drawn category; that needs a loop)."""
@@ -142,7 +136,7 @@ class FunctionalMixin(TensorBase):
 
     # ---- activations -----------------------------------------------------------------------------
 
-    def prelu(self: Tensor, weight: Tensor) -> Tensor:
+    def prelu(self, weight: Tensor) -> Tensor:
         """x where x > 0, else weight * x, ``weight`` one slope or one per channel (axis 1).
 
         >>> Tensor([-2.0, 3.0]).prelu(Tensor([0.25])).tolist()
@@ -159,17 +153,17 @@ class FunctionalMixin(TensorBase):
             weight = weight.reshape((1, channels) + (1,) * (self.ndim - 2))
         elif weight.ndim:
             weight = weight.reshape(())
-        return (self > 0).where(self, weight * self)
+        return (self > 0).where(cast("Tensor", self), weight * self)
 
-    def threshold(self: Tensor, threshold: float, value: float) -> Tensor:
+    def threshold(self, threshold: float, value: float) -> Tensor:
         """x where x > threshold, else ``value``.
 
         >>> Tensor([0.5, 2.0]).threshold(1.0, -1.0).tolist()
         [-1.0, 2.0]
         """
-        return (self > threshold).where(self, value).cast(self.dtype)
+        return (self > threshold).where(cast("Tensor", self), value).cast(self.dtype)
 
-    def softshrink(self: Tensor, lambd: float = 0.5) -> Tensor:
+    def softshrink(self, lambd: float = 0.5) -> Tensor:
         """x moved ``lambd`` towards 0, and 0 within ``lambd`` of it.
 
         >>> Tensor([-2.0, 0.25, 1.0]).softshrink().tolist()
@@ -179,7 +173,7 @@ class FunctionalMixin(TensorBase):
             raise InvalidArgument(f"softshrink: lambda must be >= 0, got {lambd}")
         return (self > lambd).where(self - lambd, (self < -lambd).where(self + lambd, 0.0))
 
-    def logit(self: Tensor, eps: float | None = None) -> Tensor:
+    def logit(self, eps: float | None = None) -> Tensor:
         """log(p / (1 - p)), the inverse of sigmoid; with ``eps``, p is first clamped to
         [eps, 1 - eps] (and the gradient is 0 outside it, as torch's).
 
@@ -193,7 +187,7 @@ class FunctionalMixin(TensorBase):
         return (p / (1 - p)).log()
 
     def gumbel_softmax(
-        self: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1
+        self, tau: float = 1.0, hard: bool = False, eps: float = 1e-10, dim: int = -1
     ) -> Tensor:
         """A differentiable sample from the categorical distribution of logits ``self``: the
         softmax of (logits + Gumbel noise) / tau. ``hard`` gives one-hot samples whose gradient
@@ -208,7 +202,7 @@ class FunctionalMixin(TensorBase):
         ).reshape([-1 if a == self._axis(dim) else 1 for a in range(self.ndim)])
         return hot.cast(soft.dtype) - soft.detach() + soft
 
-    def dropout2d(self: Tensor, p: float = 0.5, training: bool | None = None) -> Tensor:
+    def dropout2d(self, p: float = 0.5, training: bool | None = None) -> Tensor:
         """Zero whole channels (axis 1 of (N, C, ...)) with probability ``p``, scaling the rest by
         1/(1-p). ``training`` None follows ``Tensor.training``, as ``dropout`` does."""
         if not 0 <= p <= 1:
@@ -216,11 +210,11 @@ class FunctionalMixin(TensorBase):
         if self.ndim < 2:
             raise ShapeError(f"dropout2d needs (N, C, ...) input, got shape {self.shape}")
         if not (type(self).training if training is None else training) or p == 0:
-            return self
+            return cast("Tensor", self)
         keep = type(self).rand(self.shape[:2] + (1,) * (self.ndim - 2), device=self.device) >= p
         return keep.where(self * (1 / (1 - p)) if p < 1 else 0, 0).cast(self.dtype)
 
-    def pixel_unshuffle(self: Tensor, downscale_factor: int) -> Tensor:
+    def pixel_unshuffle(self, downscale_factor: int) -> Tensor:
         """(..., C, H*r, W*r) -> (..., C*r*r, H, W), the inverse of ``pixel_shuffle``: each r x r
         block of pixels becomes r*r channels."""
         r = downscale_factor
@@ -239,14 +233,12 @@ class FunctionalMixin(TensorBase):
     # ---- distances -------------------------------------------------------------------------------
 
     def pairwise_distance(
-        self: Tensor, other: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False
+        self, other: Tensor, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False
     ) -> Tensor:
         """The p-norm of self - other + eps along the last axis, after broadcasting."""
         return (self - other + eps).norm(p, -1, keepdim)
 
-    def cdist(
-        self: Tensor, other: Tensor, p: float = 2.0, compute_mode: str | None = None
-    ) -> Tensor:
+    def cdist(self, other: Tensor, p: float = 2.0, compute_mode: str | None = None) -> Tensor:
         """The p-norm distance of each row of self (..., P, M) to each row of other (..., R, M):
         (..., P, R). The gradient at a distance of 0 is 0, as torch's. ``compute_mode`` is
         accepted for torch's signature; the distance is always taken directly."""
@@ -274,14 +266,14 @@ class FunctionalMixin(TensorBase):
     # ---- losses ----------------------------------------------------------------------------------
 
     def margin_ranking_loss(
-        self: Tensor, other: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
+        self, other: Tensor, target: Tensor, margin: float = 0.0, reduction: str = "mean"
     ) -> Tensor:
         """max(0, margin - target * (self - other)): ``target`` 1 wants self ranked higher, -1
         lower."""
         return _reduce_loss((margin - target * (self - other)).maximum(0), reduction)
 
     def triplet_margin_loss(
-        self: Tensor,
+        self,
         positive: Tensor,
         negative: Tensor,
         margin: float = 1.0,
@@ -307,7 +299,7 @@ class FunctionalMixin(TensorBase):
         return _reduce_loss((margin + d_pos - d_neg).maximum(0), reduction)
 
     def gaussian_nll_loss(
-        self: Tensor,
+        self,
         target: Tensor,
         var: Tensor | float,
         full: bool = False,
@@ -337,7 +329,7 @@ class FunctionalMixin(TensorBase):
         return _reduce_loss(loss + 0.5 * math.log(2 * math.pi) if full else loss, reduction)
 
     def poisson_nll_loss(
-        self: Tensor,
+        self,
         target: Tensor,
         log_input: bool = True,
         full: bool = False,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from fusegrad.dtype import dtypes, promote_types
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
-from fusegrad.tensor.base import TensorBase
+from fusegrad.tensor.base import TensorBase, is_tensor
 from fusegrad.tensor.movement import ADVANCED_INDEX, broadcast_shapes
 
 if TYPE_CHECKING:
@@ -33,17 +33,13 @@ def _tuple(x: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
     return tuple(x)
 
 
-def _is_tensor(x: Any) -> bool:
-    return hasattr(x, "uop")
-
-
 def _join_args(name: str, first: Any, rest: tuple, dim: int) -> tuple[list[Tensor], int]:
     """The tensors a join was given (``first`` and ``rest``, or the sequence ``first``) and the
     axis (``rest`` may be the axis after a sequence, as in ``torch.stack([a, b], 1)``)."""
     if not isinstance(first, (list, tuple)):
         return [first, *rest], dim
     if len(rest) == 1 and isinstance(rest[0], int):
-        rest, dim = (), rest[0]
+        return _join_args(name, first, (), rest[0])
     if rest:
         raise ValueError(
             f"{name}: give a sequence of tensors or the tensors themselves, not "
@@ -57,7 +53,7 @@ def _join_args(name: str, first: Any, rest: tuple, dim: int) -> tuple[list[Tenso
 def _index_array(item: Any) -> Any:
     """An index item with lists, tuples, python bools and bool tensors made numpy arrays (masks
     are bool arrays); int tensors and basic items (ints, slices, None, ...) as they are."""
-    if _is_tensor(item):
+    if is_tensor(item):
         return item.numpy() if item.dtype == dtypes.bool else item
     if not isinstance(item, ADVANCED_INDEX):
         return item
@@ -94,27 +90,28 @@ class IndexMixin(TensorBase):
         [1, 2, 3]
         """
         tensors, dim = _join_args("cat", self, others, dim)
-        self, others = tensors[0], tensors[1:]
+        first, rest = tensors[0], tensors[1:]
         for i, t in enumerate(tensors):
             if t.ndim == 0:
                 raise ShapeError(
                     f"cat: the tensor at position {i} is 0-d and has no axis to join "
                     "along; use stack, or reshape it to 1-d"
                 )
-        dim = self._axis(dim)
-        for t in others:
-            if t.ndim != self.ndim or any(
+        dim = first._axis(dim)
+        for t in rest:
+            if t.ndim != first.ndim or any(
                 a != b
-                for i, (a, b) in enumerate(zip(t.shape, self.shape, strict=False))
+                for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=False))
                 if i != dim
             ):
                 raise ShapeError(
-                    f"cat along dim {dim}: shape {t.shape} does not match {self.shape}"
+                    f"cat along dim {dim}: shape {t.shape} does not match {first.shape}"
                 )
         dtype = functools.reduce(promote_types, (t.dtype for t in tensors))
         tensors = [t.cast(dtype) for t in tensors]
         work = [t.cast(dtypes.uint8) for t in tensors] if dtype == dtypes.bool else tensors
-        total, start, out = sum(t.shape[dim] for t in work), 0, None
+        total, start = sum(t.shape[dim] for t in work), 0
+        out: Tensor | None = None
         for t in work:
             size = t.shape[dim]
             placed = t.pad(
@@ -122,6 +119,7 @@ class IndexMixin(TensorBase):
             )
             out = placed if out is None else out + placed
             start += size
+        assert out is not None  # (tensors is not empty)
         return out.cast(dtype)
 
     def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
@@ -184,8 +182,8 @@ class IndexMixin(TensorBase):
 
     def tile(self, *reps: int | Sequence[int]) -> Tensor:
         """``torch.tile``: like repeat, but fewer counts than axes repeat the last axes."""
-        reps = tuple(reps[0]) if len(reps) == 1 and not isinstance(reps[0], int) else reps
-        return self.repeat((1,) * (self.ndim - len(reps)) + tuple(reps))
+        counts: tuple = tuple(reps[0]) if len(reps) == 1 and not isinstance(reps[0], int) else reps
+        return self.repeat((1,) * (self.ndim - len(counts)) + tuple(counts))
 
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
         """Repeat each element ``repeats`` times along ``dim`` (the flattened tensor if None)."""
@@ -215,7 +213,7 @@ class IndexMixin(TensorBase):
             raise IndexError(
                 f"roll of a 0-d tensor along dims {dims}: it has none (leave out dims)"
             )
-        x = self
+        x = cast("Tensor", self)
         for shift, dim in zip(shifts, dims, strict=True):
             dim = x._axis(dim)
             n = x.shape[dim]
@@ -311,7 +309,7 @@ class IndexMixin(TensorBase):
         x = self.unsqueeze(-1).transpose(dim, -1)
         return x.expand(sizes + (self.shape[dim],))
 
-    def _pick(self, mask: Tensor, values: Tensor, axis: int = -1) -> Tensor:
+    def _pick(self, mask: Tensor, values: Tensor, axis: int | tuple[int, ...] = -1) -> Tensor:
         """The one value per row of ``axis`` that ``mask`` selects (0 where none), in this dtype."""
         if self.dtype == dtypes.bool:
             return mask.where(values, False)._max(axis, False)  # (False when none)
@@ -340,13 +338,13 @@ class IndexMixin(TensorBase):
 
     def _scatter_parts(
         self, dim: int, index: Tensor, src: Tensor | float
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> tuple[Tensor, Tensor, tuple[int, ...]]:
         """(mask, values, region): mask[q, k] is true when ``index`` sends src[q with dim k] to
         q."""
         dim = self._axis(dim)
         self._check_scatter(dim, index, src)
         region = tuple(self.shape[i] if i == dim else s for i, s in enumerate(index.shape))
-        if not _is_tensor(src):
+        if not is_tensor(src):
             src = index.full_like(src, self.dtype)
         src = src.shrink([(0, s) for s in index.shape])
         n, k = self.shape[dim], index.shape[dim]
@@ -367,18 +365,18 @@ class IndexMixin(TensorBase):
             raise InvalidArgument(
                 f"a scatter index must be an integer tensor, got {index.dtype.name}"
             )
-        if index.ndim != self.ndim or (_is_tensor(src) and src.ndim != self.ndim):
+        if index.ndim != self.ndim or (is_tensor(src) and src.ndim != self.ndim):
             raise ShapeError(
                 f"scatter into shape {self.shape}: index {index.shape} and src "
-                f"{src.shape if _is_tensor(src) else '(a number)'} need {self.ndim} axes like it"
+                f"{src.shape if is_tensor(src) else '(a number)'} need {self.ndim} axes like it"
             )
         too_big = any(i > s for d, (i, s) in enumerate(zip(index.shape, self.shape)) if d != dim)
-        if too_big or (_is_tensor(src) and any(i > s for i, s in zip(index.shape, src.shape))):
+        if too_big or (is_tensor(src) and any(i > s for i, s in zip(index.shape, src.shape))):
             raise ShapeError(
                 f"scatter index of shape {index.shape} is larger than the tensor {self.shape} "
-                f"(apart from dim {dim}) or than src {src.shape if _is_tensor(src) else '()'}"
+                f"(apart from dim {dim}) or than src {src.shape if is_tensor(src) else '()'}"
             )
-        if _is_tensor(src) and src.dtype != self.dtype:
+        if is_tensor(src) and src.dtype != self.dtype:
             raise InvalidArgument(
                 f"scatter src of dtype {src.dtype.name} into a {self.dtype.name} tensor; "
                 f"cast it first (src.cast(dtypes.{self.dtype.name})), as PyTorch requires"
@@ -417,7 +415,7 @@ class IndexMixin(TensorBase):
         latest = order._max(-1, True)  # 1 + the last k that writes here, 0 if none does
         hit = self._fit((latest > 0).squeeze(-1), region, False)
         written = self._pick(mask & (order == latest), values)
-        return hit.where(self._fit(written, region, 0), self)
+        return hit.where(self._fit(written, region, 0), cast("Tensor", self))
 
     def scatter_reduce(
         self, dim: int, index: Tensor, src: Tensor | float, reduce: str, include_self: bool = True
@@ -434,7 +432,8 @@ class IndexMixin(TensorBase):
         if reduce in ("sum", "mean"):
             total = self._fit(self._pick(mask, values), region, 0)
             if reduce == "sum":
-                return (total + self).cast(self.dtype) if include_self else hit.where(total, self)
+                kept = cast("Tensor", self)
+                return (total + kept).cast(self.dtype) if include_self else hit.where(total, kept)
             count = self._fit(mask.sum(-1), region, 0) + (1 if include_self else 0)
             total = total + self if include_self else total
             mean = (
@@ -442,7 +441,7 @@ class IndexMixin(TensorBase):
                 if self.dtype.is_float
                 else total.floor_divide(count.maximum(1))
             )
-            return hit.where(mean.cast(self.dtype), self)
+            return hit.where(mean.cast(self.dtype), cast("Tensor", self))
         fill = {"amax": self.dtype.min, "amin": self.dtype.max, "prod": 1}[reduce]
         chosen = mask.where(values, values.full_like(fill))
         if include_self:  # this tensor's value is one more candidate
@@ -452,7 +451,7 @@ class IndexMixin(TensorBase):
             part = chosen.prod(-1)
         else:
             part = chosen._max(-1, False) if reduce == "amax" else chosen._min(-1, False)
-        return hit.where(self._fit(part.cast(self.dtype), region, fill), self)
+        return hit.where(self._fit(part.cast(self.dtype), region, fill), cast("Tensor", self))
 
     def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The elements where the bool ``mask`` (broadcast with this tensor) is true, in order,
@@ -498,7 +497,7 @@ class IndexMixin(TensorBase):
             return columns
         if not columns:
             return type(self).zeros(hit.shape[1], 0, dtype=dtypes.int32, device=self.device)
-        return type(self).stack(columns, dim=1)
+        return columns[0].stack(*columns[1:], dim=1)
 
     def _nth_true(self, size: int | None) -> Tensor:
         """For this 1-d bool tensor: (n, size) ``hit``, ``hit[k, j]`` true when element k is the
@@ -513,7 +512,7 @@ class IndexMixin(TensorBase):
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """``value`` where ``mask`` is true, else this tensor (keeping its dtype)."""
-        return mask.where(value, self).cast(self.dtype)
+        return mask.where(value, cast("Tensor", self)).cast(self.dtype)
 
     def embedding(self, weight: Tensor) -> Tensor:
         """Rows of ``weight`` picked by this index tensor: shape ``self.shape +
@@ -557,7 +556,7 @@ class IndexMixin(TensorBase):
             if item.ndim == 0:  # its axis has size 1: True picks [0], False picks []
                 return [(None, self._index_tensor(np.zeros(int(item), np.int32)))]
             return [(slice(None), self._index_tensor(c)) for c in item.nonzero()]
-        if isinstance(item, np.ndarray) or _is_tensor(item):
+        if isinstance(item, np.ndarray) or is_tensor(item):
             return [(slice(None), self._index_tensor(item, axis))]
         return [(item, None)]
 
@@ -573,7 +572,7 @@ class IndexMixin(TensorBase):
     def _index_tensor(self, index: Any, axis: int | None = None) -> Tensor:
         """An int index as a tensor on this device; constant ones are checked against the size
         of ``axis`` (a tensor's values are only known when it runs: out of range picks zeros)."""
-        if _is_tensor(index):
+        if is_tensor(index):
             if index.dtype.is_float or index.dtype == dtypes.bool:
                 raise IndexError(
                     f"tensors used as indices must be int or bool tensors, got {index.dtype.name}"
@@ -603,7 +602,7 @@ class IndexMixin(TensorBase):
         x = self.permute(rest + axes)  # (*R, *N)
         nb, nr, nk = len(bshape), len(rest), len(axes)
         x = x.reshape((1,) * nb + x.shape)
-        mask = None
+        mask: Tensor | None = None
         for j, (a, idx) in enumerate(picks):
             n = self.shape[a]
             idx = idx._broadcast_to(bshape) if idx.shape != bshape else idx
@@ -614,6 +613,7 @@ class IndexMixin(TensorBase):
                 n, device=self.device
             ).reshape((1,) * (nb + nr) + tuple(hot_shape))
             mask = hot if mask is None else mask & hot
+        assert mask is not None  # (picks is not empty)
         out = self._pick(mask, x, axis=tuple(range(nb + nr, nb + nr + nk)))  # (*B, *R)
         adjacent = axes == list(range(axes[0], axes[0] + nk))
         if adjacent and axes[0] > 0:
@@ -627,7 +627,7 @@ class IndexMixin(TensorBase):
         """``x[index] = value`` builds a new graph and makes this tensor point at it."""
         flat_positions = type(self).arange(self.numel(), device=self.device).reshape(self.shape)
         chosen = flat_positions[index]  # which element each selected slot is
-        value = value if _is_tensor(value) else type(self).full((), value, self.dtype, self.device)
+        value = value if is_tensor(value) else type(self).full((), value, self.dtype, self.device)
         value = (
             value.cast(self.dtype)._broadcast_to(chosen.shape)
             if value.shape != chosen.shape
@@ -663,7 +663,7 @@ class IndexMixin(TensorBase):
         """
         if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
             operands = tuple(operands[0])
-        tensors: list[Tensor] = list(operands)
+        tensors = cast("list[Tensor]", list(operands))
         lhs, arrow, rhs = formula.replace(" ", "").partition("->")
         terms = lhs.split(",")
         if len(terms) != len(tensors):
@@ -700,7 +700,7 @@ class IndexMixin(TensorBase):
                     )
                 sizes[c] = max(sizes[c], s)
         order = output + sorted({c for ls in labels for c in ls} - set(output))
-        product = None
+        product: Tensor | None = None
         for ls, t in zip(labels, tensors, strict=True):
             present = [c for c in order if c in ls]
             moved = t.permute([ls.index(c) for c in present])
@@ -709,6 +709,7 @@ class IndexMixin(TensorBase):
             )
             product = moved if product is None else product * moved
         summed = tuple(range(len(output), len(order)))
+        assert product is not None  # (einsum has at least one operand)
         out = product.sum(summed) if summed else product
         return out.expand(tuple(sizes[c] for c in output))
 

@@ -9,24 +9,20 @@ come from theirs. ``index_add`` sums ``source`` into the rows ``index`` names by
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.helpers import prod
-from fusegrad.tensor.base import TensorBase
+from fusegrad.tensor.base import TensorBase, is_tensor
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
 
 
-def _is_tensor(x: Any) -> bool:
-    return hasattr(x, "uop")
-
-
 def _nonempty(name: str, tensors: Sequence[Tensor]) -> list[Tensor]:
     """The tensors of a join given as one sequence (PyTorch's form), at least one of them."""
-    if _is_tensor(tensors) or not isinstance(tensors, (list, tuple)):
+    if is_tensor(tensors) or not isinstance(tensors, (list, tuple)):
         raise TypeError(
             f"{name} takes a sequence of tensors, e.g. {name}([a, b]), got {type(tensors).__name__}"
         )
@@ -66,7 +62,7 @@ class JoinMixin(TensorBase):
         [1, 2, 3]
         """
         parts = [_at_least(t, 1) for t in _nonempty("hstack", tensors)]
-        return type(parts[0]).cat(parts, dim=0 if parts[0].ndim == 1 else 1)
+        return parts[0].cat(*parts[1:], dim=0 if parts[0].ndim == 1 else 1)
 
     @staticmethod
     def vstack(tensors: Sequence[Tensor]) -> Tensor:
@@ -76,13 +72,13 @@ class JoinMixin(TensorBase):
         [[1, 2], [3, 4]]
         """
         parts = [_at_least(t, 2) for t in _nonempty("vstack", tensors)]
-        return type(parts[0]).cat(parts, dim=0)
+        return parts[0].cat(*parts[1:], dim=0)
 
     @staticmethod
     def dstack(tensors: Sequence[Tensor]) -> Tensor:
         """Join along the third axis (depth), each made at least 3-d as ``torch.atleast_3d``."""
         parts = [_at_least(t, 3) for t in _nonempty("dstack", tensors)]
-        return type(parts[0]).cat(parts, dim=2)
+        return parts[0].cat(*parts[1:], dim=2)
 
     @staticmethod
     def column_stack(tensors: Sequence[Tensor]) -> Tensor:
@@ -92,7 +88,7 @@ class JoinMixin(TensorBase):
         [[1, 3], [2, 4]]
         """
         parts = [t.reshape(-1, 1) if t.ndim <= 1 else t for t in _nonempty("column_stack", tensors)]
-        return type(parts[0]).cat(parts, dim=1)
+        return parts[0].cat(*parts[1:], dim=1)
 
     # ---- splitting -------------------------------------------------------------------------------
 
@@ -111,7 +107,7 @@ class JoinMixin(TensorBase):
         axis = self._axis(dim)
         n = self.shape[axis]
         cuts = indices_or_sections
-        if _is_tensor(cuts):
+        if is_tensor(cuts):
             if not cuts.dtype.is_int or cuts.ndim > 1:
                 raise InvalidArgument(
                     f"tensor_split takes a 0-d or 1-d integer tensor, got a "
@@ -163,9 +159,9 @@ class JoinMixin(TensorBase):
         free_a = [i for i in range(self.ndim) if i not in ours]
         free_b = [i for i in range(other.ndim) if i not in theirs]
         k = prod(self.shape[i] for i in ours)
-        a = self.permute(*free_a, *ours).reshape(prod(self.shape[i] for i in free_a), k)
-        b = other.permute(*theirs, *free_b).reshape(k, prod(other.shape[i] for i in free_b))
-        return a.matmul(b).reshape(
+        left = self.permute(*free_a, *ours).reshape(prod(self.shape[i] for i in free_a), k)
+        right = other.permute(*theirs, *free_b).reshape(k, prod(other.shape[i] for i in free_b))
+        return left.matmul(right).reshape(
             *(self.shape[i] for i in free_a), *(other.shape[i] for i in free_b)
         )
 
@@ -183,14 +179,14 @@ class JoinMixin(TensorBase):
         if n < 0:
             raise InvalidArgument(f"diff order n must be >= 0, got {n}")
         axis = self._axis(dim)
-        parts = [p for p in (prepend, self, append) if p is not None]
+        parts = [p for p in (prepend, cast("Tensor", self), append) if p is not None]
         for p in parts:
             if p.ndim != self.ndim:
                 raise ShapeError(
                     f"diff: prepend and append need {self.ndim} axes like the "
                     f"input, got shape {p.shape}"
                 )
-        x = type(self).cat(parts, dim=axis) if len(parts) > 1 else self
+        x = parts[0].cat(*parts[1:], dim=axis)
         for _ in range(n):
             size = x.shape[axis]
             if size == 0:
@@ -204,7 +200,7 @@ class JoinMixin(TensorBase):
 
     def _index_rows(self, name: str, axis: int, index: Tensor) -> Tensor:
         """(n, k) bool: row j of ``axis`` is index[k]; checks PyTorch's rules for ``index``."""
-        if not _is_tensor(index) or not index.dtype.is_int:
+        if not is_tensor(index) or not index.dtype.is_int:
             raise InvalidArgument(
                 f"{name} needs an integer index tensor, got "
                 f"{getattr(index, 'dtype', type(index).__name__)}"
@@ -249,13 +245,13 @@ class JoinMixin(TensorBase):
         [-1, 2, -1]
         """
         axis = self._axis(dim)
-        if _is_tensor(value) and value.ndim != 0:
+        if is_tensor(value) and value.ndim != 0:
             raise ShapeError(
                 f"index_fill value must be a number or a 0-d tensor, got shape {value.shape}"
             )
         hit = self._index_rows("index_fill", axis, index).any(1)  # (n,)
         hit = hit.reshape(tuple(-1 if i == axis else 1 for i in range(self.ndim)))
-        return hit.where(value, self).cast(self.dtype)
+        return hit.where(value, cast("Tensor", self)).cast(self.dtype)
 
     def scatter_add(self, dim: int, index: Tensor, src: Tensor) -> Tensor:
         """``src`` added into this tensor at ``index`` along ``dim``:

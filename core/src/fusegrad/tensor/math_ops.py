@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FusegradError, InvalidArgument
@@ -118,7 +118,8 @@ class MathMixin(TensorBase):
         """x**n for a whole number n, by repeated squaring (exact for integers); for n < 0,
         (1/x)**-n, whose gradient at x = 0 is an infinity like PyTorch's, where that of
         1/(x**-n) would be inf * 0 = nan."""
-        x = self if isinstance(n, int) or self.dtype.is_float else self._float_operand()
+        exact = isinstance(n, int) or self.dtype.is_float
+        x = cast("Tensor", self) if exact else self._float_operand()
         if n < 0:
             x = x.reciprocal()
         k, result, square = abs(int(n)), None, x
@@ -268,7 +269,7 @@ class MathMixin(TensorBase):
         """``~x``: logical not for bools, all bits flipped for ints (``x ^ -1``)."""
         if self.dtype == dtypes.bool:
             return self.logical_not()
-        return self._bitwise(Ops.XOR, -1 if not self.dtype.is_unsigned else self.dtype.max)
+        return self._bitwise(Ops.XOR, -1 if not self.dtype.is_unsigned else int(self.dtype.max))
 
     def lshift(self, bits: Tensor | int, reverse: bool = False) -> Tensor:
         """``x << bits``."""
@@ -332,7 +333,7 @@ class MathMixin(TensorBase):
     def trunc(self) -> Tensor:
         """Round towards zero; floats too large to have a fraction are kept as they are."""
         if not self.dtype.is_float:
-            return self
+            return cast("Tensor", self)
         limit = 2.0 ** _MANTISSA_BITS[self.dtype]
         small = self.abs() < limit  # false for inf and nan, which pass through
         whole = self.cast(dtypes.int64 if self.dtype == dtypes.float64 else dtypes.int32).cast(
@@ -344,14 +345,14 @@ class MathMixin(TensorBase):
     def floor(self) -> Tensor:
         """Round down: trunc(x) - 1 where that moved x up."""
         if not self.dtype.is_float:
-            return self
+            return cast("Tensor", self)
         t = self.trunc()
         return (t > self).where(t - 1, t)
 
     def ceil(self) -> Tensor:
         """Round up: trunc(x) + 1 where that moved x down."""
         if not self.dtype.is_float:
-            return self
+            return cast("Tensor", self)
         t = self.trunc()
         return (t < self).where(t + 1, t)
 
@@ -362,7 +363,7 @@ class MathMixin(TensorBase):
         [0.0, 2.0, 2.0, -0.0]
         """
         if not self.dtype.is_float:
-            return self
+            return cast("Tensor", self)
         t = self.trunc()
         frac = (self - t).abs()
         step = (self < 0).where(-1.0, 1.0).cast(self.dtype)
@@ -373,7 +374,7 @@ class MathMixin(TensorBase):
     def sign(self) -> Tensor:
         """-1, 0 or 1 by the sign of x (nan stays nan)."""
         if self.dtype == dtypes.bool:
-            return self
+            return cast("Tensor", self)
         s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
         return s + self * 0 if self.dtype.is_float else s
 
@@ -415,7 +416,7 @@ class MathMixin(TensorBase):
         """Limit values to ``[min_, max_]`` (either may be None)."""
         if min_ is None and max_ is None:
             raise InvalidArgument("clip needs min_ or max_ (or both)")
-        x = self
+        x = cast("Tensor", self)
         if min_ is not None:  # where, not maximum: at a bound the gradient goes to x, as torch's
             x = (x < min_).where(min_, x)
         return x if max_ is None else (x > max_).where(max_, x)
@@ -467,18 +468,21 @@ class MathMixin(TensorBase):
 
     def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
         """x where x > 0, else neg_slope * x."""
-        return (self > 0).where(self, self * neg_slope)
+        x = cast("Tensor", self)
+        return (x > 0).where(x, x * neg_slope)
 
     def elu(self, alpha: float = 1.0) -> Tensor:
         """x where x > 0, else alpha * (e**x - 1); e**x of the negative part only, so that a
         large x (e**x = inf) leaves no 0 * inf = nan in the gradient."""
-        positive = self > 0
-        return positive.where(self, alpha * (positive.where(0.0, self).exp() - 1))
+        x = cast("Tensor", self)
+        positive = x > 0
+        return positive.where(x, alpha * (positive.where(0.0, x).exp() - 1))
 
     def celu(self, alpha: float = 1.0) -> Tensor:
         """max(0, x) + min(0, alpha * (e**(x/alpha) - 1))"""
-        positive = self > 0
-        return positive.where(self, alpha * ((positive.where(0.0, self) / alpha).exp() - 1))
+        x = cast("Tensor", self)
+        positive = x > 0
+        return positive.where(x, alpha * ((positive.where(0.0, x) / alpha).exp() - 1))
 
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
         """log(1 + e**(beta x)) / beta, and x itself where beta x > threshold."""
@@ -501,7 +505,7 @@ class MathMixin(TensorBase):
 
     def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
         """x limited to [min_val, max_val]; unlike clip, no gradient at the bounds (torch's)."""
-        x = (self <= min_val).where(min_val, self)
+        x = (self <= min_val).where(min_val, cast("Tensor", self))
         return (x >= max_val).where(max_val, x)
 
     def softsign(self) -> Tensor:
@@ -567,7 +571,7 @@ class MathMixin(TensorBase):
         >>> Tensor([[0.0, 2.0], [0.0, 0.0]]).any(1).tolist()
         [True, False]
         """
-        nonzero = self if self.dtype == dtypes.bool else self != 0
+        nonzero = cast("Tensor", self) if self.dtype == dtypes.bool else self != 0
         out = nonzero._max(axis, keepdim)
         return out.cast(dtypes.uint8) if self.dtype == dtypes.uint8 else out
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class MovementMixin(TensorBase):
                 f"({prod(new)} elements)"
             )
         if new == self.shape:
-            return self
+            return cast("Tensor", self)
         return self._move(Ops.RESHAPE, new)
 
     def _reshape_symbolic(self, new: tuple) -> Tensor:
@@ -125,7 +125,7 @@ class MovementMixin(TensorBase):
                 f"cannot reshape {self.shape} ({old_n} elements) to {new} ({new_n} elements)"
             )
         if new == self.shape:
-            return self
+            return cast("Tensor", self)
         # a reshape of a reshape is one: a buffer viewed with a symbolic shape stays a buffer
         src = _unreshaped(self.uop)
         return self._wrap(UOp(Ops.RESHAPE, src.dtype, (src,), new), self.device)
@@ -141,7 +141,7 @@ class MovementMixin(TensorBase):
                 f"permute of a {self.ndim}-d tensor needs each axis once, got {_sizes(order)}"
             )
         if axes == tuple(range(self.ndim)):
-            return self
+            return cast("Tensor", self)
         return self._move(Ops.PERMUTE, axes)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -149,7 +149,7 @@ class MovementMixin(TensorBase):
         order = list(range(self.ndim))
         a, b = self._axis(dim0), self._axis(dim1)
         if self.ndim == 0:
-            return self
+            return cast("Tensor", self)
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
@@ -172,7 +172,7 @@ class MovementMixin(TensorBase):
         return x if new == old else x._move(Ops.EXPAND, new)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        return self if self.shape == shape else self.expand(shape)
+        return cast("Tensor", self) if self.shape == shape else self.expand(shape)
 
     def unsqueeze(self, dim: int) -> Tensor:
         """Insert a size-1 axis at ``dim``."""
@@ -289,7 +289,7 @@ class MovementMixin(TensorBase):
             raise InvalidArgument(
                 f"padding mode {mode!r} takes no value (got {value}), as in PyTorch"
             )
-        x: Tensor = self
+        x = cast("Tensor", self)
         for axis, (before, after) in enumerate(arg):
             if (before, after) != (0, 0):
                 x = x._pad_edge(axis, before, after, mode)
@@ -321,7 +321,7 @@ class MovementMixin(TensorBase):
             grow = tuple((max(b, 0), max(a, 0)) for b, a in arg)
             return self.shrink(cut)._pad_constant(grow, value)
         if all(p == (0, 0) for p in arg):
-            return self
+            return cast("Tensor", self)
         padded = self._move(Ops.PAD, arg)
         if value == 0:
             return padded
@@ -366,7 +366,7 @@ class MovementMixin(TensorBase):
         else:
             sized = lambda n: tuple(n if i == axis else s for i, s in enumerate(self.shape))
             left, right = part(0, 1).expand(sized(b)), part(size - 1, size).expand(sized(a))
-        x = left.cat(self, right, dim=axis)
+        x = left.cat(cast("Tensor", self), right, dim=axis)
         return x.shrink(
             [
                 (max(-before, 0), x.shape[axis] - max(-after, 0)) if i == axis else None
@@ -383,7 +383,7 @@ class MovementMixin(TensorBase):
             if not 0 <= sym_eval(b) <= sym_eval(e) <= sym_eval(s):
                 raise ShapeError(f"shrink {arg} does not fit shape {self.shape}")
         if all(r == (0, s) for r, s in zip(arg, self.shape)):
-            return self
+            return cast("Tensor", self)
         return self._move(Ops.SHRINK, arg)
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
@@ -449,7 +449,7 @@ class MovementMixin(TensorBase):
             return self._getitem_tensor(items)
         used = sum(1 for i in items if i is not None and i is not Ellipsis)
         items = self._fill_ellipsis(items, used)
-        x: Tensor = self
+        x = cast("Tensor", self)
         out_shape: list[int] = []
         axis = 0
         for item in items:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -165,7 +165,7 @@ class NNMixin(TensorBase):
         the same shapes every time, and the ops' checks are the slow part."""
         key = (self.shape, kernel, stride, dilation)
         if (moves := _POOL_MOVES.get(key)) is None:
-            moves = _POOL_MOVES[key] = _pool_moves(self, kernel, stride, dilation)
+            moves = _POOL_MOVES[key] = _pool_moves(cast("Tensor", self), kernel, stride, dilation)
         node = self.uop
         for op, arg in moves:
             node = UOp(op, node.dtype, (node,), arg)
@@ -473,7 +473,7 @@ class NNMixin(TensorBase):
         else:
             outs = _tuple(size, n, "size")
             scales = [i / o for i, o in zip(self.shape[2:], outs, strict=False)]
-        x = self
+        x = cast("Tensor", self)
         for j in reversed(range(n)):  # the last axis first, as PyTorch (uint8 rounds each pass)
             axis, i, o, scale = 2 + j, self.shape[2 + j], outs[j], scales[j]
             dst = np.arange(o, dtype=np.float64)
@@ -539,7 +539,7 @@ class NNMixin(TensorBase):
         """Zero each element with probability ``p`` and scale the rest by 1/(1-p), while
         ``Tensor.training``; otherwise the tensor itself."""
         if not type(self).training or p == 0:
-            return self
+            return cast("Tensor", self)
         if p == 1:
             return self.zeros_like()
         keep = type(self).rand(self.shape, device=self.device) >= p

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -33,7 +33,7 @@ def _adaptive_windows(size: int, out: int) -> np.ndarray:
     return np.array(rows, dtype=np.int32).reshape(out, k)
 
 
-def _check_pool_dims(x: Tensor, name: str, n: int) -> None:
+def _check_pool_dims(x: TensorBase, name: str, n: int) -> None:
     if not n + 1 <= x.ndim <= n + 2:
         raise ShapeError(
             f"{name} expects {n + 1} to {n + 2} dimensions ((C, ...) or (N, C, ...)),"
@@ -80,7 +80,7 @@ class SamplingMixin(TensorBase):
 
     # ---- pooling to a size -----------------------------------------------------------------------
 
-    def adaptive_avg_pool1d(self: Tensor, output_size: int) -> Tensor:
+    def adaptive_avg_pool1d(self, output_size: int) -> Tensor:
         """The mean of ``output_size`` near-equal windows over the last axis of (N?, C, L).
 
         >>> Tensor([[1.0, 2.0, 3.0, 5.0]]).adaptive_avg_pool1d(2).tolist()
@@ -90,7 +90,7 @@ class SamplingMixin(TensorBase):
         return self.adaptive_avg_pool2d(_tuple(output_size, 1, "output_size"))
 
     def adaptive_max_pool1d(
-        self: Tensor, output_size: int, return_indices: bool = False
+        self, output_size: int, return_indices: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The largest value of each of ``output_size`` windows over the last axis of (N?, C, L)
         (windows as ``adaptive_avg_pool1d``'s); with ``return_indices``, also where it is.
@@ -102,7 +102,7 @@ class SamplingMixin(TensorBase):
         return self._adaptive_max(_tuple(output_size, 1, "output_size"), return_indices)
 
     def adaptive_max_pool2d(
-        self: Tensor, output_size: Size, return_indices: bool = False
+        self, output_size: Size, return_indices: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         """The largest value of each window over the last two axes of (N?, C, H, W), sized so the
         result is ``output_size``; with ``return_indices``, also where each is in its plane
@@ -111,7 +111,7 @@ class SamplingMixin(TensorBase):
         return self._adaptive_max(_tuple(output_size, 2, "output_size"), return_indices)
 
     def _adaptive_max(
-        self: Tensor, outs: tuple[int, ...], return_indices: bool
+        self, outs: tuple[int, ...], return_indices: bool
     ) -> Tensor | tuple[Tensor, Tensor]:
         n, spatial = len(outs), self.shape[-len(outs) :]
         picks = [
@@ -127,7 +127,7 @@ class SamplingMixin(TensorBase):
             return x
 
         axes = tuple(range(self.ndim - n + 1, self.ndim + n, 2))
-        win = windows(self)
+        win = windows(cast("Tensor", self))
         values = win.max(axes)
         if not return_indices:
             return values
@@ -140,7 +140,7 @@ class SamplingMixin(TensorBase):
     # ---- fold ------------------------------------------------------------------------------------
 
     def fold(
-        self: Tensor,
+        self,
         output_size: Size,
         kernel_size: Size,
         dilation: Size = 1,
@@ -189,7 +189,7 @@ class SamplingMixin(TensorBase):
 
     # ---- sampling grids --------------------------------------------------------------------------
 
-    def affine_grid(self: Tensor, size: Sequence[int], align_corners: bool = False) -> Tensor:
+    def affine_grid(self, size: Sequence[int], align_corners: bool = False) -> Tensor:
         """The sampling grid (N, H, W, 2) (or (N, D, H, W, 3)) of affine matrices ``self`` (N, 2, 3)
         (or (N, 3, 4)) for an output of ``size`` (N, C, H, W) (or (N, C, D, H, W)): each output
         position's (x, y[, z]) in [-1, 1], mapped by the matrix, as ``F.affine_grid``."""
@@ -213,7 +213,7 @@ class SamplingMixin(TensorBase):
         return grid.reshape(size[0], *size[2:], n)
 
     def grid_sample(
-        self: Tensor,
+        self,
         grid: Tensor,
         mode: str = "bilinear",
         padding_mode: str = "zeros",
@@ -250,7 +250,7 @@ class SamplingMixin(TensorBase):
             + self._read_at(y0 + 1, x0 + 1) * (fy * fx).unsqueeze(1)
         )
 
-    def _read_at(self: Tensor, y: Tensor, x: Tensor) -> Tensor:
+    def _read_at(self, y: Tensor, x: Tensor) -> Tensor:
         """input (N, C, H, W) at whole-number positions y, x (N, Ho, Wo): (N, C, Ho, Wo), 0 where
         a position is outside."""
         (n, c, h, w), out = self.shape, y.shape[1:]
@@ -263,7 +263,7 @@ class SamplingMixin(TensorBase):
     # ---- CTC -------------------------------------------------------------------------------------
 
     def ctc_loss(
-        self: Tensor,
+        self,
         targets: Tensor,
         input_lengths: Any,
         target_lengths: Any,
@@ -301,9 +301,7 @@ class SamplingMixin(TensorBase):
         out = _reduce_loss(nll, reduction)
         return out.reshape(()) if self.ndim == 2 and reduction == "none" else out
 
-    def _ctc_alpha(
-        self: Tensor, emit: Tensor, ext: np.ndarray, in_lens: list[int], blank: int
-    ) -> Tensor:
+    def _ctc_alpha(self, emit: Tensor, ext: np.ndarray, in_lens: list[int], blank: int) -> Tensor:
         """The forward variables after each sequence's last step: alpha[n, s] = log P(the first
         s + 1 extended labels of sequence n emitted by then)."""
         cls, (batch, size) = type(self), ext.shape
@@ -320,7 +318,7 @@ class SamplingMixin(TensorBase):
             alpha = _stored(alpha)
         return alpha
 
-    def _ctc_end(self: Tensor, alpha: Tensor, tgt_lens: list[int]) -> Tensor:
+    def _ctc_end(self, alpha: Tensor, tgt_lens: list[int]) -> Tensor:
         """log P(target n) per sequence: alignments end on its last label or the blank after."""
         cls = type(self)
         last = cls([2 * t for t in tgt_lens], device=self.device).reshape(-1, 1)

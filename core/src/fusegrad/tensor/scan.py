@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument
@@ -98,7 +98,7 @@ class ScanMixin(TensorBase):
         [1, 2, 6, 0, 0]
         """
         axis = self._axis(axis)
-        x = self
+        x = cast("Tensor", self)
         if x.dtype == dtypes.bool or (x.dtype.is_int and x.dtype.itemsize < 8):
             x = x.cast(dtypes.int64)
         wide = x.cast(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x
@@ -120,7 +120,8 @@ class ScanMixin(TensorBase):
                 wins = wins | later[0].isnan()
             return wins.where(later[0], earlier[0]), wins.where(later[1], earlier[1])
 
-        values, indices = self._scan(axis, (self, positions), (worst, 0), combine, 2)
+        start = (cast("Tensor", self), positions)
+        values, indices = self._scan(axis, start, (worst, 0), combine, 2)
         return ValuesIndices(values, indices._broadcast_to(self.shape).cast(dtypes.int32))
 
     def cummax(self, axis: int = 0) -> ValuesIndices:

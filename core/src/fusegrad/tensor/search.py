@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
-from fusegrad.tensor.base import TensorBase
+from fusegrad.tensor.base import TensorBase, is_tensor
 from fusegrad.tensor.scan import ValuesIndices
 
 if TYPE_CHECKING:
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 
 #: quantile's ways to land between two neighbouring order statistics (PyTorch's names)
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
-
-
-def _is_tensor(x: Any) -> bool:
-    return hasattr(x, "uop")
 
 
 class SearchMixin(TensorBase):
@@ -64,9 +60,8 @@ class SearchMixin(TensorBase):
                     "searchsorted: side='left' and right=True say opposite things; give one of them"
                 )
             right = side == "right"
-        boundaries = self if sorter is None else self.gather(-1, sorter)
-        scalar = not _is_tensor(values)
-        if scalar:
+        boundaries = cast("Tensor", self) if sorter is None else self.gather(-1, sorter)
+        if not is_tensor(values):
             values = type(self).full((), values, self.dtype, self.device)
         if self.ndim > 1 and self.shape[:-1] != values.shape[:-1]:
             raise ShapeError(
@@ -98,7 +93,7 @@ class SearchMixin(TensorBase):
         """
         if boundaries.ndim != 1:
             raise ShapeError(f"bucketize needs 1-d boundaries, got shape {boundaries.shape}")
-        return boundaries._count_before(self, right)
+        return boundaries._count_before(cast("Tensor", self), right)
 
     def argwhere(self) -> Tensor:
         """The coordinates of the non-zero elements, one row each: ``nonzero()``."""
@@ -177,13 +172,13 @@ class SearchMixin(TensorBase):
         nans = x.isnan()
         ordered, _ = nans.where(math.inf, x).sort(-1)
         count = n - nans.sum(-1, keepdim=True)  # the numbers in each row
-        qs = q.cast(x.dtype) if _is_tensor(q) else type(self).full((), q, x.dtype, x.device)
+        qs = q.cast(x.dtype) if is_tensor(q) else type(self).full((), q, x.dtype, x.device)
         qs = qs.reshape((-1,) + (1,) * (x.ndim - 1))  # (Q, 1, ..., 1)
         last = (count - 1).maximum(0) if name == "nanquantile" else count.full_like(n - 1)
         out = _interpolate(ordered, qs * last.cast(x.dtype), interpolation)
         invalid = count == 0 if name == "nanquantile" else count < n
         out = invalid.where(math.nan, out).cast(x.dtype).squeeze(-1)  # (Q, ...) reduced
-        return _quantile_shape(out, self, q, dim, keepdim)
+        return _quantile_shape(out, cast("Tensor", self), q, dim, keepdim)
 
     def _check_quantile(self, q: float | Tensor, interpolation: str, name: str) -> Tensor:
         """PyTorch's checks: a float input, not empty, q in [0, 1] and of at most 1 axis."""
@@ -198,21 +193,21 @@ class SearchMixin(TensorBase):
                 f"{name} interpolation must be one of {', '.join(INTERPOLATIONS)}"
                 f", got {interpolation!r}"
             )
-        if _is_tensor(q) and q.ndim > 1:
+        if is_tensor(q) and q.ndim > 1:
             raise ShapeError(
                 f"{name} q must be a number or a 0-d or 1-d tensor, got shape {q.shape}"
             )
-        if _is_tensor(q) and q.dtype != self.dtype:
+        if is_tensor(q) and q.dtype != self.dtype:
             raise InvalidArgument(
                 f"{name} q of dtype {q.dtype.name} for a {self.dtype.name} "
                 f"input; give them one dtype, as PyTorch requires"
             )
-        found = q.numpy().reshape(-1).tolist() if _is_tensor(q) else [q]
+        found = q.numpy().reshape(-1).tolist() if is_tensor(q) else [q]
         if any(not 0 <= v <= 1 for v in found):
             raise InvalidArgument(
-                f"{name} q must be in [0, 1], got {q if not _is_tensor(q) else found}"
+                f"{name} q must be in [0, 1], got {q if not is_tensor(q) else found}"
             )
-        return self
+        return cast("Tensor", self)
 
     # ---- unique ----------------------------------------------------------------------------------
 
@@ -303,6 +298,6 @@ def _quantile_shape(out: Tensor, x: Tensor, q: Any, dim: int | None, keepdim: bo
         out = out.reshape(out.shape[0], *((1,) * x.ndim if keepdim else ()))
     elif keepdim and x.ndim:
         out = out.unsqueeze(x._axis(dim) + 1)
-    if not _is_tensor(q) or q.ndim == 0:
+    if not is_tensor(q) or q.ndim == 0:
         out = out.reshape(out.shape[1:])
     return out

@@ -644,10 +644,17 @@ class Tensor(
             Ops.CMPNE, Tensor.full(self.shape, True, dtypes.bool, self.device)
         )
 
-    __add__ = add
-    __mul__ = mul
-    __sub__ = sub
-    __truediv__ = div
+    def __add__(self, x: Tensor | Scalar) -> Tensor:
+        return self.add(x)
+
+    def __mul__(self, x: Tensor | Scalar) -> Tensor:
+        return self.mul(x)
+
+    def __sub__(self, x: Tensor | Scalar) -> Tensor:
+        return self.sub(x)
+
+    def __truediv__(self, x: Tensor | Scalar) -> Tensor:
+        return self.div(x)
 
     def __radd__(self, x):
         return self.add(x, True)

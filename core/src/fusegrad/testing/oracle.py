@@ -107,7 +107,8 @@ def assert_same(got: Tensor, expected: Tensor) -> None:
     assert got.dtype == expected.dtype, f"dtype {got.dtype}, the oracle's is {expected.dtype}"
     a, b = got.numpy(), expected.numpy()
     if got.dtype.is_float:
-        np.testing.assert_allclose(a, b, equal_nan=True, **tolerance(got.dtype))
+        tol = tolerance(got.dtype)
+        np.testing.assert_allclose(a, b, rtol=tol["rtol"], atol=tol["atol"], equal_nan=True)
     else:
         np.testing.assert_array_equal(a, b)
 
