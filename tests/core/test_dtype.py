@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusegrad import dtypes
+from fusegrad import Tensor, dtypes
 from fusegrad.dtype import cast_scalar, promote_types, scalar_type, to_dtype
 from fusegrad.errors import DTypeError
 
@@ -238,3 +238,31 @@ def test_kind_flags(dtype, flags):
 
 def test_bfloat16_is_held_as_uint16_bits():
     assert bf16.np == np.dtype(np.uint16) and bf16.itemsize == 2
+
+
+#: (program on fusegrad's Tensor and torch's, as the same expression): 0-d operands and sums
+ZERO_D_AND_SUMS = [
+    "T([100], dtype=D.int8) + T(100, dtype=D.int64)",  # a 0-d int of the same category: int8
+    "T([1], dtype=D.int8) + T(1.5, dtype=D.float64)",  # higher category: float64
+    "T([1], dtype=D.float16) + T(1.5, dtype=D.float64)",
+    "T([True, False]) + T(3, dtype=D.int8)",
+    "T([1], dtype=D.uint8) + T(-3, dtype=D.int64)",
+    "T([1, 2], dtype=D.int16) * T(3, dtype=D.int32)",
+    "T(1, dtype=D.int8) + T(3, dtype=D.int64)",  # both 0-d: the usual rule
+    "T([[1]], dtype=D.int8) + T([3], dtype=D.int64)",  # both with axes: the usual rule
+    "-T([1, 4], dtype=D.uint8).sum()",  # int64 -5
+    "T([200, 100], dtype=D.uint8).sum()",
+    "T([True, True]).sum()",
+    "T([2**30, 2**30], dtype=D.int32).sum()",  # int64: no wrap at 2**31
+    "T([200, 100], dtype=D.uint8).cumsum(0)",
+    "T([[100, 100]], dtype=D.int8) @ T([[1], [1]], dtype=D.int8)",  # matmul keeps int8
+]
+
+
+@pytest.mark.parametrize("program", ZERO_D_AND_SUMS)
+def test_zero_d_promotion_and_sums_follow_pytorch(program):
+    torch = pytest.importorskip("torch")
+    want = eval(program, {"T": torch.tensor, "D": torch})  # noqa: S307 - our own literals
+    got = eval(program, {"T": Tensor, "D": dtypes})  # noqa: S307
+    assert got.dtype.name == str(want.dtype).removeprefix("torch."), program
+    assert got.tolist() == want.tolist(), program

@@ -131,3 +131,36 @@ def test_integer_division_by_a_zero_element_gives_zero_rather_than_sigfpe():
     assert run_alone("Tensor([1, 2, 3]) // Tensor([0, 1, 0])")["values"] == [0, 2, 0]
     assert run_alone("Tensor([1, 2, 3]) % Tensor([0, 1, 0])")["values"] == [0, 0, 0]
     assert run_alone("Tensor([1, 2, 3]) // 0")["values"] == [0, 0, 0]
+
+
+REFUSED = """
+from fusegrad import Tensor
+from fusegrad.errors import UnsupportedOp
+try:
+    {program}
+except UnsupportedOp as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "Tensor.ones(2**31, dtype='uint8').sum().item()",  # the loop bound wrapped: sum 0
+        "Tensor.ones(2**16, 1).expand(2**16, 2**15).sum().item()",  # 2**31 through a view
+        "Tensor.empty(2**31 + 64, dtype='uint8').contiguous().realize()",  # wrote out of bounds
+    ],
+)
+@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
+def test_two_to_the_31_elements_are_refused_clearly_not_wrapped(program, device):
+    """Kernel index arithmetic is 32-bit: such a kernel is refused with a way out before any
+    code is made (it summed to 0 or crashed with SIGSEGV)."""
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED.format(program=program)],
+        env={**os.environ, "DEV": device},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "split the tensor" in done.stdout

@@ -556,11 +556,11 @@ def test_reduce(device, op, axis, keepdim):
 @pytest.mark.parametrize(
     "dtype, sum_dtype",
     [
-        (i32, i32),
+        (i32, i64),  # integers and bools sum as int64, as in PyTorch
         (i64, i64),
-        (i8, i32),
-        (u8, dtypes.uint32),
-        (bool_, i32),
+        (i8, i64),
+        (u8, i64),
+        (bool_, i64),
         (f16, f16),
         (f64, f64),
     ],
@@ -782,7 +782,7 @@ def test_matmul(device, sa, sb, dtype):
 
 
 @pytest.mark.parametrize(
-    "da, db, result", [(f16, f16, f16), (i32, f32, f32), (f16, f32, f32), (i8, i8, i32)]
+    "da, db, result", [(f16, f16, f16), (i32, f32, f32), (f16, f32, f32), (i8, i8, i8)]
 )
 def test_matmul_dtypes(device, da, db, result):
     a, b = rand((3, 8), da, -3, 3), rand((8, 2), db, -3, 3)

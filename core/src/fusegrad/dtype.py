@@ -186,6 +186,21 @@ def promote_types(a: DType, b: DType) -> DType:
     return wider[unsigned.itemsize]
 
 
+#: PyTorch's categories for promotion: bool < integer < floating point
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def promote_shaped(a: DType, a_0d: bool, b: DType, b_0d: bool) -> DType:
+    """``promote_types`` as PyTorch applies it to tensors: a 0-d tensor beside one with axes
+    counts only when its category (bool < integer < float) is higher, like a Python number
+    (``int8 [100] + int64 0-d 100`` stays int8 and wraps to -56; ``int8 [1] + float64 0-d`` is
+    float64)."""
+    if a_0d == b_0d:
+        return promote_types(a, b)
+    shaped, zero = (a, b) if b_0d else (b, a)
+    return shaped if _CATEGORY[zero.kind] <= _CATEGORY[shaped.kind] else zero
+
+
 def scalar_type(value: object, other: DType) -> DType:
     """The dtype a Python scalar takes when combined with a tensor of dtype ``other``."""
     if isinstance(value, bool):

@@ -40,9 +40,14 @@ inf, nan = float("inf"), float("nan")
 ALL_INTS = (i32, i64, i8, u8, bool_)
 #: torch's float32 gradient of std_mean is off by 2e-4 on one input here (float64 agrees with ours)
 LOOSE = {"rtol": 1e-3, "atol": 1e-4}
-ARGMAX_NAN = (
-    "argmax/argmin of a row holding nan is n, past the end (no element equals the max "
-    "when it is nan); torch gives the nan's index"
+
+
+#: rows with nans among ordinary values and infinities, one row without a nan
+NAN_ROWS = values(
+    *(3.0, nan, 1.0, nan, -inf),
+    *(nan, 2.0, inf, 0.0, -1.0),
+    *(1.0, 5.0, -2.0, 4.0, 0.5),
+    shape=(3, 5),
 )
 
 
@@ -104,7 +109,6 @@ REDUCE = [
         tuple_axes=False,
         empty=False,
         dtypes=(f32, i32, u8),
-        xfail={"special": ARGMAX_NAN},
     ),
     *reduction(
         "argmin",
@@ -112,7 +116,6 @@ REDUCE = [
         tuple_axes=False,
         empty=False,
         dtypes=(f32, i32, u8),
-        xfail={"special": ARGMAX_NAN},
     ),
     case("mean-int", lambda x: x.mean(1), ints(2, 3), ref=lambda x: x.float().mean(1)),
     # PyTorch's convenience reductions (tensor/aliases.py); amax/amin share ties' gradient equally
@@ -410,6 +413,22 @@ SORT = [
     ),
     case("sort-dim0", lambda x: x.sort(0), floats(4, 3), ref=lambda x: torch.sort(x, 0)),
     case("sort-T", lambda x: x.sort(1), floats(4, 3).T, ref=lambda x: torch.sort(x, 1)),
+    # nan sorts above everything (first when descending), nans tie and keep their order
+    case(
+        "sort-nan", lambda x: x.sort(1), NAN_ROWS, ref=lambda x: torch.sort(x, dim=1, stable=True)
+    ),
+    case(
+        "sort-nan-desc",
+        lambda x: x.sort(1, descending=True),
+        NAN_ROWS,
+        ref=lambda x: torch.sort(x, dim=1, descending=True, stable=True),
+    ),
+    case("topk-nan", lambda x: x.topk(2), NAN_ROWS, ref=lambda x: torch.topk(x, 2)),
+    case(
+        "argsort-nan", lambda x: x.argsort(1), NAN_ROWS, ref=lambda x: x.argsort(dim=1, stable=True)
+    ),
+    case("argmax-nan", lambda x: x.argmax(1), NAN_ROWS, ref=lambda x: x.argmax(1)),
+    case("argmin-nan", lambda x: x.argmin(0), NAN_ROWS, ref=lambda x: x.argmin(0)),
     case(
         "argsort",
         lambda x: x.argsort(-1),

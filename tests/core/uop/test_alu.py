@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from fusegrad import Tensor
 from fusegrad.dtype import dtypes
 from fusegrad.runtime import python as python_device
 from fusegrad.uop import alu, ops, symbolic
@@ -47,3 +48,9 @@ def test_float_edges_on_scalars():
     assert alu.exec_alu(Ops.RECIP, dtypes.float32, (-0.0,)) == -math.inf
     assert math.isnan(alu.exec_alu(Ops.SQRT, dtypes.float32, (-1.0,)))
     assert alu.exec_alu(Ops.EXP2, dtypes.float32, (2000.0,)) == math.inf
+
+
+@pytest.mark.parametrize("a, b", [(1.0, math.nan), (math.nan, 1.0), (math.nan, math.nan)])
+def test_folded_max_keeps_a_nan_from_either_side_as_devices_do(a, b):
+    assert math.isnan(alu.exec_alu(Ops.MAX, dtypes.float32, (a, b)))
+    assert math.isnan(Tensor(a).maximum(Tensor(b)).item())  # folded: both are constants

@@ -12,7 +12,8 @@ from fusegrad.codegen.lower import lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.verify import verify_program
-from fusegrad.helpers import Context
+from fusegrad.errors import UnsupportedOp
+from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
 from fusegrad.uop.listing import print_listing
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
@@ -98,6 +99,7 @@ def generate(
     (``codegen/grid.py``); ``opts`` (loop structure for loops) does not apply there.
     """
     _debug_stage("kernel AST", ast)
+    _check_index_range(ast)
     grid = renderer.grid_dims is not None
     symbolic = bool(graph_variables([ast]))
     chosen: KernelOpts | None
@@ -145,6 +147,26 @@ def generate(
         local_size,
         variables_of(program),
     )
+
+
+#: index arithmetic in kernels is 32-bit (``dtypes.index``): an axis or buffer of this many
+#: elements would wrap around and read or write outside its buffer
+INDEX_LIMIT = 2**31
+
+
+def _check_index_range(ast: UOp) -> None:
+    """Refuse a kernel whose buffers or loops reach ``INDEX_LIMIT`` elements, before any code is
+    made: a clear error instead of a kernel that does nothing or writes out of bounds."""
+    for u in ast.toposort():
+        if u.op in GroupOp.Movement or u.op in (Ops.PARAM, Ops.BUFFER, Ops.REDUCE_AXIS):
+            shape = u.shape
+            if all(isinstance(s, int) for s in shape) and prod(shape) >= INDEX_LIMIT:
+                raise UnsupportedOp(
+                    f"kernel {kernel_name(ast)} works on {prod(shape):,} elements (shape "
+                    f"{shape}); fusegrad indexes with 32-bit integers, so a tensor or axis "
+                    f"holds at most {INDEX_LIMIT - 1:,}: split the tensor (e.g. with chunk) "
+                    "and work on the parts"
+                )
 
 
 def count_flops(program: list[UOp]) -> int:

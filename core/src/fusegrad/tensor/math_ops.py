@@ -600,6 +600,13 @@ class MathMixin(TensorBase):
         score = hit.where(n - self._positions(axis), 0)
         return (n - score._max(axis, keepdim)).cast(dtypes.int32)
 
+    def _is_best(self, best: Tensor) -> Tensor:
+        """Where this tensor holds ``best`` (its max or min along an axis): a nan is the best of a
+        row holding one (max and min propagate it), so argmax points at the first nan, as
+        PyTorch's."""
+        hit = self == best
+        return hit | self.isnan() if self.dtype.is_float else hit
+
     def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index of the largest value (the first one on ties, as PyTorch).
 
@@ -613,7 +620,7 @@ class MathMixin(TensorBase):
         if self.ndim == 0:  # the one element is the largest
             return self.zeros_like(dtypes.int32)
         self._require_elements("argmax", axis)
-        return self._arg_first(self == self.max(axis, keepdim=True), axis, keepdim)
+        return self._arg_first(self._is_best(self.max(axis, keepdim=True)), axis, keepdim)
 
     def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """The index of the smallest value (the first one on ties)."""
@@ -624,7 +631,7 @@ class MathMixin(TensorBase):
         if self.ndim == 0:
             return self.zeros_like(dtypes.int32)
         self._require_elements("argmin", axis)
-        return self._arg_first(self == self.min(axis, keepdim=True), axis, keepdim)
+        return self._arg_first(self._is_best(self.min(axis, keepdim=True)), axis, keepdim)
 
     # ---- products and statistics -----------------------------------------------------------------
 

@@ -164,7 +164,14 @@ class ScanMixin(TensorBase):
         idx = type(self).arange(n, device=self.device)
         earlier = idx.reshape(n, 1) > idx.reshape(1, n)  # j comes before i
         ahead = (b > a) if descending else (b < a)
-        return (ahead | ((b == a) & earlier)).sum(-1)  # (..., n): rank of element i
+        same = b == a
+        if self.dtype.is_float:  # nan sorts above everything, and nans tie, as in PyTorch
+            a_nan, b_nan = a.isnan(), b.isnan()
+            ahead = ahead | (
+                b_nan & a_nan.logical_not() if descending else a_nan & b_nan.logical_not()
+            )
+            same = same | (a_nan & b_nan)
+        return (ahead | (same & earlier)).sum(-1)  # (..., n): rank of element i
 
     def topk(
         self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True

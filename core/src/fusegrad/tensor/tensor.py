@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeAlias
 import numpy as np
 
 from fusegrad.device import Buffer, Device
-from fusegrad.dtype import DType, dtypes, promote_types, scalar_type, to_dtype
+from fusegrad.dtype import DType, dtypes, promote_shaped, promote_types, scalar_type, to_dtype
 from fusegrad.engine import realize as engine
 from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
 from fusegrad.helpers import prod
@@ -537,7 +537,7 @@ class Tensor(
         elif other.uop.dtype == self.uop.dtype and other.shape == self.shape:
             a, b = self, other
         else:
-            dtype = promote_types(self.dtype, other.dtype)
+            dtype = promote_shaped(self.dtype, not self.shape, other.dtype, not other.shape)
             a, b = self.cast(dtype), other.cast(dtype)
             shape = broadcast_shapes(a.shape, b.shape)
             a, b = a._broadcast_to(shape), b._broadcast_to(shape)
@@ -766,8 +766,8 @@ class Tensor(
         keepdim: _bool = False,
         dtype: DType | str | None = None,
     ) -> Tensor:
-        """Sum over ``axis`` (all axes by default). Small ints and bool sum as int32, halves in
-        float32."""
+        """Sum over ``axis`` (all axes by default). Bools and integers sum as int64 (PyTorch's
+        rule), halves accumulate in float32."""
         acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
         out = self.cast(_accumulate_dtype(acc))._reduce(Ops.ADD, axis, keepdim)
         return out.cast(acc)
@@ -860,9 +860,8 @@ class Tensor(
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
         xe = x.unsqueeze(-2)  # (..., n, 1, k)
         we = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k): schedule/layout.py finds this
-        return (xe * we).sum(
-            -1, dtype=promote_types(x.dtype, w.dtype) if x.dtype.is_float else None
-        )
+        # in the operands' dtype, as PyTorch (a bool product counts its true terms, as int64)
+        return (xe * we).sum(-1, dtype=dtype if dtype != dtypes.bool else None)
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
@@ -876,9 +875,9 @@ def _sigmoid_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
 
 
 def _sum_dtype(dtype: DType) -> DType:
-    if dtype == dtypes.bool or (dtype.is_int and dtype.itemsize < 4):
-        return dtypes.uint32 if dtype.is_unsigned else dtypes.int32
-    return dtype
+    """What a sum of ``dtype`` is, as in PyTorch: bools and integers of any size add up as int64
+    (so ``-uint8.sum()`` is negative, and counts do not wrap at 2**31)."""
+    return dtypes.int64 if dtype == dtypes.bool or dtype.is_int else dtype
 
 
 def _accumulate_dtype(dtype: DType) -> DType:

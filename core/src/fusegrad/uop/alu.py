@@ -77,6 +77,12 @@ def _c_mod_array(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, np.zeros_like(rest), rest)
 
 
+def _nan_max(a, b):
+    """max that keeps a nan from either side, as np.maximum and the devices do (Python's max
+    answers by position: max(1.0, nan) is 1.0, max(nan, 1.0) is nan)."""
+    return a if a != a else b if b != b else max(a, b)
+
+
 def _neg_array(a: np.ndarray) -> np.ndarray:
     return np.logical_not(a) if a.dtype == np.bool_ else np.negative(a)
 
@@ -92,7 +98,7 @@ ALU: dict[Ops, AluOp] = {
     Ops.MUL: AluOp(operator.mul, np.multiply),
     Ops.IDIV: AluOp(lambda a, b: _c_div(a, b) if b != 0 else 0, _c_div_array),  # x // 0 = 0
     Ops.MOD: AluOp(lambda a, b: _c_mod(a, b) if b != 0 else 0, _c_mod_array),  # x % 0 = 0
-    Ops.MAX: AluOp(max, np.maximum),
+    Ops.MAX: AluOp(_nan_max, np.maximum),
     Ops.CMPLT: AluOp(operator.lt, np.less),
     Ops.CMPNE: AluOp(operator.ne, np.not_equal),
     Ops.AND: AluOp(operator.and_, np.bitwise_and),
