@@ -20,11 +20,17 @@ of an input, ``x.reshape(seq.bind(n), 64)``: calls whose inputs differ only in t
 values are one capture. Its kernels take the values as arguments (nothing compiles again), its
 buffers are allocated for the variables' largest values, and a replay reads the new values from
 the inputs' shapes and gives the outputs their new shapes.
+
+Threads: each thread that calls a TinyJit gets a capture of its own (its first two calls run the
+function; the compiled kernels are shared), so the buffers a replay returns are that thread's,
+and another thread's call does not overwrite them. A lock per TinyJit runs one call at a time:
+replays that assign to shared tensors (an optimizer's weights) apply one after another.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +62,38 @@ class _Launch:
     symbolic: bool = False  # whether the kernel takes variables' values
 
 
+class _PerThread:
+    """An attribute of ``TinyJit`` of which each thread sees its own value (see ``_Captured``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, jit: Any, owner: type | None = None) -> Any:
+        return self if jit is None else getattr(jit._captured, self.name)
+
+    def __set__(self, jit: Any, value: Any) -> None:
+        setattr(jit._captured, self.name, value)
+
+
+class _Captured(threading.local):
+    """One thread's capture: each thread starts with none (``__init__`` runs once per thread)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.signature: tuple | None = None
+        self.launches: list[_Launch] = []
+        self.assigned: list[_Assigned] = []
+        self.outputs: Any = None
+        #: the input shapes with variables free, when they hold any (else None)
+        self.free_signature: tuple | None = None
+        self.values: dict = {}  # the variables' values of the latest call
+
+
 class TinyJit:
     """Decorate a function of tensors; its third and later calls replay its kernels.
+
+    Safe to call from several threads: each thread captures and replays on its own buffers,
+    one call at a time (a lock per TinyJit), so results never mix (see the module docstring).
 
     >>> from fusegrad import Tensor
     >>> from fusegrad.jit import TinyJit
@@ -67,20 +103,22 @@ class TinyJit:
     [7.0, 7.0, 7.0]
     """
 
+    calls = _PerThread()
+    signature = _PerThread()
+    launches = _PerThread()
+    assigned = _PerThread()
+    outputs = _PerThread()
+    free_signature = _PerThread()
+    values = _PerThread()
+
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
-        self.calls = 0
-        self.signature: tuple | None = None
-        self.launches: list[_Launch] = []
-        self.assigned: list[_Assigned] = []
-        self.outputs: Any = None
-        #: the input shapes with variables free, when they hold any (else None)
-        self.free_signature: tuple | None = None
-        self.values: dict = {}  # the variables' values of the latest call
+        self._captured = _Captured()
+        self._lock = threading.RLock()  # re-entrant: the function may call itself
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def reset(self) -> None:
-        """Forget the capture; the next two calls run the function again."""
+        """Forget this thread's capture; its next two calls run the function again."""
         self.calls, self.signature, self.launches, self.assigned, self.outputs = (
             0,
             None,
@@ -91,6 +129,10 @@ class TinyJit:
         self.free_signature, self.values = None, {}
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
         buffers = [t._buffer() for t in tensors]  # realizes lazy inputs into buffers
         signature = tuple((t.shape, t.dtype, t.device) for t in tensors)

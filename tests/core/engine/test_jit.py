@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -166,3 +168,30 @@ def test_a_variable_bound_inside_the_function_is_refused():
     f(Tensor.ones(3, 2))
     with pytest.raises(JitError, match="bound inside the function"):
         f(Tensor.ones(3, 2))
+
+
+def test_threads_calling_one_jitted_function_each_get_their_own_results():
+    f = TinyJit(lambda a, b: (a * b + a).sum(1).realize())
+    rng = np.random.default_rng(0)
+    pairs = [rng.standard_normal((2, 3, 4), np.float32) for _ in range(4)]
+    wrong: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        for i in range(300):
+            x, y = pairs[k][0] + i, pairs[k][1]
+            try:
+                got = f(Tensor(x), Tensor(y)).numpy()
+            except Exception as e:  # a thread's exception would not fail the test by itself
+                errors.append(e)
+                continue
+            if not np.allclose(got, (x * y + x).sum(1), rtol=1e-5, atol=1e-4):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert wrong == [], f"{len(wrong)} of 1200 calls from 4 threads returned wrong results"

@@ -19,7 +19,13 @@ def host_array(t: Tensor) -> np.ndarray:
 
 
 def tensor_from_host(array: np.ndarray, dtype: DType, device: str | None = None) -> Tensor:
-    """A Tensor of ``dtype`` from values as stored (bfloat16 given as raw uint16 bits)."""
+    """A Tensor of ``dtype`` from values as stored (bfloat16 given as raw uint16 bits).
+
+    A stored bool is any byte, nonzero meaning True: read as is, a byte of 2 would be a bool
+    that is neither True nor False to the kernels (``x == True`` false, ``~x`` not 0 or 1).
+    """
+    if dtype == dtypes.bool and array.dtype.itemsize == 1:
+        return Tensor(np.ascontiguousarray(array).view(np.uint8) != 0, device=device)
     if dtype != dtypes.bfloat16:
         return Tensor(np.asarray(array, dtype=dtype.np, order="C"), device=device)
     # a bfloat16 is the top half of a float32, so widening is exact and casting back is lossless

@@ -20,6 +20,7 @@ import numpy as np
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FileFormatError, FusegradError, UnsafePickleError
+from fusegrad.helpers import prod
 from fusegrad.nn.host import tensor_from_host
 from fusegrad.tensor import Tensor
 
@@ -55,6 +56,12 @@ TORCH_DTYPES: dict[str, DType] = {
 }
 
 
+#: A tensor whose strides overlap (a view saved as such) is copied out in order; one needing more
+#: than this many times its storage's bytes, and more than ``MAX_OVERLAP_BYTES``, is refused.
+MAX_OVERLAP = 16
+MAX_OVERLAP_BYTES = 1 << 26
+
+
 @dataclass(frozen=True, slots=True)
 class StorageType:
     """What a pickled storage class stands for: its dtype, or None for untyped (bytes)."""
@@ -68,6 +75,7 @@ class Storage:
 
     data: bytes
     dtype: DType | None
+    key: str = ""  # its file's name in the archive, ``<name>/data/<key>``
 
 
 def _latin1(text: str, encoding: str = "latin1") -> bytes:
@@ -133,7 +141,7 @@ class CheckpointUnpickler(pickle.Unpickler):
                 data = self.archive.read(f"{self.prefix}data/{key}")
             except KeyError:
                 raise FileFormatError(f"{self.source}: storage {key!r} is missing") from None
-            self.storages[key] = Storage(data, pid[1].dtype)
+            self.storages[key] = Storage(data, pid[1].dtype, key)
         return self.storages[key]
 
     def rebuild_tensor(
@@ -164,22 +172,36 @@ class CheckpointUnpickler(pickle.Unpickler):
         dtype: DType,
         metadata: Any = None,
     ) -> Tensor:
-        """``torch._utils._rebuild_tensor_v3``: as v2, with the dtype given separately."""
+        """``torch._utils._rebuild_tensor_v3``: as v2, with the dtype given separately.
+
+        An axis of stride 0 (a tensor saved expanded) is read once and expanded lazily, so a
+        small storage that claims a huge size takes no more memory than it holds.
+        """
         stored = dtype.np.newbyteorder(">" if self.big_endian else "<")
         flat = np.frombuffer(storage.data, dtype=stored, count=len(storage.data) // dtype.itemsize)
+        size, stride = tuple(size), tuple(stride)
         span = sum((n - 1) * s for n, s in zip(size, stride, strict=True))
         outside = 0 not in size and offset + span >= len(flat)
+        where = f"{self.source}: the tensor in storage {storage.key!r}"
         if offset < 0 or any(s < 0 for s in stride) or outside:
             raise FileFormatError(
-                f"{self.source}: a tensor of size {tuple(size)}, stride "
-                f"{tuple(stride)} at offset {offset} lies outside its "
+                f"{where}, of size {size}, stride {stride} at offset {offset}, lies outside its "
                 f"storage of {len(flat)} elements"
             )
+        read = tuple(1 if s == 0 else n for n, s in zip(size, stride))  # stride-0 axes once
+        if prod(read) * dtype.itemsize > max(MAX_OVERLAP * len(storage.data), MAX_OVERLAP_BYTES):
+            raise FileFormatError(
+                f"{where} claims size {size} with stride {stride}: its elements overlap, and "
+                f"copying them would take {prod(read) * dtype.itemsize} bytes from a storage of "
+                f"{len(storage.data)}; the file is corrupt or was crafted to exhaust memory"
+            )
         view = np.lib.stride_tricks.as_strided(
-            flat[offset:], shape=tuple(size), strides=[s * dtype.itemsize for s in stride]
+            flat[offset:], shape=read, strides=[s * dtype.itemsize for s in stride]
         )
         array = np.array(view, dtype=dtype.np, order="C")  # a copy, in order
         tensor = tensor_from_host(array, dtype, self.device)
+        if read != size:
+            tensor = tensor.expand(size)
         if requires_grad:
             tensor.requires_grad = True
         return tensor

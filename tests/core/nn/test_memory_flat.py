@@ -1,0 +1,53 @@
+"""An eager training loop holds its memory flat: after warm-up, thousands of optimizer steps
+leave no Python objects, UOp nodes or buffers behind (issue 18, item 7)."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+from fusegrad import Tensor, nn
+from fusegrad.nn.optim import SGD, Adam
+from fusegrad.uop import ops
+
+X = np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)
+
+
+def _live() -> tuple[int, int]:
+    """The Python objects the garbage collector tracks, and the live UOp nodes."""
+    gc.collect()
+    return len(gc.get_objects()), len(ops._NODES)
+
+
+@pytest.mark.parametrize(
+    "make_opt",
+    [
+        lambda ps: SGD(ps, lr=0.01),
+        lambda ps: SGD(ps, lr=0.01, momentum=0.9),
+        lambda ps: Adam(ps, lr=1e-3),
+    ],
+    ids=["sgd", "sgd-momentum", "adam"],
+)
+def test_eager_steps_hold_memory_flat(make_opt) -> None:
+    # before the fix each step kept its update graph (and so every step before it) alive:
+    # about 170 objects and 10 nodes a step, 340,000 objects over these 2,000 steps
+    layer = nn.Linear(32, 32)
+    opt = make_opt([layer.weight, layer.bias])
+    x = Tensor(X)
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            opt.zero_grad()
+            loss = layer(x).relu().square().mean()
+            loss.backward()
+            opt.step()
+            loss.item()  # a realized loss is kept for backward until it dies
+
+    steps(1000)
+    objects, nodes = _live()
+    steps(2000)
+    objects_after, nodes_after = _live()
+    assert objects_after - objects < 200, f"{objects_after - objects} objects kept by 2000 steps"
+    assert nodes_after - nodes < 20, f"{nodes_after - nodes} UOp nodes kept by 2000 steps"
