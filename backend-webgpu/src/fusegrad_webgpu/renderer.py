@@ -157,6 +157,9 @@ class WGSLRenderer(Renderer):
         self.max_buffers = limits["max-storage-buffers-per-shader-stage"]
         #: trips a thread's loops may make in all (nested trips multiply); None: no limit
         self.max_loop_trips = LLVMPIPE_LOOP_TRIPS if "llvmpipe" in adapter else None
+        #: GLSL leaves ``%`` of negative operands undefined and the OpenGL adapter's translation
+        #: keeps WGSL's ``%`` as it is (-7 % 2 gave 1); there a signed remainder is a - (a / b) * b
+        self.remainder_by_division = "opengl" in adapter.lower()
 
     def dtype_advice(self, dtype: DType) -> str:
         feature = next((f for f, ds in FEATURE_DTYPES.items() if dtype in ds), None)
@@ -221,6 +224,8 @@ class WGSLRenderer(Renderer):
             return f"select({either}, {src[0]}, {_is_nan(src[0], operand)})"
         if op is Ops.MAX:
             return f"max({src[0]}, {src[1]})"
+        if op is Ops.MOD and self.remainder_by_division and operand.is_int:
+            return f"({src[0]} - ({src[0]} / {src[1]}) * {src[1]})"
         return f"({src[0]} {_BINARY[op]} {src[1]})"
 
     # ---- the kernel ----------------------------------------------------------------------------

@@ -160,8 +160,17 @@ ALL_DTYPES: tuple[DType, ...] = tuple(
 
 
 def to_dtype(d: DType | str) -> DType:
-    """Accept a DType or its name."""
-    return d if isinstance(d, DType) else dtypes.from_name(d)
+    """Accept a DType, its name, or a numpy dtype (``np.float32``); anything else is refused."""
+    if isinstance(d, DType):
+        return d
+    if isinstance(d, str):
+        return dtypes.from_name(d)
+    if isinstance(d, np.dtype) or (isinstance(d, type) and issubclass(d, np.generic)):
+        return dtypes.from_numpy(np.dtype(d))
+    raise DTypeError(
+        f"dtype must be a fusegrad dtype or its name, got {type(d).__name__} {d!r}; "
+        "use e.g. dtypes.float32 or 'float32'"
+    )
 
 
 def promote_types(a: DType, b: DType) -> DType:
@@ -209,7 +218,10 @@ def scalar_type(value: object, other: DType) -> DType:
         return other if other.kind != "b" else dtypes.default_int
     if isinstance(value, float):
         return other if other.kind == "f" else dtypes.default_float
-    raise DTypeError(f"cannot combine {type(value).__name__} {value!r} with a {other} tensor")
+    raise DTypeError(
+        f"cannot combine {type(value).__name__} {value!r} with a {other} tensor; "
+        "use a number or a Tensor"
+    )
 
 
 def cast_scalar(value: object, dtype: DType) -> bool | int | float:

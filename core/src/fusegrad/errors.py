@@ -10,6 +10,11 @@ class ShapeError(FusegradError, ValueError, RuntimeError):
     RuntimeError too, as PyTorch raises for the same mistakes (``except RuntimeError`` ports)."""
 
 
+class InvalidIndex(FusegradError, IndexError):
+    """An axis (dim) or an index a tensor does not have (out of range, ragged, of a type that
+    cannot index): an IndexError, as PyTorch raises."""
+
+
 class DTypeError(FusegradError, TypeError):
     """An unknown dtype, or one a device cannot hold."""
 
@@ -30,6 +35,11 @@ class InvalidArgument(FusegradError, RuntimeError):
 class InvalidValue(InvalidArgument, ValueError):
     """A number outside the range an op accepts (a probability above 1, a negative variance): a
     ValueError, and a RuntimeError too, as PyTorch raises one of these for each."""
+
+
+class InvalidType(FusegradError, TypeError):
+    """An argument of the wrong Python type (a float size, a device that is not a string): a
+    TypeError, as PyTorch raises for the same call."""
 
 
 class UnknownOption(FusegradError, ValueError, NotImplementedError):

@@ -29,6 +29,8 @@ class Context:
     BEAM: int = getenv("BEAM")
     #: check every generated kernel before compiling it (codegen/verify.py); on in the tests
     VERIFY: int = getenv("VERIFY")
+    #: check index ops' indices at the next read (tensor/bounds.py); 0 skips the checks
+    CHECK_BOUNDS: int = getenv("CHECK_BOUNDS", 1)
 
 
 @contextmanager

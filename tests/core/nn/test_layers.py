@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fusegrad import Tensor, dtypes, nn
-from fusegrad.errors import ShapeError
+from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.nn.state import get_state_dict
 
 torch = pytest.importorskip("torch")
@@ -183,7 +183,7 @@ def test_embedding_matches_torch():
 
 
 def test_embedding_rejects_float_indices():
-    with pytest.raises(ShapeError, match="integer indices"):
+    with pytest.raises(InvalidArgument, match="integer indices"):
         nn.Embedding(4, 2)(Tensor([1.0]))
 
 

@@ -45,7 +45,8 @@ def _fit(model, opt, x: Tensor, y: Tensor, steps: int) -> list[float]:
 def test_mlp_memorises_a_batch():
     Tensor.manual_seed(0)
     rng = np.random.default_rng(0)
-    x, y = Tensor(rng.standard_normal((16, 8)).astype(np.float32)), Tensor(rng.integers(0, 3, 16))
+    x = Tensor(rng.standard_normal((16, 8)).astype(np.float32))
+    y = Tensor(rng.integers(0, 3, 16).astype(np.int32))  # (int32: WebGPU on OpenGL has no int64)
     model = MLP()
     losses = _fit(model, Adam(get_parameters(model), lr=0.02), x, y, steps=60)
     assert losses[0] > 0.7 and losses[-1] < 0.05, losses[::10]
@@ -57,7 +58,7 @@ def test_cnn_with_batchnorm_memorises_a_batch():
     rng = np.random.default_rng(1)
     x, y = (
         Tensor(rng.standard_normal((8, 1, 8, 8)).astype(np.float32)),
-        Tensor(rng.integers(0, 2, 8)),
+        Tensor(rng.integers(0, 2, 8).astype(np.int32)),
     )
     model = CNN()
     opt = SGD(get_parameters(model), lr=0.1, momentum=0.9)

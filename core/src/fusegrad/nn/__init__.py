@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fusegrad.errors import ShapeError
+from fusegrad.errors import InvalidArgument, InvalidType, InvalidValue, ShapeError
 from fusegrad.helpers import prod
-from fusegrad.tensor import Tensor
+from fusegrad.tensor import Tensor, bounds
 
 __all__ = [
     "BatchNorm",
@@ -50,6 +50,16 @@ def _filled(shape: tuple[int, ...], value: float, requires_grad: bool = True) ->
     return Tensor(np.full(shape, value, np.float32), requires_grad=requires_grad)
 
 
+def _positive(layer: str, **sizes: IntOrTuple) -> None:
+    """Refuse a size below 1 (or not an int) when the layer is made, not in a division later."""
+    for name, size in sizes.items():
+        for v in (size,) if isinstance(size, (int, float)) else tuple(size):
+            if not isinstance(v, int):
+                raise InvalidType(f"{layer}: {name}={size!r} must be an int; write int(...)")
+            if v < 1:
+                raise InvalidValue(f"{layer}: {name}={size!r} must be a positive size (>= 1)")
+
+
 def _tuple(x: IntOrTuple, n: int) -> tuple[int, ...]:
     return (x,) * n if isinstance(x, int) else tuple(x)
 
@@ -63,6 +73,7 @@ class Linear:
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        _positive("Linear", in_features=in_features, out_features=out_features)
         bound = 1 / math.sqrt(in_features)
         self.weight = _uniform((out_features, in_features), bound)
         self.bias = _uniform((out_features,), bound) if bias else None
@@ -95,6 +106,19 @@ class Conv2d:
         groups: int = 1,
         bias: bool = True,
     ):
+        _positive(
+            type(self).__name__,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            kernel_size=kernel_size,
+            stride=stride,
+            dilation=dilation,
+            groups=groups,
+        )
+        if isinstance(padding, str) and padding not in ("same", "valid"):
+            raise InvalidValue(
+                f"padding={padding!r} is not a padding; use an int, 'same' or 'valid'"
+            )
         if in_channels % groups or out_channels % groups:
             raise ShapeError(
                 f"groups={groups} must divide in_channels={in_channels} and "
@@ -185,6 +209,7 @@ class BatchNorm:
         track_running_stats: bool = True,
         momentum: float = 0.1,
     ):
+        _positive("BatchNorm", num_features=sz)
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
         self.weight = _filled((sz,), 1.0) if affine else None
         self.bias = _filled((sz,), 0.0) if affine else None
@@ -228,6 +253,7 @@ class LayerNorm:
     def __init__(
         self, normalized_shape: IntOrTuple, eps: float = 1e-5, elementwise_affine: bool = True
     ):
+        _positive("LayerNorm", normalized_shape=normalized_shape)
         self.normalized_shape = _tuple(normalized_shape, 1)
         self.axis = tuple(-1 - i for i in range(len(self.normalized_shape)))
         self.eps, self.elementwise_affine = eps, elementwise_affine
@@ -236,7 +262,10 @@ class LayerNorm:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.shape[-len(self.normalized_shape) :] != self.normalized_shape:
-            raise ShapeError(f"LayerNorm{self.normalized_shape} got input of shape {x.shape}")
+            raise ShapeError(
+                f"LayerNorm{self.normalized_shape} got input of shape {x.shape}; its last "
+                f"axes must be {self.normalized_shape}"
+            )
         y = x.layernorm(axis=self.axis, eps=self.eps)
         if self.weight is None or self.bias is None:
             return y
@@ -247,6 +276,7 @@ class GroupNorm:
     """Split the channels into ``num_groups`` and normalize each group of each sample."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+        _positive("GroupNorm", num_groups=num_groups, num_channels=num_channels)
         if num_channels % num_groups:
             raise ShapeError(f"num_groups={num_groups} must divide num_channels={num_channels}")
         self.num_groups, self.num_channels, self.eps, self.affine = (
@@ -293,13 +323,18 @@ class Embedding:
     glorot-uniform."""
 
     def __init__(self, vocab_size: int, embed_size: int):
+        _positive("Embedding", vocab_size=vocab_size, embed_size=embed_size)
         self.vocab_size, self.embed_size = vocab_size, embed_size
         self.weight = _uniform((vocab_size, embed_size), math.sqrt(6 / (vocab_size + embed_size)))
 
     def __call__(self, idx: Tensor) -> Tensor:
         if idx.dtype.is_float:
-            raise ShapeError(f"Embedding needs integer indices, got {idx.dtype.name}")
+            raise InvalidArgument(
+                f"Embedding needs integer indices, got {idx.dtype.name}; cast them with .long()"
+            )
         # a one-hot row per index times the table: a gather the backward pass can differentiate
+        rows = f"the {self.vocab_size} rows of the embedding"
+        bounds.check_later("Embedding", idx, 0, self.vocab_size, rows)
         hot = idx.unsqueeze(-1) == Tensor.arange(self.vocab_size, device=idx.device)
         return hot.cast(self.weight.dtype) @ self.weight
 
@@ -308,6 +343,8 @@ class Dropout:
     """Zero each element with probability ``p`` while ``Tensor.training`` (scaling the rest)."""
 
     def __init__(self, p: float = 0.5):
+        if not 0 <= p <= 1:
+            raise InvalidValue(f"Dropout probability has to be between 0 and 1, but got {p}")
         self.p = p
 
     def __call__(self, x: Tensor) -> Tensor:

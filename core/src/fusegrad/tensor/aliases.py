@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import numpy as np
 
 from fusegrad.dtype import DType, dtypes, to_dtype
-from fusegrad.errors import ShapeError
+from fusegrad.errors import InvalidIndex, ShapeError
 from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.movement import broadcast_shapes
 
@@ -233,7 +233,7 @@ class AliasMixin(TensorBase):
         axis = self._axis(dim)
         n = self.shape[axis]
         if not -n <= start <= n:
-            raise IndexError(f"narrow start {start} is out of range for axis {dim} of size {n}")
+            raise InvalidIndex(f"narrow start {start} is out of range for axis {dim} of size {n}")
         start = start + n if start < 0 else start
         if length < 0 or start + length > n:
             raise ShapeError(
@@ -249,7 +249,7 @@ class AliasMixin(TensorBase):
         axis = self._axis(dim)
         n = self.shape[axis]
         if not -n <= index < n:
-            raise IndexError(f"select index {index} is out of range for axis {dim} of size {n}")
+            raise InvalidIndex(f"select index {index} is out of range for axis {dim} of size {n}")
         return self[(slice(None),) * axis + (index,)]
 
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tensor:
@@ -486,7 +486,7 @@ class AliasMixin(TensorBase):
         axis = self._axis(dim)
         n = self.shape[axis]
         if n == 0:
-            raise IndexError(f"median over axis {dim} of shape {self.shape}: the axis is empty")
+            raise InvalidIndex(f"median over axis {dim} of shape {self.shape}: the axis is empty")
         nans = self.isnan()
         keys = nans.where(math.inf, self) if self.dtype.is_float else self
         ordered, order = keys.sort(axis)
@@ -594,7 +594,7 @@ class AliasMixin(TensorBase):
     def index_select(self, dim: int, index: Tensor) -> Tensor:
         """The elements at ``index`` (a vector) along axis ``dim``."""
         if index.ndim > 1:
-            raise IndexError(f"index_select takes a 0-d or 1-d index, got shape {index.shape}")
+            raise InvalidIndex(f"index_select takes a 0-d or 1-d index, got shape {index.shape}")
         axis = self._axis(dim)
         return self[(slice(None),) * axis + (index.reshape(-1),)]
 

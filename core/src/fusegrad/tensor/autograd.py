@@ -8,7 +8,7 @@ from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from fusegrad.engine import capture
-from fusegrad.errors import FusegradError, ShapeError
+from fusegrad.errors import DTypeError, FusegradError, ShapeError
 from fusegrad.gradient import compute_gradient, full_like
 from fusegrad.tensor.base import TensorBase
 from fusegrad.uop.ops import Ops, UOp
@@ -80,6 +80,11 @@ class AutogradMixin(TensorBase):
             _GRAD_TENSORS.discard(self)
 
     def requires_grad_(self, value: bool = True) -> Self:
+        if value and not self.uop.dtype.is_float:
+            raise DTypeError(
+                f"only floating-point tensors can require gradients, got {self.uop.dtype.name}; "
+                "cast it first with .float()"
+            )
         self.requires_grad = value
         return self
 
@@ -127,7 +132,8 @@ class AutogradMixin(TensorBase):
             return full_like(self._differentiable_uop(), 1.0)
         if gradient.shape != self.uop.shape:
             raise ShapeError(
-                f"gradient of shape {gradient.shape} for a tensor of shape {self.uop.shape}"
+                f"gradient of shape {gradient.shape} for a tensor of shape {self.uop.shape}; "
+                "pass a gradient of the tensor's own shape"
             )
         return gradient.uop
 
@@ -138,7 +144,10 @@ class AutogradMixin(TensorBase):
         root = self._differentiable_uop()
         wanted = [t for t in list(_GRAD_TENSORS) if t.requires_grad]
         if not wanted:
-            raise FusegradError("backward(): no tensor in this graph has requires_grad=True")
+            raise FusegradError(
+                "backward(): no tensor in this graph has requires_grad=True; make the tensors "
+                "to differentiate with Tensor(..., requires_grad=True) or .requires_grad_()"
+            )
         found = compute_gradient(
             root, self._seed_gradient(gradient), [t.uop for t in wanted], REALIZED
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, cast
 
-from fusegrad.errors import InvalidArgument, InvalidValue, ShapeError
+from fusegrad.errors import InvalidArgument, InvalidIndex, InvalidValue, ShapeError
 from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.nn_ops import _check_reduction, _reduce_loss
 
@@ -114,7 +114,7 @@ class FunctionalMixin(TensorBase):
         """The slices along ``dim``, each without that axis."""
         dim = dim + self.ndim if dim < 0 else dim
         if not 0 <= dim < self.ndim:
-            raise IndexError(f"unbind: dim {dim} is out of range for a {self.ndim}-d tensor")
+            raise InvalidIndex(f"unbind: dim {dim} is out of range for a {self.ndim}-d tensor")
         return tuple(self[(slice(None),) * dim + (i,)] for i in range(self.shape[dim]))
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -123,6 +123,8 @@ class FunctionalMixin(TensorBase):
         drawn here (torch removes each drawn category; that needs a loop)."""
         if self.ndim not in (1, 2):
             raise ShapeError(f"multinomial wants 1-d or 2-d weights, got shape {self.shape}")
+        if not isinstance(num_samples, int) or num_samples < 1:
+            raise InvalidValue(f"multinomial needs num_samples >= 1, got {num_samples!r}")
         if not replacement and num_samples > 1:
             raise InvalidArgument(
                 "multinomial draws several samples only with replacement=True here"

@@ -15,10 +15,18 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from fusegrad.dtype import dtypes, promote_types
-from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
+from fusegrad.errors import (
+    InvalidArgument,
+    InvalidIndex,
+    InvalidType,
+    InvalidValue,
+    ShapeError,
+    UnknownOption,
+)
 from fusegrad.helpers import prod
+from fusegrad.tensor import bounds
 from fusegrad.tensor.base import TensorBase, is_tensor
-from fusegrad.tensor.movement import ADVANCED_INDEX, broadcast_shapes
+from fusegrad.tensor.movement import ADVANCED_INDEX, _check_variable_bounds, broadcast_shapes
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -37,17 +45,28 @@ def _join_args(name: str, first: Any, rest: tuple, dim: int) -> tuple[list[Tenso
     """The tensors a join was given (``first`` and ``rest``, or the sequence ``first``) and the
     axis (``rest`` may be the axis after a sequence, as in ``torch.stack([a, b], 1)``)."""
     if not isinstance(first, (list, tuple)):
-        return [first, *rest], dim
+        return _tensors_only(name, [first, *rest]), dim
     if len(rest) == 1 and isinstance(rest[0], int):
         return _join_args(name, first, (), rest[0])
     if rest:
-        raise ValueError(
+        raise InvalidValue(
             f"{name}: give a sequence of tensors or the tensors themselves, not "
             f"both (got a {type(first).__name__} and {len(rest)} more)"
         )
     if not first:
         raise ShapeError(f"{name} needs at least one tensor, got an empty {type(first).__name__}")
-    return list(first), dim
+    return _tensors_only(name, list(first)), dim
+
+
+def _tensors_only(name: str, tensors: list) -> list[Tensor]:
+    """``tensors``, if each is a Tensor: a list of numbers is not joined silently."""
+    for i, t in enumerate(tensors):
+        if not is_tensor(t):
+            raise InvalidType(
+                f"{name} joins Tensors, got {type(t).__name__} {t!r} at position {i}; "
+                f"wrap it first: Tensor.{name}(Tensor(a), Tensor(b))"
+            )
+    return tensors
 
 
 def _index_array(item: Any) -> Any:
@@ -60,11 +79,11 @@ def _index_array(item: Any) -> Any:
     try:
         array = np.asarray(item)
     except ValueError:
-        raise IndexError(f"index {item!r} is ragged: nested lists must be rectangular") from None
+        raise InvalidIndex(f"index {item!r} is ragged: nested lists must be rectangular") from None
     if array.size == 0 and array.dtype != np.bool_:
         array = array.astype(np.int32)  # ([] is a float array to numpy)
     if array.dtype != np.bool_ and not np.issubdtype(array.dtype, np.integer):
-        raise IndexError(
+        raise InvalidIndex(
             f"index {item!r} has {array.dtype} elements; indices must be ints or bools"
         )
     return array
@@ -104,8 +123,10 @@ class IndexMixin(TensorBase):
                 for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=False))
                 if i != dim
             ):
+                _check_variable_bounds({*t.shape, *first.shape})
                 raise ShapeError(
-                    f"cat along dim {dim}: shape {t.shape} does not match {first.shape}"
+                    f"cat along dim {dim}: shape {t.shape} does not match {first.shape}; "
+                    f"every size but dim {dim}'s must be equal"
                 )
         dtype = functools.reduce(promote_types, (t.dtype for t in tensors))
         tensors = [t.cast(dtype) for t in tensors]
@@ -145,7 +166,7 @@ class IndexMixin(TensorBase):
         n = self.shape[dim]
         if isinstance(sizes, int):
             if sizes <= 0:
-                raise FusegradError(f"split size must be positive, got {sizes}")
+                raise InvalidValue(f"split size must be positive (>= 1), got {sizes}")
             sizes = [min(sizes, n - s) for s in range(0, n, sizes)] or [0]
         if sum(sizes) != n:
             raise ShapeError(
@@ -159,18 +180,25 @@ class IndexMixin(TensorBase):
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """At most ``chunks`` equal pieces along ``dim``, as ``torch.chunk``."""
+        if not isinstance(chunks, int) or chunks < 1:
+            raise InvalidValue(f"chunk needs a number of chunks >= 1, got chunks={chunks!r}")
         n = self.shape[self._axis(dim)]
         return self.split(max(1, -(-n // chunks)), dim)
 
     def repeat(self, *repeats: int | Sequence[int]) -> Tensor:
         """Tile the whole tensor ``repeats`` times along each axis, as ``torch.Tensor.repeat``."""
         reps = (
-            tuple(repeats[0]) if len(repeats) == 1 and not isinstance(repeats[0], int) else repeats
+            tuple(repeats[0])
+            if len(repeats) == 1 and isinstance(repeats[0], (list, tuple))
+            else repeats
         )
         if len(reps) < self.ndim:
             raise ShapeError(
-                f"repeat needs at least {self.ndim} counts for shape {self.shape}, got {reps}"
+                f"repeat needs at least {self.ndim} counts for shape {self.shape}, got {reps}; "
+                "give one count per axis (1 keeps an axis), or use tile"
             )
+        if any(not isinstance(r, int) or r < 0 for r in reps):
+            raise InvalidValue(f"repeat counts must be non-negative ints, got {tuple(reps)}")
         x = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
         interleaved = tuple(v for s in x.shape for v in (1, s))
         grown = tuple(v for r, s in zip(reps, x.shape, strict=False) for v in (r, s))
@@ -187,6 +215,8 @@ class IndexMixin(TensorBase):
 
     def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
         """Repeat each element ``repeats`` times along ``dim`` (the flattened tensor if None)."""
+        if not isinstance(repeats, int) or repeats < 0:
+            raise InvalidValue(f"repeat_interleave needs repeats >= 0 (an int), got {repeats!r}")
         x = self.flatten() if dim is None else self
         dim = 0 if dim is None else x._axis(dim)
         shape = x.shape[: dim + 1] + (repeats,) + x.shape[dim + 1 :]
@@ -210,7 +240,7 @@ class IndexMixin(TensorBase):
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
         if self.ndim == 0:
-            raise IndexError(
+            raise InvalidIndex(
                 f"roll of a 0-d tensor along dims {dims}: it has none (leave out dims)"
             )
         x = cast("Tensor", self)
@@ -277,15 +307,16 @@ class IndexMixin(TensorBase):
     def one_hot(self, num_classes: int = -1) -> Tensor:
         """A new last axis with a 1 at each index (int32; ``-1`` means ``max + 1`` classes).
 
-        Indices outside ``[0, num_classes)`` give a row of zeros: checking them, as PyTorch does,
-        would mean running the graph to read them; only ``-1``, which reads them anyway, does.
+        Indices outside ``[0, num_classes)`` raise IndexError at the next read
+        (``tensor/bounds.py``).
 
         >>> Tensor([0, 2]).one_hot(3).tolist()
         [[1, 0, 0], [0, 0, 1]]
         """
         if not self.dtype.is_int:
             raise InvalidArgument(
-                f"one_hot takes a tensor of integer indices, got {self.dtype.name}"
+                f"one_hot takes a tensor of integer indices, got {self.dtype.name}; "
+                "cast it with .long()"
             )
         if num_classes < -1:
             raise InvalidArgument(
@@ -300,6 +331,9 @@ class IndexMixin(TensorBase):
             if low < 0:
                 raise InvalidArgument(f"one_hot class values must be non-negative, got {low}")
             num_classes = high + 1
+        else:
+            what = f"{num_classes} classes"
+            bounds.check_later("one_hot", cast("Tensor", self), 0, num_classes, what)
         return (self.unsqueeze(-1) == type(self).arange(num_classes, device=self.device)).cast(
             dtypes.int32
         )
@@ -322,6 +356,11 @@ class IndexMixin(TensorBase):
         [[2], [3]]
         """
         dim = self._axis(dim)
+        if not index.dtype.is_int:
+            raise InvalidArgument(
+                f"gather index must be an int tensor, got {index.dtype.name}; "
+                "cast it with .long() or .int()"
+            )
         if index.ndim != self.ndim:
             raise ShapeError(
                 f"gather index must have {self.ndim} dims like the input, got {index.shape}"
@@ -333,6 +372,7 @@ class IndexMixin(TensorBase):
             )
         x = self.shrink([None if i == dim else (0, s) for i, s in enumerate(index.shape)])
         n = self.shape[dim]
+        bounds.check_later("gather", index, 0, n, f"dim {dim} (size {n})")
         mask = index.unsqueeze(-1) == type(self).arange(n, device=self.device)
         return self._pick(mask, x._along(dim, index.shape))
 
@@ -348,6 +388,7 @@ class IndexMixin(TensorBase):
             src = index.full_like(src, self.dtype)
         src = src.shrink([(0, s) for s in index.shape])
         n, k = self.shape[dim], index.shape[dim]
+        bounds.check_later("scatter", index, 0, n, f"dim {dim} (size {n})")
         rows = self._positions_at(dim, n)
         sent = (
             index.unsqueeze(-1)
@@ -518,6 +559,8 @@ class IndexMixin(TensorBase):
         """Rows of ``weight`` picked by this index tensor: shape ``self.shape +
         weight.shape[1:]``."""
         vocab = weight.shape[0]
+        what = f"the {vocab} rows of the weight"
+        bounds.check_later("embedding", cast("Tensor", self), 0, vocab, what)
         mask = self.unsqueeze(-1) == type(self).arange(vocab, device=self.device)  # (..., V)
         rows = mask.reshape(mask.shape + (1,) * (weight.ndim - 1))
         return weight._pick(rows, weight.reshape((1,) * self.ndim + weight.shape), axis=self.ndim)
@@ -564,7 +607,7 @@ class IndexMixin(TensorBase):
         """A bool mask must have the shape of the axes it covers, from ``axis`` on."""
         covered = self.shape[axis : axis + mask.ndim]
         if mask.shape != covered:
-            raise IndexError(
+            raise InvalidIndex(
                 f"the shape of the mask {mask.shape} at index {axis} does not match "
                 f"the shape of the indexed tensor {self.shape} there {covered}"
             )
@@ -574,7 +617,7 @@ class IndexMixin(TensorBase):
         of ``axis`` (a tensor's values are only known when it runs: out of range picks zeros)."""
         if is_tensor(index):
             if index.dtype.is_float or index.dtype == dtypes.bool:
-                raise IndexError(
+                raise InvalidIndex(
                     f"tensors used as indices must be int or bool tensors, got {index.dtype.name}"
                 )
             return index
@@ -582,7 +625,7 @@ class IndexMixin(TensorBase):
             n = self.shape[axis]
             bad = index[(index < -n) | (index >= n)]
             if bad.size:
-                raise IndexError(
+                raise InvalidIndex(
                     f"index {bad.flat[0]} is out of bounds for dimension {axis} with size {n}"
                 )
         return type(self)(index.astype(np.int32), device=self.device)
@@ -594,7 +637,7 @@ class IndexMixin(TensorBase):
             bshape = broadcast_shapes(*(t.shape for _, t in picks))
         except ShapeError:
             shapes = ", ".join(str(t.shape) for _, t in picks)
-            raise IndexError(
+            raise InvalidIndex(
                 f"shape mismatch: indexing tensors could not be broadcast together "
                 f"with shapes {shapes}"
             ) from None
@@ -605,6 +648,7 @@ class IndexMixin(TensorBase):
         mask: Tensor | None = None
         for j, (a, idx) in enumerate(picks):
             n = self.shape[a]
+            bounds.check_later("indexing", idx, -n, n, f"dim {a} (size {n})")
             idx = idx._broadcast_to(bshape) if idx.shape != bshape else idx
             idx = (idx < 0).where(idx + n, idx)
             hot_shape = [1] * nk

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fusegrad.dtype import dtypes
 from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.helpers import prod
+from fusegrad.tensor import bounds
 from fusegrad.tensor.base import TensorBase, is_tensor
 
 if TYPE_CHECKING:
@@ -208,6 +209,7 @@ class JoinMixin(TensorBase):
         if index.ndim > 1:
             raise ShapeError(f"{name} index must be 0-d or 1-d, got shape {index.shape}")
         n = self.shape[axis] if self.ndim else 1
+        bounds.check_later(name, index, 0, n, f"dim {axis} (size {n})")
         rows = type(self).arange(n, device=self.device).reshape(n, 1)
         return rows == index.reshape(1, -1)
 

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from fusegrad.dtype import dtypes
-from fusegrad.errors import InvalidArgument, ShapeError, UnknownOption
+from fusegrad.errors import (
+    InvalidArgument,
+    InvalidIndex,
+    InvalidType,
+    ShapeError,
+    UnknownOption,
+)
 from fusegrad.helpers import prod
 from fusegrad.tensor.base import TensorBase
 from fusegrad.uop import ops
@@ -33,7 +39,26 @@ ADVANCED_INDEX = (list, tuple, np.ndarray, bool, np.bool_)
 
 
 def _sizes(args: tuple) -> tuple:
-    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+    """The sizes of a reshape, expand or permute: ints, or one sequence of them (a float is
+    refused here, before it reaches the graph)."""
+    out = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+    if any(isinstance(s, float) for s in out):
+        raise InvalidType(f"sizes must be ints, got {out}; write int(size) for a computed size")
+    return out
+
+
+def _check_variable_bounds(sizes: set) -> None:
+    """Two Variables of one name but other bounds are two different sizes; say so, as their
+    shapes print alike (``(n=4,)`` and ``(n=4,)``)."""
+    seen: dict[str, tuple[int, int]] = {}
+    for u in (u for s in sizes if isinstance(s, UOp) for u in s.toposort()):
+        if u.op is Ops.DEFINE_VAR:
+            name, lo, hi = u.arg
+            if seen.setdefault(name, (lo, hi)) != (lo, hi):
+                raise ShapeError(
+                    f"two Variables named {name!r} have different bounds {list(seen[name])} "
+                    f"and {[lo, hi]}; make each Variable once and bind that one everywhere"
+                )
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
@@ -44,8 +69,10 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     for sizes in zip(*padded):
         big = {s for s in sizes if s != 1}
         if len(big) > 1:
+            _check_variable_bounds(big)
             raise ShapeError(
-                f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast"
+                f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast: "
+                "aligned from the last axis, each pair of sizes must be equal or 1"
             )
         out.append(big.pop() if big else 1)
     return tuple(out)
@@ -72,7 +99,7 @@ class MovementMixin(TensorBase):
         n = self.ndim if ndim is None else ndim
         m = max(n, 1)  # a 0-d tensor has axis 0 (and -1), as in PyTorch
         if not -m <= axis < m:
-            raise IndexError(
+            raise InvalidIndex(
                 f"axis {axis} is out of range for a {n}-d tensor (valid: {-m}..{m - 1})"
             )
         return axis % m
@@ -109,7 +136,8 @@ class MovementMixin(TensorBase):
         if any(s < 0 for s in new) or prod(new) != prod(self.shape):
             raise ShapeError(
                 f"cannot reshape {self.shape} ({prod(self.shape)} elements) to {new} "
-                f"({prod(new)} elements)"
+                f"({prod(new)} elements); the new sizes must multiply to {prod(self.shape)} "
+                "(one of them may be -1)"
             )
         if new == self.shape:
             return cast("Tensor", self)
@@ -162,8 +190,16 @@ class MovementMixin(TensorBase):
         """Repeat size-1 axes (and add leading axes) without copying; -1 keeps a size."""
         new = _sizes(shape)
         if len(new) < self.ndim:
-            raise ShapeError(f"cannot expand {self.shape} to fewer dimensions {new}")
+            raise ShapeError(
+                f"cannot expand {self.shape} to fewer dimensions {new}; give a size for each "
+                "axis (-1 keeps one)"
+            )
         old = (1,) * (len(new) - self.ndim) + self.shape
+        if any(isinstance(n, int) and n < -1 for n in new):
+            raise ShapeError(
+                f"cannot expand {self.shape} to {new}: sizes must be non-negative "
+                "(or -1 to keep a size)"
+            )
         new = tuple(o if n == -1 else n for o, n in zip(old, new))
         for o, n in zip(old, new):
             if o != n and o != 1:
@@ -216,7 +252,7 @@ class MovementMixin(TensorBase):
         (2, 3, 4)
         """
         if self.ndim == 0:
-            raise IndexError("unflatten of a 0-d tensor: it has no axis to split")
+            raise InvalidIndex("unflatten of a 0-d tensor: it has no axis to split")
         dim, sizes = self._axis(dim), tuple(sizes)
         n, inferred = self.shape[dim], sizes.count(-1)
         known = prod(s for s in sizes if s != -1)
@@ -278,6 +314,12 @@ class MovementMixin(TensorBase):
         [3, 2, 1, 2, 3, 2]
         """
         arg = self._pad_pairs(padding)
+        for axis, ((before, after), size) in enumerate(zip(arg, self.shape)):
+            if isinstance(size, int) and (size + min(before, 0) + min(after, 0) < 0):
+                raise ShapeError(
+                    f"pad {(before, after)} of axis {axis} (size {size}) crops more than the "
+                    f"axis holds; negative padding may remove at most {size} elements"
+                )
         if mode == "constant":
             return self._pad_constant(arg, value)
         if mode not in ("reflect", "replicate", "circular"):
@@ -458,7 +500,7 @@ class MovementMixin(TensorBase):
                 continue
             if not isinstance(item, slice):
                 if not hasattr(item, "__index__"):
-                    raise IndexError(
+                    raise InvalidIndex(
                         f"unsupported index {item!r}; use ints, slices, None, ..., "
                         "int lists or tensors, or bool masks"
                     )
@@ -474,10 +516,10 @@ class MovementMixin(TensorBase):
         appended, so that they cover every axis; ``used`` is how many axes the items index."""
         dots = [k for k, i in enumerate(items) if i is Ellipsis]
         if len(dots) > 1:
-            raise IndexError(f"an index can only have a single ellipsis ('...'), got {len(dots)}")
+            raise InvalidIndex(f"an index can only have a single ellipsis ('...'), got {len(dots)}")
         if used > self.ndim:
             hint = " (a 0-d tensor's value is .item())" if self.ndim == 0 else ""
-            raise IndexError(
+            raise InvalidIndex(
                 f"too many indices for tensor of dimension {self.ndim} ({used} given){hint}"
             )
         fill = [slice(None)] * (self.ndim - used)
@@ -488,7 +530,7 @@ class MovementMixin(TensorBase):
         size = self.shape[axis]
         if isinstance(item, int):
             if not -size <= item < size:
-                raise IndexError(
+                raise InvalidIndex(
                     f"index {item} is out of bounds for dimension {axis} with size {size}"
                 )
             i = item % size

@@ -16,7 +16,15 @@ import numpy as np
 
 from fusegrad import caches
 from fusegrad.dtype import dtypes
-from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
+from fusegrad.errors import (
+    FusegradError,
+    InvalidArgument,
+    InvalidIndex,
+    InvalidValue,
+    ShapeError,
+    UnknownOption,
+)
+from fusegrad.tensor import bounds
 from fusegrad.tensor.base import TensorBase
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
@@ -27,12 +35,17 @@ Size = int | Sequence[int]
 
 
 def _tuple(x: Size, n: int, name: str) -> tuple[int, ...]:
-    """An int repeated ``n`` times, or a sequence of exactly ``n`` ints."""
+    """An int repeated ``n`` times, or a sequence of exactly ``n`` ints; a kernel size, stride
+    or dilation below 1 is refused here (it would divide by zero further in)."""
     if isinstance(x, int):
-        return (x,) * n
-    if len(x) != n:
+        out: tuple[int, ...] = (x,) * n
+    elif len(x) != n:
         raise ShapeError(f"{name} needs {n} values (one per spatial axis), got {tuple(x)}")
-    return tuple(int(v) for v in x)
+    else:
+        out = tuple(int(v) for v in x)
+    if name in ("kernel_size", "stride", "dilation") and any(v < 1 for v in out):
+        raise InvalidValue(f"{name} must be at least 1 on every axis, got {x}")
+    return out
 
 
 def _innermost(t: Tensor, axis: int) -> Tensor:
@@ -311,6 +324,11 @@ class NNMixin(TensorBase):
         pads = []
         for i, k, s, (b, a), d in zip(self.shape[-n:], ks, st, given, dl, strict=True):
             span, total = d * (k - 1) + 1, i + b + a
+            if max(b, a) > span // 2:
+                raise InvalidValue(
+                    f"pool padding {padding} must be at most half the window ({span // 2} for "
+                    f"kernel {k}, dilation {d}), as in PyTorch; pad the input with .pad() first"
+                )
             o = (-(-(total - span) // s) if ceil_mode else (total - span) // s) + 1
             if ceil_mode and (o - 1) * s >= i + b:  # the last window must start inside the input
                 o -= 1
@@ -538,6 +556,8 @@ class NNMixin(TensorBase):
     def dropout(self, p: float = 0.5) -> Tensor:
         """Zero each element with probability ``p`` and scale the rest by 1/(1-p), while
         ``Tensor.training``; otherwise the tensor itself."""
+        if not 0 <= p <= 1:
+            raise InvalidValue(f"dropout probability has to be between 0 and 1, but got {p}")
         if not type(self).training or p == 0:
             return cast("Tensor", self)
         if p == 1:
@@ -582,7 +602,7 @@ class NNMixin(TensorBase):
     def _grouped(self, kv: Tensor, name: str) -> Tensor:
         """``kv`` with each head (axis -3) repeated for the query heads of its group."""
         if self.ndim < 3 or kv.ndim < 3:
-            raise IndexError(
+            raise InvalidIndex(
                 f"enable_gqa needs heads on axis -3 of the query {self.shape} and "
                 f"the {name} {kv.shape}"
             )
@@ -638,7 +658,7 @@ class NNMixin(TensorBase):
         """``torch.nn.functional.nll_loss``: self holds log-probabilities, classes on axis 1;
         ``target`` holds class indices (an index outside the classes raises IndexError)."""
         axis = self._check_loss_args("nll_loss", target, weight, reduction, 0.0, indices=True)
-        self._check_classes(target, ignore_index)
+        self._check_classes("nll_loss", target, ignore_index)
         return self._nll(target, axis, ignore_index, 0.0, reduction, weight)
 
     def cross_entropy(
@@ -658,7 +678,7 @@ class NNMixin(TensorBase):
         )
         logp = self.log_softmax(axis)
         if indices:
-            self._check_classes(target, ignore_index)
+            self._check_classes("cross_entropy", target, ignore_index)
             return logp._nll(target, axis, ignore_index, label_smoothing, reduction, weight)
         classes = self.shape[axis]
         target = target * (1 - label_smoothing) + label_smoothing / classes
@@ -709,21 +729,13 @@ class NNMixin(TensorBase):
             )
         return axis
 
-    def _check_classes(self, target: Tensor, ignore_index: int) -> None:
-        """Raise IndexError, as PyTorch, when a class index (but ``ignore_index``) is outside the
-        classes. It reads the target's smallest and largest index, so it waits for them."""
+    def _check_classes(self, name: str, target: Tensor, ignore_index: int) -> None:
+        """Have the class indices (but ``ignore_index``) checked to lie among the classes: an
+        IndexError at the next read, as PyTorch's at once (``tensor/bounds.py``)."""
         classes = self.shape[1 if self.ndim > 1 else 0]
-        if target.numel() == 0:
-            return
         kept = (target != ignore_index).where(target, 0)
-        lo, hi = kept.min(), kept.max()
-        lo.realize(hi)
-        for bad in (lo.item(), hi.item()):
-            if not 0 <= bad < classes:
-                raise IndexError(
-                    f"Target {bad} is out of bounds: class indices are "
-                    f"0..{classes - 1} (or ignore_index={ignore_index})"
-                )
+        what = f"the {classes} classes (or ignore_index={ignore_index})"
+        bounds.check_later(name, kept, 0, classes, what)
 
     def sparse_categorical_crossentropy(
         self,

@@ -184,7 +184,9 @@ class ScanMixin(TensorBase):
         dim = self._axis(dim)
         n = self.shape[dim]
         if not 0 <= k <= n:
-            raise InvalidArgument(f"topk k={k} is out of range for a dimension of size {n}")
+            raise InvalidArgument(
+                f"topk k={k} is out of range for a dimension of size {n}; k must lie in 0..{n}"
+            )
         ranks = self._ranks(dim, descending=largest)  # (..., n) with dim moved last
         x = self.transpose(dim, -1)
         slot = type(self).arange(k, device=self.device)

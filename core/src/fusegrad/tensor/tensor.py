@@ -17,9 +17,17 @@ import numpy as np
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_shaped, promote_types, scalar_type, to_dtype
 from fusegrad.engine import realize as engine
-from fusegrad.errors import FusegradError, InvalidArgument, ShapeError, UnknownOption
+from fusegrad.errors import (
+    DTypeError,
+    FusegradError,
+    InvalidArgument,
+    InvalidType,
+    ShapeError,
+    UnknownOption,
+)
 from fusegrad.helpers import prod
 from fusegrad.schedule.kernelize import KernelStep
+from fusegrad.tensor import bounds
 from fusegrad.tensor.aliases import AliasMixin
 from fusegrad.tensor.autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
 from fusegrad.tensor.functional import FunctionalMixin
@@ -80,7 +88,8 @@ class Tensor(
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ):
-        self.device = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        device = Device.DEFAULT if device is None else _device_arg(device)
+        self.device = Device.canonicalize(device)
         self.grad, self._graph = None, None
         self.requires_grad = requires_grad
         dtype = to_dtype(dtype) if dtype is not None else None
@@ -97,6 +106,8 @@ class Tensor(
                 f"cannot make a Tensor from {type(data).__name__}; pass numbers, lists or a "
                 "numpy array"
             )
+        if requires_grad:
+            _check_differentiable(self.dtype)
 
     def _from_numpy(self, data: Any, dtype: DType | None) -> UOp:
         if isinstance(data, (np.ndarray, np.generic)):  # (np.True_, np.float32(2): their dtype)
@@ -108,7 +119,10 @@ class Tensor(
         try:
             array = np.asarray(data, dtype=dtype.np)
         except ValueError as e:
-            raise ShapeError(f"cannot make a Tensor from ragged nested lists: {e}") from None
+            raise ShapeError(
+                f"cannot make a Tensor from ragged nested lists ({e}); the lists of one level "
+                "must all have the same length"
+            ) from None
         buf = Buffer(self.device, array.size, dtype).copyin(array)
         return buffer_uop(buf, array.shape)
 
@@ -141,8 +155,17 @@ class Tensor(
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise InvalidType("len() of a 0-d tensor; its value is .item(), its size .numel()")
         return self.shape[0]
+
+    def __bool__(self) -> bool:
+        """The truth of a one-element tensor, as PyTorch; any other is refused, not True."""
+        if self.numel() != 1:
+            raise ShapeError(
+                f"the truth value of a tensor of shape {self.shape} is ambiguous; "
+                "use .any() or .all()"
+            )
+        return bool(self.item())
 
     def __repr__(self) -> str:
         return f"<Tensor {self.shape} {self.dtype.name} on {self.device}>"
@@ -183,13 +206,16 @@ class Tensor(
         """A copy, as ``torch.clone``: its own buffer once realized; gradients flow through it."""
         return self.contiguous()
 
-    def _buffer(self) -> Buffer:
-        """The buffer holding this tensor's elements in order (computing it if needed)."""
+    def _buffer(self, *also: Tensor) -> Buffer:
+        """The buffer holding this tensor's elements in order (computing it if needed), with
+        ``also`` realized in the same schedule."""
         if (buf := buffer_of(self.uop)) is not None:
+            if also:
+                also[0].realize(*also[1:])
             return buf
         if _GRAD_TENSORS and self._graph is None:
             self._graph = self.uop  # loss.item() then loss.backward() still differentiates
-        self.uop = self.contiguous().realize().uop
+        self.uop = self.contiguous().realize(*also).uop
         if self._graph is not None:
             REALIZED[self.uop] = self._graph
         return buffer_of(self.uop)  # type: ignore[return-value]
@@ -200,8 +226,11 @@ class Tensor(
             return self.float().numpy()
         shape = tuple(sym_eval(s) for s in self.shape)  # a bound variable's value now
         if prod(shape) == 0:
+            bounds.verify()
             return np.zeros(shape, dtype=self.dtype.np)
-        return self._buffer().numpy()[: prod(shape)].reshape(shape)  # (it fits the largest value)
+        buf = self._buffer(*bounds.waiting())  # index checks (tensor/bounds.py) run alongside
+        bounds.verify()
+        return buf.numpy()[: prod(shape)].reshape(shape)  # (it fits the largest value)
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists."""
@@ -211,13 +240,14 @@ class Tensor(
         """The value of a one-element tensor."""
         if self.numel() != 1:
             raise ShapeError(
-                f"item() needs a tensor with one element, this one has shape {self.shape}"
+                f"item() needs a tensor with one element, this one has shape {self.shape}; "
+                "read more values with .tolist() or .numpy()"
             )
         return self.numpy().reshape(()).item()
 
     def to(self, device: str) -> Tensor:
         """A copy on ``device`` (this tensor if it is already there)."""
-        device = Device.canonicalize(device)
+        device = Device.canonicalize(_device_arg(device))
         if device == self.device:
             return self
         engine.open_device(device)  # fail early and clearly if it cannot be opened
@@ -324,7 +354,11 @@ class Tensor(
         if stop is None:
             start, stop = 0, start
         if step == 0:
-            raise InvalidArgument("arange step must not be zero")
+            raise InvalidArgument("arange step must not be zero; give a positive or negative step")
+        if not all(math.isfinite(v) for v in (start, stop, step)):
+            raise InvalidArgument(
+                f"arange({start}, {stop}, {step}) needs finite numbers; no inf or nan"
+            )
         if (stop - start) * step < 0:
             raise InvalidArgument(
                 f"arange({start}, {stop}, {step}): the step goes away from stop; "
@@ -360,6 +394,8 @@ class Tensor(
         [0.0, 0.25, 0.5, 0.75, 1.0]
         """
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+        if not isinstance(steps, (int, np.integer)):
+            raise InvalidType(f"linspace steps must be an int, got {steps!r}; write int(steps)")
         if steps < 0 or dtype == dtypes.bool:
             raise InvalidArgument(
                 f"linspace needs steps >= 0 (got {steps}) and a number dtype (got {dtype.name}), "
@@ -498,7 +534,8 @@ class Tensor(
                 f"randint makes integers; got dtype={dtype.name} (cast the result instead)"
             )
         values = Tensor._generator().integers(low, high, _shape_arg(shape), dtype=np.int64)
-        return Tensor(values, device=device).cast(dtype)
+        # cast on the host: a device without int64 (WebGPU on OpenGL) can hold the result
+        return Tensor(values.astype(dtype.np), device=device, dtype=dtype)
 
     def full_like(self, fill: Scalar, dtype: DType | str | None = None) -> Tensor:
         return Tensor.full(self.shape, fill, dtype or self.dtype, self.device)
@@ -766,8 +803,8 @@ class Tensor(
         keepdim: _bool = False,
         dtype: DType | str | None = None,
     ) -> Tensor:
-        """Sum over ``axis`` (all axes by default). Bools and integers sum as int64 (PyTorch's
-        rule), halves accumulate in float32."""
+        """Sum over ``axis`` (all axes by default). Bools and integers narrower than 32 bits sum as
+        int32 (PyTorch's int64 is missing on WebGPU), halves accumulate in float32."""
         acc = to_dtype(dtype) if dtype is not None else _sum_dtype(self.dtype)
         out = self.cast(_accumulate_dtype(acc))._reduce(Ops.ADD, axis, keepdim)
         return out.cast(acc)
@@ -845,10 +882,16 @@ class Tensor(
         x, w = self, other
         if x.ndim == 0 or w.ndim == 0:
             raise ShapeError(
-                f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}"
+                f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}; "
+                "multiply by a 0-d tensor with *"
             )
         if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
-            raise ShapeError(f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ")
+            inner = (x.shape[-1], w.shape[-2 if w.ndim > 1 else 0])
+            raise ShapeError(
+                f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ "
+                f"({inner[0]} vs {inner[1]}); the last axis of the first must match the "
+                "second-last of the second (transpose one with .T?)"
+            )
         dtype = promote_types(x.dtype, w.dtype)
         if _accumulate_dtype(dtype) != dtype:  # half floats: exact products summed in float32 (the
             # gradient's too), rounded once at the end, as PyTorch's CPU matmul
@@ -875,22 +918,44 @@ def _sigmoid_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
 
 
 def _sum_dtype(dtype: DType) -> DType:
-    """What a sum of ``dtype`` is, as in PyTorch: bools and integers of any size add up as int64
-    (so ``-uint8.sum()`` is negative, and counts do not wrap at 2**31)."""
-    return dtypes.int64 if dtype == dtypes.bool or dtype.is_int else dtype
+    """What a sum of ``dtype`` is: bools and integers narrower than 32 bits add up as int32, signed
+    (so ``-uint8.sum()`` is negative). PyTorch's is int64 for every integer; WebGPU in browsers and
+    on OpenGL has no 64-bit integers, so a count there could not be computed at all."""
+    return dtypes.int32 if dtype == dtypes.bool or (dtype.is_int and dtype.itemsize < 4) else dtype
 
 
 def _accumulate_dtype(dtype: DType) -> DType:
     return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
 
 
+def _device_arg(device: Any) -> str:
+    """``device`` if it is a string; PyTorch users pass ``0`` or a ``torch.device`` too."""
+    if not isinstance(device, str):
+        raise InvalidType(
+            f"device must be a string such as 'CPU' or 'CUDA:0', got {type(device).__name__} "
+            f"{device!r}; pass its name, e.g. device='CUDA:0' for a GPU index 0"
+        )
+    return device
+
+
+def _check_differentiable(dtype: DType) -> None:
+    """Only floating-point tensors have gradients, as in PyTorch."""
+    if not dtype.is_float:
+        raise DTypeError(
+            f"only floating-point tensors can require gradients, got {dtype.name}; "
+            "cast it first with .float()"
+        )
+
+
 def _shape_arg(shape: Any) -> tuple[int, ...]:
     """A creation op's shape: an int, ints, or one sequence of them; negative sizes refused."""
-    if isinstance(shape, int):
+    if isinstance(shape, (int, float)):
         shape = (shape,)
-    if len(shape) == 1 and not isinstance(shape[0], (int, UOp)):
+    if len(shape) == 1 and not isinstance(shape[0], (int, float, UOp)):
         shape = shape[0]
     out = tuple(shape)
+    if any(isinstance(s, float) for s in out):
+        raise InvalidType(f"sizes must be ints, got {out}; write int(size) for a computed size")
     if any(not isinstance(s, int) or s < 0 for s in out) and any(
         not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out
     ):  # (bound Variables pass)

@@ -19,6 +19,7 @@ from typing import Any
 
 from fusegrad import caches
 from fusegrad.dtype import DType, cast_scalar, dtypes
+from fusegrad.errors import InvalidValue
 from fusegrad.helpers import prod
 from fusegrad.uop.alu import exec_alu
 from fusegrad.uop.opcodes import BACKEND_OPS, GroupOp, Ops  # noqa: F401 (re-exported)
@@ -176,7 +177,10 @@ class UOp:
             raise TypeError(f"only a Variable can be bound, not {self.op}")
         name, lo, hi = self.arg
         if not isinstance(value, int) or not lo <= value <= hi:
-            raise ValueError(f"Variable {name!r} takes an int in [{lo}, {hi}], got {value!r}")
+            raise InvalidValue(
+                f"Variable {name!r} takes an int in [{lo}, {hi}], got {value!r}; bind a value "
+                "within its bounds, or make the Variable with wider ones"
+            )
         return UOp(Ops.BIND, dtypes.index, (self, UOp.const(dtypes.index, value)))
 
     # ---- graph walks ---------------------------------------------------------------------------
@@ -285,7 +289,9 @@ def Variable(name: str, lo: int, hi: int) -> UOp:  # noqa: N802 (it names a kind
     sequence length. Bind it to a value and use it in a shape, ``x.reshape(seq.bind(5), 64)``:
     kernels take its value as an argument, so a new value compiles nothing."""
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
-        raise ValueError(f"Variable {name!r} needs int bounds 0 <= lo <= hi, got {lo!r} and {hi!r}")
+        raise InvalidValue(
+            f"Variable {name!r} needs int bounds 0 <= lo <= hi, got {lo!r} and {hi!r}"
+        )
     if not name.isidentifier():
         raise ValueError(
             f"Variable name {name!r} must be an identifier (it names a kernel argument)"
@@ -309,7 +315,7 @@ def sym_eval(x: sint, values: dict[UOp, int] | None = None) -> int:
         return x.src[1].arg
     if x.op is Ops.DEFINE_VAR:
         if values is None or x not in values:
-            raise ValueError(f"Variable {x.arg[0]!r} has no value here; bind it: var.bind(n)")
+            raise InvalidValue(f"Variable {x.arg[0]!r} has no value here; bind it: var.bind(n)")
         return values[x]
     return int(exec_alu(x.op, x.dtype, tuple(sym_eval(s, values) for s in x.src)))
 
