@@ -51,3 +51,27 @@ def test_eager_steps_hold_memory_flat(make_opt) -> None:
     objects_after, nodes_after = _live()
     assert objects_after - objects < 200, f"{objects_after - objects} objects kept by 2000 steps"
     assert nodes_after - nodes < 20, f"{nodes_after - nodes} UOp nodes kept by 2000 steps"
+
+
+def test_a_hand_written_update_holds_memory_flat() -> None:
+    """``w.assign(w.detach() - lr * w.grad).realize()`` without an optimizer: the realized weight
+    (requires_grad, so a target of backward and never expanded) keeps no graph."""
+    w = Tensor(np.ones((32, 32), np.float32), requires_grad=True)
+    x = Tensor(X)
+    losses = []
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            w.grad = None
+            loss = (x @ w).square().mean()
+            loss.backward()
+            w.assign(w.detach() - 1e-3 * w.grad).realize()
+            losses.append(loss.item())
+
+    steps(500)
+    objects, nodes = _live()
+    steps(1500)
+    objects_after, nodes_after = _live()
+    assert objects_after - objects < 200, f"{objects_after - objects} objects kept by 1500 steps"
+    assert nodes_after - nodes < 20, f"{nodes_after - nodes} UOp nodes kept by 1500 steps"
+    assert losses[-1] < losses[0]  # and it still learns: the gradient reached w every step

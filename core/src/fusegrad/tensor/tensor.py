@@ -189,8 +189,11 @@ class Tensor(
             buffers = engine.realize_uops(
                 [_unreshaped(t.uop) for t in todo], [t.device for t in todo]
             )
-            keep_graph = bool(_GRAD_TENSORS)
             for t, buf in zip(todo, buffers):
+                # a tensor that requires grad is a target of backward(), never expanded: keeping
+                # its graph (a weight update's, built on the last step's buffers) would keep
+                # every step's graph alive
+                keep_graph = bool(_GRAD_TENSORS) and t.requires_grad is not True
                 if keep_graph and t._graph is None:
                     t._graph = t.uop  # backward() differentiates the graph, not the buffer
                 t.uop = buffer_uop(buf, t.shape)
@@ -213,7 +216,7 @@ class Tensor(
             if also:
                 also[0].realize(*also[1:])
             return buf
-        if _GRAD_TENSORS and self._graph is None:
+        if _GRAD_TENSORS and self._graph is None and self.requires_grad is not True:
             self._graph = self.uop  # loss.item() then loss.backward() still differentiates
         self.uop = self.contiguous().realize(*also).uop
         if self._graph is not None:
