@@ -10,6 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from fusegrad import kernel_cache
 from fusegrad.errors import CompileError, DeviceUnavailable
 from fusegrad_cpu import compiler as compiler_module
 from fusegrad_cpu.compiler import (
@@ -56,7 +57,7 @@ def test_cache_returns_stored_bytes_without_compiling(cache, allocator):
     again, fresh = first.compile_cached(ADD_ONE), CountingCompiler().compile_cached(ADD_ONE)
     assert (again, fresh) == (binary, binary)
     assert first.calls == 1
-    assert len(list((cache / "kernels").iterdir())) == 1
+    assert len(list((cache / kernel_cache.FOLDER).iterdir())) == 1
     out, x = allocator.alloc(4), upload(allocator, np.array([41], np.float32))
     CPUProgram("add_one", fresh)(out, x)
     assert download(allocator, out, np.float32, 1)[0] == 42
@@ -215,7 +216,7 @@ def test_broken_kernel_in_batch_names_itself_and_spares_the_others(cache, alloca
     assert "constant" not in message  # about the broken kernel alone
     assert [run_constant(allocator, results[i]) for i in (0, 2)] == [1, 2]
     # the good kernels were cached, each under its own source, and read back without a build
-    assert len(list((cache / "kernels").iterdir())) == 2
+    assert len(list((cache / kernel_cache.FOLDER).iterdir())) == 2
     again = CountingCompiler()
     binaries = [again.compile_cached(constant_kernel(v)) for v in (1, 2)]
     assert [run_constant(allocator, b) for b in binaries] == [1, 2] and again.calls == 0
@@ -225,7 +226,7 @@ def test_batch_entries_are_keyed_by_their_own_source(cache, allocator):
     built = CCompiler().compile_cached_batch([constant_kernel(3), constant_kernel(4)])
     assert CCompiler().compile_cached_batch([constant_kernel(4)]) == built[1:]
     assert run_constant(allocator, CCompiler().compile_cached(constant_kernel(4))) == 4
-    assert not [p for p in (cache / "kernels").iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in (cache / kernel_cache.FOLDER).iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_subclass_that_overrides_compile_sees_every_source():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fusegrad import kernel_cache
 from fusegrad.errors import CompileError
 from fusegrad_opencl.compiler import CLCompiler
 from fusegrad_opencl.device import CLAllocator, CLProgram
@@ -76,7 +77,7 @@ def test_binaries_are_cached_on_disk(cl_device, monkeypatch, tmp_path):
     monkeypatch.delenv("FUSEGRAD_DISABLE_CACHE", raising=False)
     compiler = CLCompiler(cl_device)
     binary = compiler.compile_cached(SCALE)
-    assert len(list((tmp_path / "kernels").iterdir())) == 1
+    assert len(list((tmp_path / kernel_cache.FOLDER).iterdir())) == 1
     monkeypatch.setattr(compiler, "compile", lambda source: pytest.fail("compiled again"))
     assert compiler.compile_cached(SCALE) == binary
 

@@ -16,9 +16,9 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Sequence
 
+from fusegrad.compile_process import compile_folder, run_compiler_process
 from fusegrad.device import Compiler
 from fusegrad.errors import CompileError, DeviceUnavailable
 from fusegrad_cpu.device import shared_entry
@@ -72,18 +72,15 @@ def run_compiler(command: Sequence[str], source: str) -> tuple[bytes | None, str
 
     Runs in a fresh temporary folder, with relative file names, so that no path of ours ends up
     inside the binary and the same source always gives the same bytes; and in the C locale, so
-    that messages read the same everywhere.
+    that messages read the same everywhere. The compiler dies with this process, and raises
+    ``CompileError`` naming the kernels if it runs past ``FUSEGRAD_COMPILE_TIMEOUT``.
     """
-    with tempfile.TemporaryDirectory(prefix="fusegrad-cc-") as folder:
+    with compile_folder() as folder:
         with open(os.path.join(folder, "kernel.c"), "w") as f:
             f.write(source)
         try:
-            done = subprocess.run(
-                [*command, "-o", "kernel.so", "kernel.c", "-lm"],
-                cwd=folder,
-                env={**os.environ, "LC_ALL": "C"},
-                capture_output=True,
-                text=True,
+            done = run_compiler_process(
+                [*command, "-o", "kernel.so", "kernel.c", "-lm"], kernels_in(source), folder
             )
         except OSError as e:
             return None, f"could not run {command[0]}: {e}"
@@ -91,6 +88,15 @@ def run_compiler(command: Sequence[str], source: str) -> tuple[bytes | None, str
             return None, done.stderr.strip() or f"{command[0]} exited with status {done.returncode}"
         with open(os.path.join(folder, "kernel.so"), "rb") as f:
             return f.read(), done.stderr
+
+
+def kernels_in(source: str) -> str:
+    """What ``source`` builds, for messages: ``the CPU kernel E_4``, ``the CPU kernels a, b``."""
+    names = KERNEL_FUNCTION.findall(source)
+    if not names:
+        return "a C source"
+    listed = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+    return f"the CPU kernel{'s' if len(names) > 1 else ''} {listed}"
 
 
 @functools.cache
@@ -224,7 +230,10 @@ class CCompiler(Compiler):
             f"#define {name} {symbol}\n{source}\n#undef {name}\n"
             for name, symbol, source in zip(names, symbols, unique)
         )
-        library, _ = run_compiler([*self.command, *self.flags], unit)
+        try:
+            library, _ = run_compiler([*self.command, *self.flags], unit)
+        except CompileError as e:  # too slow: built alone, each would take as long again
+            return [e] * len(sources)
         if library is None:
             return super().compile_batch(sources)
         built = {source: shared_entry(symbol, library) for source, symbol in zip(unique, symbols)}

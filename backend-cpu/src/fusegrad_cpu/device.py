@@ -7,14 +7,16 @@ import ctypes
 import hashlib
 import itertools
 import os
+import re
 import shutil
-import tempfile
 import time
 import weakref
 
 import numpy as np
 
+from fusegrad.compile_process import owned_folder, remove_stale_folders
 from fusegrad.device import Allocator
+from fusegrad.errors import CompileError
 
 #: Alignment of every allocation: a cache line, and enough for any vector load.
 ALIGNMENT = 64
@@ -70,10 +72,12 @@ _folder: str | None = None
 
 
 def load_folder() -> str:
-    """A folder of this process's own for the paths libraries are loaded through."""
+    """A folder of this process's own for the paths libraries are loaded through; named after
+    the process, so that the next one removes it if this one is killed."""
     global _folder
     if _folder is None or not os.path.isdir(_folder):
-        _folder = tempfile.mkdtemp(prefix="fusegrad-so-")
+        remove_stale_folders()
+        _folder = owned_folder("so")
         atexit.register(_remove_folder, _folder, os.getpid())
     return _folder
 
@@ -83,31 +87,43 @@ def _remove_folder(folder: str, pid: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def load_library(binary: bytes) -> ctypes.CDLL:
+def load_library(binary: bytes, name: str = "a kernel") -> ctypes.CDLL:
     """Load a shared object from its bytes, keeping them in memory where the system allows it.
 
     glibc hands back the library it already loaded when asked for the same path again, and the
     N of ``/proc/self/fd/N`` is reused once closed; so each library is opened through a path
     used only once: a symlink to an in-memory file (Linux's memfd), or else the file itself.
-    The path is removed once loaded; the loaded code stays mapped.
+    The path is removed once loaded; the loaded code stays mapped. A library that does not
+    load raises ``CompileError`` naming kernel ``name``, with the loader's reason, not the path.
     """
     path = os.path.join(load_folder(), f"{os.getpid()}-{next(_loads)}.so")
     try:
-        if not hasattr(os, "memfd_create"):
-            with open(path, "wb") as f:
-                f.write(binary)
-            return ctypes.CDLL(path)
-        fd = os.memfd_create("fusegrad-kernel", os.MFD_CLOEXEC)
-        try:
-            with open(fd, "wb", closefd=False) as f:
-                f.write(binary)
-            os.symlink(f"/proc/self/fd/{fd}", path)
-            return ctypes.CDLL(path)
-        finally:
-            os.close(fd)
+        return _open_library(path, binary)
+    except OSError as e:
+        reason = re.sub(r"/proc/self/fd/\d+", "", str(e).replace(path, "")).lstrip(": ")
+        raise CompileError(
+            f"the compiled CPU kernel {name} could not be loaded ({reason or 'no reason given'}); "
+            "delete the kernel cache folder (FUSEGRAD_CACHE, or ~/.cache/fusegrad) if this repeats"
+        ) from None
     finally:
         if os.path.lexists(path):
             os.unlink(path)
+
+
+def _open_library(path: str, binary: bytes) -> ctypes.CDLL:
+    """Load ``binary`` through ``path`` (see ``load_library``), which is left for it to remove."""
+    if not hasattr(os, "memfd_create"):
+        with open(path, "wb") as f:
+            f.write(binary)
+        return ctypes.CDLL(path)
+    fd = os.memfd_create("fusegrad-kernel", os.MFD_CLOEXEC)
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(binary)
+        os.symlink(f"/proc/self/fd/{fd}", path)
+        return ctypes.CDLL(path)
+    finally:
+        os.close(fd)
 
 
 #: Starts a kernel's binary when its library holds other kernels too: then comes the name of its
@@ -127,11 +143,11 @@ def load_kernel(name: str, binary: bytes) -> tuple[ctypes.CDLL, str]:
     """The loaded library holding the kernel ``name`` built as ``binary``, and its function's
     name."""
     if not binary.startswith(SHARED):
-        return load_library(binary), name
+        return load_library(binary, name), name
     function, _, library = binary[len(SHARED) :].partition(b"\n")
     digest = hashlib.sha256(library).digest()
     if (loaded := _shared_libraries.get(digest)) is None:
-        loaded = _shared_libraries[digest] = load_library(library)
+        loaded = _shared_libraries[digest] = load_library(library, name)
     return loaded, function.decode()
 
 

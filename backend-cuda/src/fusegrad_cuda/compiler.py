@@ -12,10 +12,11 @@ import functools
 import glob
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
-import tempfile
 
+from fusegrad.compile_process import compile_folder, run_compiler_process
 from fusegrad.device import Compiler
 from fusegrad.errors import CompileError, DeviceUnavailable
 
@@ -93,17 +94,12 @@ class NVCCCompiler(Compiler):
 
     def compile(self, source: str) -> bytes:
         """Return the cubin built from ``source``; raise ``CompileError`` with nvcc's messages."""
-        with tempfile.TemporaryDirectory(prefix="fusegrad-nvcc-") as folder:
+        with compile_folder() as folder:
             with open(os.path.join(folder, "kernel.cu"), "w") as f:
                 f.write(source)
             command = [self.nvcc, "-cubin", f"-arch={self.arch}", *FLAGS, "-o", "kernel.cubin"]
-            done = subprocess.run(
-                [*command, "kernel.cu"],
-                cwd=folder,
-                capture_output=True,
-                text=True,
-                env={**os.environ, "LC_ALL": "C"},
-            )
+            name = m.group(1) if (m := re.search(r"void (\w+)\(", source)) else "below"
+            done = run_compiler_process([*command, "kernel.cu"], f"the CUDA kernel {name}", folder)
             if done.returncode != 0:
                 raise compile_error("nvcc", self.arch, done.stderr or done.stdout, source)
             with open(os.path.join(folder, "kernel.cubin"), "rb") as f:

@@ -19,7 +19,7 @@ from fusegrad import caches
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
-from fusegrad.helpers import cache_dir, write_atomically
+from fusegrad.kernel_cache import read_entry, write_entry
 
 if TYPE_CHECKING:
     from fusegrad.plugin.manager import PluginManager
@@ -73,7 +73,8 @@ class Compiler:
         return results
 
     def compile_cached(self, source: str) -> bytes:
-        """Compile, or read a previous result; entries are written atomically, never half."""
+        """Compile, or read a previous result; entries are written atomically, never half, and
+        checked when read (``kernel_cache``): a bad one is deleted and compiled again."""
         (result,) = self.compile_cached_batch([source])
         if isinstance(result, CompileError):
             raise result
@@ -87,32 +88,24 @@ class Compiler:
         """
         if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
             return self.compile_batch(sources)
-        paths = [self._cache_path(source) for source in sources]
-        stored = [_read(path) for path in paths]
+        keys = [self._cache_key(source) for source in sources]
+        stored = [read_entry(key) for key in keys]  # each checked: a bad entry is a miss
         missing = [source for source, binary in zip(sources, stored) if binary is None]
         built = iter(self.compile_batch(missing) if missing else [])
         results: list[bytes | CompileError] = []
-        for path, binary in zip(paths, stored):
+        for key, binary in zip(keys, stored):
             if binary is None:
                 result = next(built)
                 if isinstance(result, bytes):
-                    write_atomically(path, result)
+                    write_entry(key, result)
                 results.append(result)
             else:
                 results.append(binary)
         return results
 
-    def _cache_path(self, source: str) -> str:
-        key = hashlib.sha256(f"{self.identity}\0{source}".encode()).hexdigest()
-        return os.path.join(cache_dir(), "kernels", key)
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
+    def _cache_key(self, source: str) -> str:
+        """The sha256 (hex) an entry is stored under: the compiler's identity and the source."""
+        return hashlib.sha256(f"{self.identity}\0{source}".encode()).hexdigest()
 
 
 class Program(Protocol):
