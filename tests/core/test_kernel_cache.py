@@ -125,6 +125,21 @@ def test_swapped_entries_are_each_deleted_with_a_warning_and_compiled_again(cach
         assert f"holds the entry of {other.name}" in message
 
 
+def test_an_entry_that_checks_out_but_does_not_load_is_evicted_and_compiled_again(cache):
+    """A whole entry (right key, length and checksum) whose library cannot be loaded, such as one
+    built for another machine: one warning, then the kernel is compiled and stored again."""
+    compute(3)
+    (entry,) = entries(cache)
+    entry.write_bytes(kernel_cache.pack(entry.name, b"not a shared library"))
+    fusegrad.reset_caches()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        np.testing.assert_array_equal(compute(3), X * 3 + 1)
+    messages = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
+    assert len(messages) == 1 and entry.name in messages[0] and "could not be loaded" in messages[0]
+    assert kernel_cache.unpack(entry.name, entry.read_bytes())[0] != b"not a shared library"
+
+
 @pytest.fixture
 def fake_cc(tmp_path, monkeypatch) -> Path:
     """A C compiler that hangs (``FAKE_CC``); returns where it writes its pids."""

@@ -19,7 +19,7 @@ from fusegrad import caches
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
-from fusegrad.kernel_cache import read_entry, write_entry
+from fusegrad.kernel_cache import evict, read_entry, write_entry
 
 if TYPE_CHECKING:
     from fusegrad.plugin.manager import PluginManager
@@ -102,6 +102,15 @@ class Compiler:
             else:
                 results.append(binary)
         return results
+
+    def evict(self, source: str, why: str) -> bool:
+        """Forget the disk cache's entry for ``source`` (it did not load); False if none is kept."""
+        if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
+            return False
+        if read_entry(self._cache_key(source)) is None:
+            return False
+        evict(self._cache_key(source), why)
+        return True
 
     def _cache_key(self, source: str) -> str:
         """The sha256 (hex) an entry is stored under: the compiler's identity and the source."""

@@ -85,6 +85,18 @@ def write_entry(key: str, payload: bytes) -> None:
     write_atomically(entry_path(key), pack(key, payload))
 
 
+def evict(key: str, why: str) -> None:
+    """Delete the entry stored under ``key`` that checked out but could not be used (its library
+    did not load), with one warning, so that the next compile stores a good one."""
+    _discard(entry_path(key))
+    warnings.warn(
+        f"kernel cache entry {key} could not be loaded ({why}); it was deleted and the kernel "
+        "is compiled again",
+        KernelCacheWarning,
+        stacklevel=3,
+    )
+
+
 def _discard(path: str) -> None:
     try:
         os.unlink(path)

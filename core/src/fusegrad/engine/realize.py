@@ -93,8 +93,19 @@ def _compile_batch(kernels: list[KernelSource], device: str) -> list[Runner | Co
         plugin_manager().hook.fusegrad_kernel_compiled(
             name=kernel.name, device=device, source=kernel.source, seconds=seconds
         )
-        runners.append(Runner(kernel, rt.program(kernel.name, binary), device))
+        runners.append(Runner(kernel, _load(rt, kernel, binary), device))
     return runners
+
+
+def _load(rt: Any, kernel: KernelSource, binary: bytes) -> Any:
+    """The loaded program; a cached binary that passed its checks but does not load (a library
+    built for another machine) is evicted and compiled once more, so the cache heals."""
+    try:
+        return rt.program(kernel.name, binary)
+    except CompileError as e:
+        if not rt.compiler.evict(kernel.source, str(e)):
+            raise
+    return rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
 
 
 def _generate(ast: UOp, device: str) -> KernelSource:
