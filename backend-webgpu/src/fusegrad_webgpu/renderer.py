@@ -122,6 +122,16 @@ def _is_nan(x: str, dtype: DType) -> str:
     return f"({x} != {x})"
 
 
+def _widen_by_bits(x: str, dtype: DType) -> str:
+    """An integer of 32 bits or fewer as an int64, built from its bits: llvmpipe compares a
+    sign-extended value with a constant wrongly (``i64(x) < 5`` was false for x = 1) and
+    sign-extended a uint32 (3000000000 became -1294967296)."""
+    if dtype.is_unsigned:
+        return f"bitcast<i64>(u64(u32({x})))"
+    x = x if dtype == dtypes.int32 else f"i32({x})"
+    return f"(bitcast<i64>(u64(bitcast<u32>({x}))) - select(0li, 4294967296li, {x} < 0i))"
+
+
 class WGSLRenderer(Renderer):
     """Renders a linear program as a WGSL compute shader for one adapter's features and limits."""
 
@@ -160,6 +170,8 @@ class WGSLRenderer(Renderer):
         #: GLSL leaves ``%`` of negative operands undefined and the OpenGL adapter's translation
         #: keeps WGSL's ``%`` as it is (-7 % 2 gave 1); there a signed remainder is a - (a / b) * b
         self.remainder_by_division = "opengl" in adapter.lower()
+        #: llvmpipe miscompiles a comparison of a sign-extended int64 with a constant
+        self.widen_by_bits = "llvmpipe" in adapter
 
     def dtype_advice(self, dtype: DType) -> str:
         feature = next((f for f, ds in FEATURE_DTYPES.items() if dtype in ds), None)
@@ -451,6 +463,14 @@ class _Walk:
         elif op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR):
             call = "atomicAnd" if op is Ops.ATOMIC_AND else "atomicOr"
             self.emit(f"{call}(&{src[0]}, {src[1]});")
+        elif (
+            op is Ops.CAST
+            and r.widen_by_bits
+            and u.dtype == dtypes.int64
+            and u.src[0].dtype.is_int
+            and u.src[0].dtype.itemsize <= 4
+        ):
+            self.let(u, "cast", _widen_by_bits(src[0], u.src[0].dtype))
         elif op is Ops.CAST:
             self.let(u, "cast", f"{r.type_name(u.dtype)}({src[0]})")
         elif op is Ops.BITCAST:
