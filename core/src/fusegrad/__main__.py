@@ -31,6 +31,7 @@ def survey() -> dict[str, Any]:
         warnings.simplefilter("ignore")  # plugin errors are reported below, each in its place
         pm = plugins()
         specs = pm.device_specs()
+        default, default_error = _default()  # first: it records the devices that fail to open
     devices = []
     for info in pm.infos:
         for name in info.devices:
@@ -45,14 +46,10 @@ def survey() -> dict[str, Any]:
                     "available": why is None,
                     "reason": why,
                     "dev": dev_strings(spec),
+                    "open_error": Device.open_errors.get(name),
                     **_parts_record(pm, name, info.name, usable=why is None),
                 }
             )
-    default, default_error = None, None
-    try:
-        default = Device.DEFAULT
-    except FusegradError as e:
-        default_error = str(e)
     return {
         "fusegrad_version": fusegrad.__version__,
         "backend_api_version": BACKEND_API_VERSION,
@@ -64,6 +61,14 @@ def survey() -> dict[str, Any]:
     }
 
 
+def _default() -> tuple[str | None, str | None]:
+    """The default device, or None and why there is none."""
+    try:
+        return Device.DEFAULT, None
+    except FusegradError as e:
+        return None, str(e)
+
+
 def _parts_record(pm: PluginManager, device: str, owner: str, usable: bool) -> dict[str, Any]:
     """Who supplies each part of ``device``: its plugin, unless an override hook answers.
 
@@ -73,7 +78,9 @@ def _parts_record(pm: PluginManager, device: str, owner: str, usable: bool) -> d
     if not usable:
         return {"parts": None, "overrides": [], "parts_error": None}
     try:
-        found = pm.part_overrides(device, PARTS)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a failing hook is shown in its plugin's block
+            found = pm.part_overrides(device, PARTS)
     except FusegradError as e:
         return {"parts": None, "overrides": [], "parts_error": str(e)}
     parts = dict.fromkeys(PARTS, owner) | {part: plugin for part, (plugin, _) in found.items()}
@@ -93,6 +100,7 @@ def _plugin_record(info: PluginInfo) -> dict[str, Any]:
         "module": info.module,
         "api_version": info.api_version,
         "error": info.error,
+        "hook_errors": dict(info.hook_errors),
         "devices": list(info.devices),
     }
 
@@ -109,6 +117,8 @@ def format_survey(report: dict[str, Any]) -> str:
         )
         if plugin["error"] is not None:
             lines.append(_indent(f"error: {plugin['error']}", 6))
+        for hook, error in plugin["hook_errors"].items():
+            lines.append(_indent(f"error in {hook}: {error}", 6))
         for device in (d for d in report["devices"] if d["plugin"] == plugin["name"]):
             lines.append(_device_line(device, report["default"]))
         replaced = [
@@ -149,6 +159,8 @@ def _device_line(device: dict[str, Any], default: str | None) -> str:
     line += "  ".join(device["dev"]) + mark
     if not device["available"]:
         line += "\n" + _indent(f"why: {device['reason']}", 10)
+    if device["open_error"] is not None:
+        line += "\n" + _indent(f"cannot be opened: {device['open_error']}", 10)
     if device["parts_error"] is not None:
         line += "\n" + _indent(f"parts: unknown, {device['parts_error']}", 10)
     if device["parts"] is not None:

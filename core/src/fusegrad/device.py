@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
     from fusegrad.plugin.manager import PluginManager
     from fusegrad.renderer import Renderer
 
-#: The parts of an opened device (``Runtime``); each is also an override hook ``fusegrad_<part>``.
+#: The parts of an opened device (``Runtime``); each is also an override hook ``fusegrad_<part>``
+#: (``plugin.hookspecs.PARTS``, kept equal by a test: importing that module would load pluggy).
 PARTS = ("allocator", "renderer", "compiler", "program")
 
 
@@ -162,11 +165,48 @@ class DeviceSpec:
         return self.count() if callable(self.count) else self.count
 
     def unavailable(self) -> str | None:
-        """Run the probe: None when usable, else why not. A probe that raises counts as a "no"."""
-        try:
-            return self.probe()
-        except Exception as e:  # noqa: BLE001 - one broken probe must not hide the other devices
-            return f"its availability probe raised {type(e).__name__}: {e}"
+        """Run the probe: None when usable, else why not. A probe that raises counts as a "no",
+        and so does one that does not answer within ``FUSEGRAD_PROBE_TIMEOUT`` seconds (it goes
+        on in its thread; asked again meanwhile, the answer is the same "no" at once)."""
+        waiting = _HUNG_PROBES.get(self.probe)
+        if waiting is not None and waiting.is_alive():
+            return _no_answer(self.name)
+        answer: list[str | None] = []
+
+        def ask() -> None:
+            try:
+                answer.append(self.probe())
+            except Exception as e:  # noqa: BLE001 - one broken probe must not hide the others
+                answer.append(f"its availability probe raised {type(e).__name__}: {e}")
+
+        thread = threading.Thread(target=ask, name=f"probe {self.name}", daemon=True)
+        thread.start()
+        thread.join(_probe_timeout())
+        if not answer:
+            _HUNG_PROBES[self.probe] = thread
+            return _no_answer(self.name)
+        return answer[0]
+
+
+#: probes still running past their time (by probe function): not asked again while they run
+_HUNG_PROBES: dict[Any, threading.Thread] = {}
+#: seconds a probe may take, unless ``FUSEGRAD_PROBE_TIMEOUT`` says otherwise (a cold GPU driver
+#: can take several seconds to answer the first time)
+PROBE_TIMEOUT = 10.0
+
+
+def _probe_timeout() -> float:
+    try:
+        return float(os.environ.get("FUSEGRAD_PROBE_TIMEOUT", PROBE_TIMEOUT))
+    except ValueError:
+        return PROBE_TIMEOUT
+
+
+def _no_answer(name: str) -> str:
+    return (
+        f"its availability probe did not answer within {_probe_timeout():g} s (a hung driver?); "
+        "set FUSEGRAD_PROBE_TIMEOUT to wait longer"
+    )
 
 
 @dataclass
@@ -212,7 +252,7 @@ class Buffer:
                 self._handle = free.pop()
                 _POOLED[0] -= nbytes
             else:
-                self._handle = allocator.alloc(nbytes)
+                self._handle = _checked(allocator.alloc(nbytes), nbytes, self.device)
         return self._handle
 
     @property
@@ -248,6 +288,27 @@ class Buffer:
                 pass
 
 
+def _checked(handle: Any, nbytes: int, device: str) -> Any:
+    """A fresh buffer from a plugin's allocator, checked: not None and, when it is host memory
+    (a buffer Python can see), writable and at least ``nbytes`` long."""
+    problem = None
+    if handle is None:
+        problem = "returned None"
+    elif isinstance(handle, (bytes, bytearray, memoryview, np.ndarray)):
+        view = memoryview(handle.data if isinstance(handle, np.ndarray) else handle)
+        if view.readonly:
+            problem = f"handed out read-only memory ({type(handle).__name__})"
+        elif view.nbytes < nbytes:
+            problem = f"handed out {view.nbytes} byte(s), but {nbytes} were asked for"
+    if problem is None:
+        return handle
+    supplier = Device[device].suppliers.get("allocator", "?")
+    raise PluginError(
+        f"plugin {supplier!r}: the allocator of device {device} {problem}; an allocator must "
+        "return a writable buffer of at least the bytes asked for (fix or uninstall the plugin)"
+    )
+
+
 #: bytes of freed device memory kept for reuse; fresh memory costs page faults (or a driver call)
 POOL_LIMIT = int(os.environ.get("FUSEGRAD_POOL_BYTES", 1 << 30))
 _POOLED = [0]
@@ -267,6 +328,8 @@ class _DeviceRegistry:
     def __init__(self) -> None:
         self._open: dict[str, Runtime] = {}
         self._default: str | None = None
+        #: devices that probed usable but failed to open while the default was chosen, and why
+        self.open_errors: dict[str, str] = {}
         caches.register("open devices", self._forget)
 
     def _forget(self) -> None:
@@ -274,6 +337,7 @@ class _DeviceRegistry:
         changed: ``plugin.manager.reset``). Nothing is closed: live buffers keep their memory."""
         self._open.clear()
         self._default = None
+        self.open_errors.clear()
 
     def canonicalize(self, name: str) -> str:
         """``"cpu"`` -> ``"CPU"``, ``"opencl:1"`` -> ``"OPENCL:1"``, ``"CPU:0"`` -> ``"CPU"``."""
@@ -348,6 +412,25 @@ class _DeviceRegistry:
             )
         return spec
 
+    def _best_openable(self) -> str:
+        """The usable device of highest priority that opens (probing only until one does); one
+        that probes usable but fails to open is passed over with a warning (``open_errors``)."""
+        for spec in sorted(self.specs().values(), key=lambda s: -s.priority):
+            if spec.unavailable() is not None:
+                continue
+            try:
+                self[spec.name]
+            except Exception as e:  # noqa: BLE001 - a broken driver must not hide the others
+                self.open_errors[spec.name] = f"{type(e).__name__}: {e}"
+                warnings.warn(
+                    f"device {spec.name} probes available but cannot be opened "
+                    f"({self.open_errors[spec.name]}); choosing the next device",
+                    stacklevel=4,
+                )
+                continue
+            return spec.name
+        raise DeviceNotFound("no device is available; run `fusegrad devices` to see why")
+
     @property
     def DEFAULT(self) -> str:  # noqa: N802 - tinygrad-compatible name
         """``DEV=NAME[:N]`` if set, else the available device of highest priority."""
@@ -360,14 +443,7 @@ class _DeviceRegistry:
                     raise type(e)(f"DEV={dev}: {e}") from None
                 self._default = name  # only once it is known to work
             else:
-                # highest priority first, probing only until one is usable
-                ranked = sorted(self.specs().values(), key=lambda s: -s.priority)
-                usable = next((s for s in ranked if s.unavailable() is None), None)
-                if usable is None:
-                    raise DeviceNotFound(
-                        "no device is available; run `fusegrad devices` to see why"
-                    )
-                self._default = usable.name
+                self._default = self._best_openable()
         return self._default
 
     @DEFAULT.setter

@@ -57,9 +57,10 @@ def test_default_is_the_available_device_of_highest_priority():
 
 
 def test_default_skips_higher_unavailable_devices(fake_plugins: FakePlugins):
-    specs = f'[DeviceSpec("HIGH", 500, lambda: None), {UNAVAILABLE}, {RAISING_PROBE}]'
+    fake_plugins.install("fake_good", good_plugin())  # FAKE, priority 50
+    specs = f'[DeviceSpec("LOW", 1, lambda: None), {UNAVAILABLE}, {RAISING_PROBE}]'
     fake_plugins.install("fake_high", devices_plugin(specs))
-    assert Device.DEFAULT == "HIGH"
+    assert Device.DEFAULT == "FAKE"
 
 
 @pytest.mark.parametrize("dev", ["PYTHON", "python", "PYTHON:0"])

@@ -21,6 +21,7 @@ from fusegrad.plugin import BACKEND_API_VERSION, hookimpl
 from fusegrad.runtime.python import PythonCompiler
 
 FUSEGRAD_BACKEND_API = BACKEND_API_VERSION
+FUSEGRAD_OVERRIDES = {"PYTHON": ["compiler"]}
 
 
 class SwappedCompiler(PythonCompiler):
@@ -116,6 +117,7 @@ def test_devices_json(installed, capsys):
         "module": "fake_good",
         "api_version": 2,
         "error": None,
+        "hook_errors": {},
         "devices": ["FAKE"],
     }
     assert plugins["fake_broken"]["error"] == "ImportError: libfake.so missing"
@@ -131,6 +133,7 @@ def test_devices_json(installed, capsys):
         "available": True,
         "reason": None,
         "dev": ["DEV=PYTHON"],
+        "open_error": None,
         "parts": dict.fromkeys(["allocator", "renderer", "compiler", "program"], "python"),
         "overrides": [],
         "parts_error": None,

@@ -66,17 +66,18 @@ class Linearizer:
         self.outer = [r for r in loops if r.arg.kind is not AxisKind.UPCAST]
         self.upcast = [r for r in loops if r.arg.kind is AxisKind.UPCAST]
         self.axes = AxisCounter.after(self.order)
-        self.copies: dict[tuple[UOp, int], UOp] = {}
+        self.copies: dict[tuple[UOp, object], UOp] = {}
+        self.opened: set[UOp] = set()  # upcast loops a reduction has opened (and closed)
         self.after = self._after_reduce()
         self.program: list[UOp] = []
         self.placed: set[UOp] = set()
         if any(self.used[red] & self.reduce_loops for red in self.reduces):
             raise NotImplementedError("a REDUCE inside another REDUCE must be cut by the scheduler")
 
-    def copy_loop(self, r: UOp, copy: int) -> UOp:
-        """Copy number ``copy`` of loop ``r`` (1: where accumulators start, 2: after the
-        reductions):
-        a loop of the same size and kind, made once."""
+    def copy_loop(self, r: UOp, copy: object) -> UOp:
+        """Copy ``copy`` of loop ``r`` (("start", n): where reduction n's accumulators start,
+        ("body", n): reduction n's own upcast loops, 2: after the reductions): a loop of the same
+        size and kind, made once."""
         if (loop := self.copies.get((r, copy))) is None:
             loop = self.copies[(r, copy)] = self.axes.range(r.src[0], r.arg.kind)
         return loop
@@ -136,6 +137,13 @@ class Linearizer:
         loops = [r for r in red.src[1:] if r.arg.kind is not AxisKind.LANE]
         lanes = [r for r in red.src[1:] if r.arg.kind is AxisKind.LANE]
         ups = [u for u in self.upcast if u in self.used[red]]
+        kernel_ups, used = ups, self.used
+        if self.opened & set(ups):  # an earlier reduction closed these loops: this one gets copies
+            fresh = {u: self.copy_loop(u, ("body", number)) for u in ups}
+            value = _substitute(value, fresh)
+            used = {**used, **ranges_used(toposort([value]))}
+            ups = [fresh[u] for u in ups]
+        self.opened.update(ups)
         sizes = [u.src[0].arg for u in ups + lanes]
         acc = UOp(Ops.DEFINE_REG, red.dtype, (), (number, prod(sizes)))
         start = UOp.const(
@@ -146,8 +154,8 @@ class Linearizer:
             return UOp(Ops.INDEX, red.dtype, (acc, _index(index, sizes))) if sizes else acc
 
         self.place([start, acc])
-        init_loops = [self.copy_loop(u, 1) for u in ups + lanes]
-        self.place_nested(init_loops, set(self.outer), [], self.used)
+        init_loops = [self.copy_loop(u, ("start", number)) for u in ups + lanes]
+        self.place_nested(init_loops, set(self.outer), [], used)
         self.place_tree(UOp(Ops.STORE, src=(slot(init_loops), start)))
         self.close(init_loops)
         # acc + a*b rounds once as MULACC where the target has it (a fused multiply-add: what
@@ -156,7 +164,7 @@ class Linearizer:
             self.fuse_mulacc and red.arg is Ops.ADD and value.op is Ops.MUL and value.dtype.is_float
         )
         body = [u for u in toposort(list(value.src) if fused else [value]) if u not in self.placed]
-        self.place_nested([*loops, *ups, *lanes], set(self.outer), body, self.used)
+        self.place_nested([*loops, *ups, *lanes], set(self.outer), body, used)
         inner = ([*loops, *lanes] or [acc])[-1]
         current = UOp(Ops.LOAD, red.dtype, (slot(ups + lanes), inner))
         update = (
@@ -175,12 +183,12 @@ class Linearizer:
                     UOp(
                         Ops.LOAD,
                         red.dtype,
-                        (slot([copies[u] for u in ups] + [UOp.const(dtypes.index, i)]), end),
+                        (slot([copies[u] for u in kernel_ups] + [UOp.const(dtypes.index, i)]), end),
                     )
                     for i in range(lanes[0].src[0].arg)
                 ]
                 if lanes
-                else [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in ups]), end))]
+                else [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in kernel_ups]), end))]
             )
             out = reads[0]
             for r in reads[1:]:
@@ -210,6 +218,18 @@ class Linearizer:
         loops = [copies[u] for u in self.upcast]
         self.place_nested(loops, set(self.outer), order, used)
         self.close(loops)
+
+
+def _substitute(root: UOp, new: dict[UOp, UOp]) -> UOp:
+    """``root`` with each node of ``new`` replaced (its users rebuilt)."""
+    done: dict[UOp, UOp] = {}
+    for u in toposort([root]):
+        if u in new:
+            done[u] = new[u]
+        else:
+            src = tuple(done[s] for s in u.src)
+            done[u] = u if src == u.src else u.replace(src=src)
+    return done[root]
 
 
 def linearize(sink: UOp, fuse_mulacc: bool = False) -> list[UOp]:

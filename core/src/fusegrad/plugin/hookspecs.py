@@ -8,7 +8,23 @@ import your runtime library inside the function that needs it (a ``DeviceSpec``'
 A backend implements ``fusegrad_devices``: each ``DeviceSpec`` it returns carries ``open(name)``,
 which builds the device's four parts as one ``Runtime``. The four part hooks
 (``fusegrad_allocator`` ...) are overrides: they let a plugin replace one part of a device that
-another plugin opens, and ``fusegrad devices`` shows who replaced what.
+another plugin opens, and ``fusegrad devices`` shows who replaced what. Such a plugin declares
+what it replaces, by device name: ``FUSEGRAD_OVERRIDES = {"CPU": ["compiler"]}``.
+
+A plugin cannot break the core:
+
+- A hook that raises when called (``fusegrad_kernel_run``, ``fusegrad_allocator``, any of them)
+  loses only its own answer: the device keeps working (with its own part, core's rules...), a
+  warning names the plugin, the hook and the exception, that plugin is not asked that hook
+  again in the process, and ``fusegrad devices`` lists the error under the plugin.
+- An answer to a part hook for a device the plugin does not offer and did not declare in
+  ``FUSEGRAD_OVERRIDES`` is refused the same way.
+- A probe gets ``FUSEGRAD_PROBE_TIMEOUT`` seconds (default 10); one that does not answer, or
+  raises, makes its device unavailable, with that reason.
+- ``Device.DEFAULT`` skips a device that probes available but whose ``open`` fails (with a
+  warning; ``fusegrad devices`` says why it cannot be opened).
+- A buffer an allocator hands out that is None, or host memory that is read-only or smaller
+  than asked for, is refused with an error naming the plugin that supplied the allocator.
 """
 
 from __future__ import annotations
@@ -26,6 +42,10 @@ PROJECT = "fusegrad"
 #: The version of this hook interface. A plugin built for another one is refused with a message.
 #: 2: a device is opened by its ``DeviceSpec.open``; the part hooks only override.
 BACKEND_API_VERSION = 2
+#: The parts of an opened device, each replaceable through its hook ``fusegrad_<part>`` (a
+#: plugin declares which in ``FUSEGRAD_OVERRIDES``). ``device.PARTS`` is the same tuple: device.py
+#: may not import this module, which loads pluggy (a test keeps the two equal).
+PARTS = ("allocator", "renderer", "compiler", "program")
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -51,8 +71,10 @@ def fusegrad_allocator(device: str) -> Allocator | None:
     Called once, when the device is first opened, after its ``DeviceSpec.open``. The first
     non-None answer replaces the allocator ``open`` built (mark the hook ``tryfirst=True`` to be
     asked before other overrides); ``fusegrad devices`` names the plugin that replaced it.
-    Answer None for every device you do not mean to change. Since API version 1; an override
-    since API version 2.
+    Answer None for every device you do not mean to change; an answer for another plugin's
+    device needs ``FUSEGRAD_OVERRIDES = {"CPU": ["allocator"]}`` in your module, or it is
+    refused. ``alloc(nbytes)`` must return a handle to at least ``nbytes`` bytes (host memory is
+    checked). Since API version 1; an override since API version 2.
     """
 
 
@@ -99,7 +121,8 @@ def fusegrad_rewrite_rules(stage: str, device: str) -> PatternMatcher | None:
     Stages: ``"kernel"`` (the kernel graph before optimisation) and ``"program"`` (the linear
     program's graph before rendering). Rules from all plugins are appended after core's, for
     devices whose name is ``device``. Called once per stage when the device is opened; the rules
-    are kept on its ``Runtime`` and passed to code generation. Since API version 1.
+    are kept on its ``Runtime`` and passed to code generation. A plugin that raises adds no
+    rules, with a warning. Since API version 1.
     """
 
 
@@ -110,7 +133,8 @@ def fusegrad_kernel_compiled(name: str, device: str, source: str, seconds: float
     For profilers and the graph viewer. Called on every compile, also when the binary came from
     the disk cache; not when a kernel compiled earlier in the process is reused. Kernels compiled
     together (``Compiler.compile_batch``) share the batch's time evenly. Every plugin's
-    implementation is called; return nothing. Since API version 1.
+    implementation is called; return nothing. An exception disables this hook for your
+    plugin, with a warning. Since API version 1.
     """
 
 
@@ -120,7 +144,8 @@ def fusegrad_kernel_run(name: str, device: str, seconds: float | None) -> None:
 
     For profilers. ``seconds`` is None unless timing is on (``DEBUG>=2``), since measuring it
     means waiting for the kernel to finish. Every plugin's implementation is called; return
-    nothing. Since API version 1.
+    nothing. An exception disables this hook for your plugin, with a warning.
+    Since API version 1.
     """
 
 

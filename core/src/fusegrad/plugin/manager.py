@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from types import ModuleType
 from typing import Any
 
 import pluggy
+from pluggy import HookImpl
 
 from fusegrad import caches
 from fusegrad.codegen.rules import CodegenRules
@@ -37,6 +39,9 @@ class PluginInfo:
     api_version: int | None = None
     error: str | None = None
     devices: list[str] = field(default_factory=list)
+    #: hooks that raised (or answered what they may not) when called, by hook name; each is
+    #: disabled for this plugin after its first error
+    hook_errors: dict[str, str] = field(default_factory=dict)
 
 
 class PluginManager(pluggy.PluginManager):
@@ -48,6 +53,11 @@ class PluginManager(pluggy.PluginManager):
         self.infos: list[PluginInfo] = []
         self.has_run_listeners: bool | None = None  # cached by the engine's hot path
         self._specs: dict | None = None
+        # every hook call goes through _call_isolated (the attribute pluggy's own hook-call
+        # monitoring replaces); pluggy's caller still serves hooks with wrappers
+        self._pluggy_call = self._inner_hookexec
+        self._inner_hookexec = self._call_isolated
+        self._failed: set[tuple[str, str]] = set()  # (plugin, hook) never asked again
 
     def load_module(self, info: PluginInfo, module: ModuleType) -> None:
         """Register a plugin module after checking its declared backend API version."""
@@ -62,7 +72,51 @@ class PluginManager(pluggy.PluginManager):
             )
         if api != hookspecs.BACKEND_API_VERSION:
             raise PluginError(_version_mismatch(info, api))
+        _check_overrides(info, getattr(module, "FUSEGRAD_OVERRIDES", {}))
         self.register(module, name=info.name)
+
+    def _call_isolated(
+        self,
+        hook_name: str,
+        hook_impls: Sequence[HookImpl],
+        caller_kwargs: Mapping[str, object],
+        firstresult: bool,
+    ) -> object:
+        """Call ``hook_impls`` as pluggy would, but a plugin that raises only loses its own
+        answer: it is warned about, recorded for ``fusegrad devices``, and never asked that
+        hook again. Wrappers need pluggy's own caller (and lose the isolation)."""
+        if any(impl.hookwrapper or impl.wrapper for impl in hook_impls):
+            return self._pluggy_call(hook_name, hook_impls, caller_kwargs, firstresult)
+        results: list[object] = []
+        for impl in reversed(hook_impls):  # pluggy's order: tryfirst, then the latest registered
+            if self._failed and (impl.plugin_name, hook_name) in self._failed:
+                continue
+            try:
+                result = impl.function(*[caller_kwargs[name] for name in impl.argnames])
+            except Exception as e:  # noqa: BLE001 - one broken plugin must not break the core
+                self.hook_failed(impl.plugin_name, hook_name, f"{type(e).__name__}: {e}")
+                continue
+            if result is not None:
+                if firstresult:
+                    return result
+                results.append(result)
+        return None if firstresult else results
+
+    def hook_failed(self, plugin: str, hook: str, error: str) -> None:
+        """Record that ``plugin`` failed in ``hook``, warn once, and stop asking it that hook."""
+        self._info(plugin).hook_errors[hook] = error
+        self._failed.add((plugin, hook))
+        warnings.warn(
+            f"fusegrad plugin {plugin!r} failed in {hook} and is no longer asked it: {error}",
+            stacklevel=3,
+        )
+
+    def _info(self, plugin: str) -> PluginInfo:
+        found = next((info for info in self.infos if info.name == plugin), None)
+        if found is None:  # registered by hand (tests), not discovered
+            found = PluginInfo(plugin, "?", "?", "?")
+            self.infos.append(found)
+        return found
 
     def device_owner(self, device: str) -> str:
         """The name of the plugin that offers ``device`` (``"OPENCL:1"`` -> ``"opencl"``)."""
@@ -70,28 +124,48 @@ class PluginManager(pluggy.PluginManager):
         return next((info.name for info in self.infos if base in info.devices), "?")
 
     def part_overrides(self, device: str, parts: tuple[str, ...]) -> dict[str, tuple[str, Any]]:
-        """Which of ``device``'s ``parts`` (``device.PARTS``) plugins replace, each as (plugin
+        """Which of ``device``'s ``parts`` (``hookspecs.PARTS``) plugins replace, each as (plugin
         name, part).
 
         Asks the override hooks ``fusegrad_<part>`` in pluggy's order (``tryfirst`` first); the
-        first answer that is not None wins, and its plugin is named so it can be shown.
+        first answer that is not None wins, and its plugin is named so it can be shown. A hook
+        that raises, or answers for another plugin's device without declaring the override in
+        ``FUSEGRAD_OVERRIDES``, is skipped, warned about and asked no more.
         """
         found: dict[str, tuple[str, Any]] = {}
         for part in parts:
-            for impl in reversed(getattr(self.hook, f"fusegrad_{part}").get_hookimpls()):
-                if impl.hookwrapper or getattr(impl, "wrapper", False):
+            hook = f"fusegrad_{part}"
+            for impl in reversed(getattr(self.hook, hook).get_hookimpls()):
+                plugin = impl.plugin_name
+                if impl.hookwrapper or impl.wrapper or (plugin, hook) in self._failed:
                     continue
                 try:
                     answer = impl.function(device=device)
-                except Exception as e:
-                    raise PluginError(
-                        f"plugin {impl.plugin_name!r} failed in fusegrad_{part}(device={device!r})"
-                        f": {type(e).__name__}: {e}"
-                    ) from e
-                if answer is not None:
-                    found[part] = (impl.plugin_name, answer)
+                except Exception as e:  # noqa: BLE001 - the device keeps its own part
+                    self.hook_failed(plugin, hook, f"{type(e).__name__}: {e}")
+                    continue
+                if answer is not None and not self._may_override(plugin, part, device):
+                    self.hook_failed(plugin, hook, self._undeclared(plugin, part, device))
+                elif answer is not None:
+                    found[part] = (plugin, answer)
                     break
         return found
+
+    def _may_override(self, plugin: str, part: str, device: str) -> bool:
+        """Whether ``plugin`` owns ``device`` or declared that it replaces this part of it."""
+        base = device.partition(":")[0]
+        if self.device_owner(device) == plugin:
+            return True
+        declared = getattr(self.get_plugin(plugin), "FUSEGRAD_OVERRIDES", {})
+        return part in declared.get(base, ())
+
+    def _undeclared(self, plugin: str, part: str, device: str) -> str:
+        base = device.partition(":")[0]
+        return (
+            f"answered the {part} of {device}, which plugin {self.device_owner(device)!r} "
+            f"offers, without declaring the override; refused. Set FUSEGRAD_OVERRIDES = "
+            f"{{{base!r}: [{part!r}]}} in plugin {plugin!r} if it means to replace it"
+        )
 
     def codegen_rules(self, device: str) -> CodegenRules:
         """Core's rewrite rules plus every plugin's for ``device`` (hook
@@ -131,6 +205,22 @@ class PluginManager(pluggy.PluginManager):
                     info.devices.append(spec.name)
             self._specs = specs
         return self._specs
+
+
+def _check_overrides(info: PluginInfo, declared: object) -> None:
+    """``FUSEGRAD_OVERRIDES`` must map device names to the parts a plugin replaces."""
+    ok = isinstance(declared, dict) and all(
+        isinstance(device, str)
+        and isinstance(parts, list | tuple | set | frozenset)
+        and all(part in hookspecs.PARTS for part in parts)
+        for device, parts in declared.items()
+    )
+    if not ok:
+        raise PluginError(
+            f"plugin {info.name!r}: FUSEGRAD_OVERRIDES must map a device name to the parts it "
+            f"replaces, each one of {', '.join(hookspecs.PARTS)} (e.g. {{'CPU': ['compiler']}}); "
+            f"found {declared!r}"
+        )
 
 
 def _version_mismatch(info: PluginInfo, api: object) -> str:

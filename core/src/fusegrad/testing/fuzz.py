@@ -22,14 +22,15 @@ import random
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import DTypeError, UnsupportedOp
-from fusegrad.tensor import Tensor
+from fusegrad.helpers import context
+from fusegrad.tensor import Tensor, bounds
 from fusegrad.testing.oracle import ORACLE, held_dtypes, make
 
 #: Bits of mantissa (with the implicit one): a value is exact while |v| * 2**frac fits.
@@ -37,6 +38,11 @@ MANTISSA = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}
 #: Relative tolerance of a rounded float result, scaled by the value's magnitude bound.
 TOLERANCE = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-4, "float64": 1e-9}
 FLOAT_BOUND = 1e4
+#: How often a float input holds some nan, inf and -inf elements.
+SPECIAL_RATE = 0.15
+#: Devices whose language does not promise IEEE nan and infinities (WGSL lets a compiler assume
+#: there are none; docs/semantics.md): no nan or inf inputs there.
+NO_SPECIALS = {"WEBGPU"}
 MAX_NUMEL = 256
 #: Errors a device may raise for what it cannot do: the case is skipped, not a failure.
 REFUSALS = (UnsupportedOp, DTypeError)
@@ -54,6 +60,8 @@ class Meta:
     #: The loosest tolerance of the float dtypes the value was rounded in (0 if never rounded):
     #: a float16 result cast to float32 keeps float16's error.
     tol: float = 0.0
+    #: Whether the value may hold nan or +-inf; ``lo`` and ``hi`` bound its finite elements.
+    special: bool = False
 
     @property
     def exact(self) -> bool:
@@ -94,9 +102,11 @@ def fits(dtype: DType, lo: float, hi: float) -> bool:
 
 
 def input_meta(array: np.ndarray, dtype: DType) -> Meta:
-    """The meta of an input: its actual range, exact with two fraction digits for floats."""
-    lo, hi = (float(array.min()), float(array.max())) if array.size else (0.0, 0.0)
-    return Meta(array.shape, dtype, lo, hi, 2 if dtype.is_float else 0, float_tol(dtype))
+    """The meta of an input: its actual finite range, exact with two fraction digits for floats."""
+    finite = array[np.isfinite(array)] if dtype.is_float else array
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    special = finite.size != array.size
+    return Meta(array.shape, dtype, lo, hi, 2 if dtype.is_float else 0, float_tol(dtype), special)
 
 
 def float_tol(dtype: DType) -> float:
@@ -165,6 +175,33 @@ def _sum_meta(m: Meta, axis: tuple[int, ...], keepdim: bool) -> tuple[float, flo
     return min(n * m.lo, 0.0), max(n * m.hi, 0.0), m.frac
 
 
+def _floordiv_meta(a: Meta, b: Meta) -> tuple[float, float, int | None]:
+    """|a // b| <= |a| for a whole b (x // 0 is 0 in fusegrad); -a for b = -1 may overflow."""
+    bound = max(abs(a.lo), abs(a.hi))
+    return (0.0 if a.lo >= 0 and b.lo >= 0 else -bound), bound, 0
+
+
+def _mod_meta(a: Meta, b: Meta) -> tuple[float, float, int | None]:
+    """a % b has the sign of b and |a % b| < |b| (x % 0 is 0 in fusegrad)."""
+    bound = max(abs(b.lo), abs(b.hi))
+    return (0.0 if b.lo >= 0 else -bound), (0.0 if b.hi <= 0 else bound), 0
+
+
+def np_floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's floor division, which like fusegrad's gives 0 for an integer x // 0."""
+    return np.floor_divide(a, b)
+
+
+def np_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's remainder (sign of the divisor), 0 for an integer x % 0 as in fusegrad."""
+    return np.remainder(a, b)
+
+
+def np_index(x: np.ndarray, key: str) -> np.ndarray:
+    """``x[key]`` for a basic index written as in Python (``"1:3, ::-1, 0"``)."""
+    return np.asarray(eval(f"x[{key}]", {}, {"x": x}))
+
+
 def _take(x: np.ndarray, dim: int, idx: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, idx.astype(np.int64), dim)
 
@@ -206,6 +243,8 @@ OPS: dict[str, OpSpec] = {
         lambda a, b: rounded(min(a.lo, 0.0), max(a.hi, 0.0)),
         "float_binary",
     ),
+    "floordiv": OpSpec("({0} // {1})", np_floordiv, _floordiv_meta, "int_binary"),
+    "mod": OpSpec("({0} % {1})", np_mod, _mod_meta, "int_binary"),
     "maximum": OpSpec(
         "{0}.maximum({1})",
         np.maximum,
@@ -265,13 +304,45 @@ OPS: dict[str, OpSpec] = {
         lambda x, i, dim: (x.lo, x.hi, x.frac),
         "gather",
     ),
+    "index": OpSpec(
+        "{0}[{1}]",
+        lambda x, i: x[i.astype(np.int64)],
+        lambda x, i: (x.lo, x.hi, x.frac),
+        "index",
+    ),
+    "slice": OpSpec("{0}[{key}]", np_index, keep, "move"),
 }
+
+
+def const_meta(m: Meta, c: float) -> Meta:
+    """A Python scalar operand, as the meta of a tensor of ``m``'s dtype holding it."""
+    return Meta((), m.dtype, float(c), float(c), 2 if m.dtype.is_float else 0)
+
+
+def with_scalar(name: str, symbol: str) -> OpSpec:
+    """``x <symbol> c`` for a Python scalar ``c`` of x's kind: constants take other paths
+    through the compiler (folding, literals in the kernel) than tensors do."""
+    spec = OPS[name]
+    return OpSpec(
+        f"({{0}} {symbol} {{c}})",
+        lambda x, c: spec.numpy(x, c),
+        lambda m, c: spec.meta(m, const_meta(m, c)),
+        "scalar_" + spec.kind,
+    )
+
+
+for _name, _symbol in (("add", "+"), ("mul", "*"), ("lt", "<"), ("eq", "==")):
+    OPS[f"{_name}_scalar"] = with_scalar(_name, _symbol)
+for _name, _symbol in (("floordiv", "//"), ("mod", "%")):
+    OPS[f"{_name}_scalar"] = with_scalar(_name, _symbol)
 
 
 # ---- replaying a program: shapes and dtypes from lazy tensors, intervals from the ops -------
 
 KIND_NEEDS_FLOAT = {"float", "float_binary", "float_reduce"}
-KIND_NO_BOOL = {"unary", "binary", "compare", "reduce", "matmul"}
+KIND_NO_BOOL = {"unary", "binary", "compare", "reduce", "matmul", "int_binary"}
+#: Kinds whose second source is an integer index into the first: its values must be in range.
+KIND_INDEXED = {"gather": "dim", "index": ""}
 
 
 class Invalid(Exception):
@@ -296,9 +367,11 @@ def render(step: Step) -> str:
 
 
 def cast_meta(m: Meta, to: DType) -> tuple[float, float, int | None]:
-    """Casts: float to int truncates (exact sources only); to bool is 0 or 1."""
+    """Casts: float to int truncates (exact sources only); to bool is 0 or 1 (nan is True)."""
     if m.dtype.is_float and not to.is_float and not m.exact:
         raise Invalid("cast of a rounded float to an integer could differ by one")
+    if m.special and not to.is_float and to != dtypes.bool:
+        raise Invalid("nan and inf have no integer value (C leaves the cast undefined)")
     if to == dtypes.bool:
         return 0.0, 1.0, 0
     if not to.is_float:
@@ -309,32 +382,56 @@ def cast_meta(m: Meta, to: DType) -> tuple[float, float, int | None]:
 def step_meta(state: State, step: Step, out: Tensor) -> Meta:
     """The result's meta, or Invalid when the step is outside the safe ranges."""
     spec, srcs = OPS[step.op], [state.metas[s] for s in step.srcs]
-    first = srcs[1] if spec.kind == "where" else srcs[0]
-    if spec.kind in KIND_NEEDS_FLOAT and not first.dtype.is_float:
+    kind = spec.kind.removeprefix("scalar_")  # x + 2 is checked as x + a tensor holding 2
+    first = srcs[1] if kind == "where" else srcs[0]
+    if kind in KIND_NEEDS_FLOAT and not first.dtype.is_float:
         raise Invalid("float op on a non-float value")
-    if spec.kind in KIND_NO_BOOL and first.dtype == dtypes.bool:
+    if kind in KIND_NO_BOOL and first.dtype == dtypes.bool:
         raise Invalid("arithmetic on bool")
-    if spec.kind == "compare" and not all(m.exact for m in srcs):
+    if kind == "int_binary" and first.dtype.is_float:
+        raise Invalid("integer division of floats is not generated (a rounded quotient's floor)")
+    if kind in KIND_INDEXED:
+        check_index(srcs[0], srcs[1], dict(step.args).get("dim", 0), kind == "index")
+    if kind == "compare" and not all(m.exact for m in srcs):
         raise Invalid("comparison of rounded floats could flip")
     args = dict(step.args)
     if step.op == "cast":
         lo, hi, frac = cast_meta(first, getattr(dtypes, args["to"]))
     else:
-        lo, hi, frac = spec.meta(*srcs, **args)
+        try:
+            lo, hi, frac = spec.meta(*srcs, **args)
+        except OverflowError as error:  # exp of a large bound: far outside every dtype
+            raise Invalid(f"bound overflows: {error}") from error
     if any(m.dtype.is_float and not m.exact for m in srcs):
         frac = None
     if not fits(out.dtype, lo, hi) or out.numel() > MAX_NUMEL:
         raise Invalid("result could overflow or is too large")
+    if out.numel() == 0:
+        raise Invalid("an empty result (a slice like x[2:1]): the generator needs elements")
     if spec.kind == "float" and math.isnan(lo + hi):
         raise Invalid("nan bound")
     tol = max([float_tol(out.dtype), *(m.tol for m in srcs)])
-    return Meta(tuple(out.shape), out.dtype, lo, hi, frac, tol)
+    special = out.dtype.is_float and any(m.special for m in srcs)
+    if out.dtype != first.dtype and kind in ("binary", "int_binary"):
+        raise Invalid("a scalar changed the dtype")
+    return Meta(tuple(out.shape), out.dtype, lo, hi, frac, tol, special)
+
+
+def check_index(data: Meta, index: Meta, dim: int, negative: bool) -> None:
+    """Out-of-range indices are not generated (nor left by a shrunk input): no device checks
+    them. ``negative``: whether -size..-1 count from the end (``x[i]``; not ``gather``)."""
+    if index.dtype.is_float or index.dtype == dtypes.bool:
+        raise Invalid("an index must be an integer tensor")
+    size = data.shape[dim] if dim < len(data.shape) else 0
+    if index.lo < (-size if negative else 0) or index.hi >= size:
+        raise Invalid(f"index values {index.lo}..{index.hi} outside dimension {dim} of {size}")
 
 
 def extend(state: State, name: str, step: Step) -> None:
     """Add ``step`` to ``state``; Invalid if it is not safe or fusegrad refuses to build it."""
     try:
-        out = eval(render(step), {"dtypes": dtypes}, dict(state.lazy))
+        with context(CHECK_BOUNDS=0):  # lazy tensors hold no indices yet: nothing to check
+            out = eval(render(step), {"dtypes": dtypes}, dict(state.lazy))
     except Exception as error:
         raise Invalid(f"{render(step)}: {error}") from error
     state.metas[name] = step_meta(state, step, out)
@@ -360,20 +457,26 @@ def replay(program: Program) -> State | None:
 class Generator:
     """Builds one random program, step by step, keeping only steps that replay as valid."""
 
-    def __init__(self, rng: random.Random, held: list[DType], max_steps: int) -> None:
-        self.rng, self.held, self.max_steps = rng, held, max_steps
+    def __init__(
+        self, rng: random.Random, held: list[DType], max_steps: int, specials: bool = True
+    ) -> None:
+        self.rng, self.held, self.max_steps, self.specials = rng, held, max_steps, specials
         self.np_rng = np.random.default_rng(rng.getrandbits(32))
         self.program, self.state = Program(), State()
 
-    def new_input(self, shape: tuple[int, ...], dtype: DType, high: int = 0) -> str:
-        """A fresh input: floats are multiples of 1/4 in [-2, 2], integers small."""
+    def new_input(self, shape: tuple[int, ...], dtype: DType, high: int = 0, low: int = 0) -> str:
+        """A fresh input: floats are multiples of 1/4 in [-2, 2], sometimes with nan and +-inf
+        among them; integers small (indices in [low, high))."""
         array: np.ndarray
         if high:
-            array = self.np_rng.integers(0, high, shape)
+            array = self.np_rng.integers(low, high, shape)
         elif dtype == dtypes.bool:
             array = self.np_rng.random(shape) < 0.5
         elif dtype.is_float:
-            array = self.np_rng.integers(-8, 9, shape) / 4.0
+            array = np.array(self.np_rng.integers(-8, 9, shape) / 4.0)
+            if self.specials and self.rng.random() < SPECIAL_RATE:
+                where = self.np_rng.random(shape) < 0.3
+                array[where] = self.np_rng.choice([np.nan, np.inf, -np.inf], int(where.sum()))
         else:
             low = 0 if dtype.min == 0 else -4
             array = self.np_rng.integers(low, 6, shape)
@@ -405,7 +508,9 @@ class Generator:
         nd = len(m.shape)
         if kind in ("unary", "float", "matmul") and op != "matmul":
             return Step(op, (cur,))
-        if kind in ("binary", "float_binary", "compare"):
+        if kind.startswith("scalar_"):
+            return Step(op, (cur,), (("c", self.scalar(m.dtype)),))
+        if kind in ("binary", "float_binary", "compare", "int_binary"):
             return Step(op, (cur, self.partner(cur)))
         if kind == "where":
             return Step(op, (self.partner(cur, dtypes.bool), cur, self.partner(cur)))
@@ -429,6 +534,12 @@ class Generator:
             shape = tuple(rng.randint(1, 4) if d == dim else s for d, s in enumerate(m.shape))
             index = self.new_input(shape, dtypes.int32, high=m.shape[dim])
             return Step(op, (cur, index), (("dim", dim),))
+        if op == "index":
+            if nd == 0:
+                return None
+            shape = self.random_shape()[: rng.randint(1, 2)]
+            index = self.new_input(shape, dtypes.int32, high=m.shape[0], low=-m.shape[0])
+            return Step(op, (cur, index))
         return self.propose_move(op, cur, m)
 
     def propose_move(self, op: str, cur: str, m: Meta) -> Step | None:
@@ -465,12 +576,35 @@ class Generator:
                 a = rng.randrange(s)
                 bounds.append((a, rng.randint(a + 1, s)))
             return Step(op, (cur,), (("bounds", tuple(bounds)),))
+        if op == "slice":
+            return Step(op, (cur,), (("key", self.index_key(m.shape)),))
         axis = tuple(sorted(rng.sample(range(nd), rng.randint(1, nd))))
         return Step("flip", (cur,), (("axis", axis),))
 
+    def scalar(self, dtype: DType) -> int | float:
+        """A Python scalar of ``dtype``'s kind: a multiple of 1/4 or a small integer."""
+        if dtype.is_float:
+            return self.rng.randint(-8, 8) / 4
+        return self.rng.randint(0 if dtype.is_unsigned else -3, 3)
+
+    def index_key(self, shape: tuple[int, ...]) -> str:
+        """A basic index for the leading dimensions: integers (negative too) and slices with
+        steps 1, 2 and -1, written as in Python."""
+        parts = []
+        for s in shape[: self.rng.randint(1, len(shape))]:
+            if self.rng.random() < 0.25:
+                parts.append(str(self.rng.randrange(-s, s)))
+                continue
+            a, b = sorted(self.rng.sample(range(-s, s + 1), 2))
+            step = self.rng.choice(["", ":2", ":-1"])
+            parts.append(f"{b - 1 if step == ':-1' else a}:{'' if step == ':-1' else b}{step}")
+        return ", ".join(parts)
+
     def generate(self) -> Program:
         """A program of 1 to ``max_steps`` steps on a random first input."""
-        cur = self.new_input(self.random_shape(), self.rng.choice(self.held))
+        floats = [d for d in self.held if d.is_float]
+        pool = floats if floats and self.rng.random() < 0.5 else self.held  # float ops are most
+        cur = self.new_input(self.random_shape(), self.rng.choice(pool))
         for i in range(self.rng.randint(1, self.max_steps)):
             for _ in range(20):
                 step = self.propose(self.rng.choice(list(OPS)), cur)
@@ -532,10 +666,11 @@ def to_dtype(array: np.ndarray, dtype: DType) -> np.ndarray:
 def run_numpy(program: Program, state: State) -> np.ndarray:
     """The program computed by numpy, rounded to each step's dtype."""
     env = {n: to_dtype(a, d) for n, (a, d) in program.inputs.items()}
-    for name, step in program.steps:
-        args = {k: v for k, v in step.args if k != "to"}
-        result = OPS[step.op].numpy(*(env[s] for s in step.srcs), **args)
-        env[name] = to_dtype(result, state.metas[name].dtype)
+    with np.errstate(all="ignore"):  # x // 0, inf - inf: the results are compared, not warned
+        for name, step in program.steps:
+            args = {k: v for k, v in step.args if k != "to"}
+            result = OPS[step.op].numpy(*(env[s] for s in step.srcs), **args)
+            env[name] = to_dtype(result, state.metas[name].dtype)
     return env[program.output]
 
 
@@ -543,7 +678,14 @@ def run_device(
     program: Program, device: str, grads: bool, table: Mapping[str, OpSpec] = OPS
 ) -> tuple[np.ndarray, str, dict[str, np.ndarray | None]]:
     """Realize the program on ``device``: output, its dtype name, gradients of its sum."""
+    return realize(program, device, grads, table)
+
+
+def realize(
+    program: Program, device: str, grads: bool, table: Mapping[str, OpSpec]
+) -> tuple[np.ndarray, str, dict[str, np.ndarray | None]]:
     env: dict[str, Tensor] = {}
+    bounds.forget()  # index checks left by a program that failed before its read are not ours
     for name, (array, dtype) in program.inputs.items():
         env[name] = make(array, dtype, device)
         env[name].requires_grad = grads and dtype.is_float
@@ -620,13 +762,8 @@ def check(
             if (g is None) != (want is None):
                 return Outcome("mismatch", f"gradient of {n}: {g} on {device}, {want} on oracle")
             if g is not None and want is not None:
-                gm = Meta(
-                    g.shape,
-                    program.inputs[n][1],
-                    -float(np.abs(want).max(initial=1)),
-                    float(np.abs(want).max(initial=1)),
-                    None,
-                )
+                scale = float(np.abs(want[np.isfinite(want)]).max(initial=1))
+                gm = Meta(g.shape, program.inputs[n][1], -scale, scale, None)
                 why = difference(g, want, gm)
                 if why:
                     return Outcome("mismatch", f"gradient of {n}, {device} vs oracle: {why}")
@@ -637,24 +774,52 @@ def check(
 
 
 def candidates(program: Program) -> Iterator[Program]:
-    """Smaller programs: cut after an earlier step, or bypass a shape-preserving step."""
+    """Smaller programs, fewest steps first: cut after an earlier step, bypass a step (its
+    users read one of its sources instead), then smaller inputs, then simpler input values.
+    Many do not replay (a shape no longer fits an argument); the shrinker skips those."""
     for k in range(len(program.steps) - 1):
         yield drop_unused(Program(program.inputs, program.steps[: k + 1]))
-    state = replay(program)
     for i, (name, step) in enumerate(program.steps[:-1]):
-        for src in step.srcs:
-            if state and state.metas.get(src) == replace(
-                state.metas[name],
-                lo=state.metas[src].lo,
-                hi=state.metas[src].hi,
-                frac=state.metas[src].frac,
-                tol=state.metas[src].tol,
-            ):
-                steps = [
-                    (n, Step(s.op, tuple(src if x == name else x for x in s.srcs), s.args))
-                    for n, s in program.steps[i + 1 :]
+        for src in dict.fromkeys(step.srcs):
+            later = [
+                (n, Step(s.op, tuple(src if x == name else x for x in s.srcs), s.args))
+                for n, s in program.steps[i + 1 :]
+            ]
+            yield drop_unused(Program(program.inputs, program.steps[:i] + later))
+    yield from smaller_inputs(program)
+    yield from simpler_values(program)
+
+
+def smaller_inputs(program: Program) -> Iterator[Program]:
+    """Each dimension (counted from the right, as broadcasting aligns them) cut to 1 or by one
+    element, in one input alone or in every input of that size there."""
+    for name, (array, _) in program.inputs.items():
+        for pos in range(1, array.ndim + 1):
+            size = array.shape[-pos]
+            for new in sorted({1, size - 1}):
+                if not 1 <= new < size:  # (never empty: cutting a size-1 axis to 0 loops)
+                    continue
+                sharing = [
+                    n
+                    for n, (a, _) in program.inputs.items()
+                    if a.ndim >= pos and a.shape[-pos] == size
                 ]
-                yield drop_unused(Program(program.inputs, program.steps[:i] + steps))
+                for group in ([name], sharing) if len(sharing) > 1 else ([name],):
+                    inputs = dict(program.inputs)
+                    for n in group:
+                        a, d = inputs[n]
+                        inputs[n] = (np.take(a, range(new), axis=a.ndim - pos), d)
+                    yield Program(inputs, program.steps)
+
+
+def simpler_values(program: Program) -> Iterator[Program]:
+    """Each input with all its elements 0, else 1 (0 is simpler than 1: never back again)."""
+    for name, (array, dtype) in program.inputs.items():
+        for value in (0, 1):
+            if not (array == 0).all() and not (array == value).all():
+                inputs = dict(program.inputs)
+                inputs[name] = (np.full_like(array, value), dtype)
+                yield Program(inputs, program.steps)
 
 
 def shrink(program: Program, fails: Callable[[Program], bool]) -> Program:
@@ -669,27 +834,48 @@ def shrink(program: Program, fails: Callable[[Program], bool]) -> Program:
     return program
 
 
-def repro(program: Program, device: str) -> str:
-    """The program as a Python script printing its result on ``device`` and on the oracle."""
+def input_code(name: str, array: np.ndarray, dtype: DType) -> list[str]:
+    """Lines making input ``name`` with the public API (bfloat16 by a cast: numpy has none)."""
+    held = "float32" if dtype == dtypes.bfloat16 else np.dtype(dtype.np).name
+    values = np.asarray(array).tolist()
+    code = f"Tensor(np.array({values}, dtype={held!r}), device=device)"
+    if dtype == dtypes.bfloat16:
+        code += ".cast(dtypes.bfloat16).realize()"
+    lines = [f"    {name} = {code}"]
+    return lines + ([f"    {name}.requires_grad = True"] if dtype.is_float else [])
+
+
+def repro(program: Program, device: str, grads: bool = True) -> str:
+    """The program as a Python script printing, on ``device`` and on the oracle, its result and
+    (when it is a float) the gradients of its sum with respect to the float inputs."""
+    floats = [n for n, (_, d) in program.inputs.items() if d.is_float]
     lines = [
         "import numpy as np",
-        "from fusegrad import dtypes",
-        "from fusegrad.testing.oracle import make",
+        "from fusegrad import Tensor, dtypes",
+        "",
+        'nan, inf = float("nan"), float("inf")',
         "",
         "",
         "def build(device):",
     ]
     for name, (array, dtype) in program.inputs.items():
-        values = np.asarray(array, dtype=np.float64 if dtype.is_float else np.int64).tolist()
-        lines.append(f"    {name} = make(np.array({values}), dtypes.{dtype.name}, device)")
+        lines += input_code(name, array, dtype)
     lines += [f"    {name} = {render(step)}" for name, step in program.steps]
     lines += [
-        f"    return {program.output}",
+        f"    return {program.output}, {{{', '.join(f'{n!r}: {n}' for n in floats)}}}",
         "",
         "",
-        f"print(build({device!r}).numpy())",
-        f"print(build({ORACLE!r}).numpy())",
+        f"for device in ({device!r}, {ORACLE!r}):",
+        "    out, inputs = build(device)",
+        "    print(device, out.numpy().tolist())",
     ]
+    if grads and floats:
+        lines += [
+            "    if out.dtype.is_float:",
+            "        out.sum().backward()",
+            "        for name, x in inputs.items():",
+            '            print(f"  d(sum)/d{name}", x.grad.numpy().tolist())',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -713,7 +899,8 @@ def fuzz(
     held = sorted(held_dtypes(device) & held_dtypes(ORACLE), key=lambda d: d.priority)
     counts = {"graphs": 0, "mismatches": 0, "crashes": 0, "skipped": 0}
     for i in range(graphs):
-        program = Generator(random.Random(seed * 1_000_003 + i), held, max_steps).generate()
+        rng = random.Random(seed * 1_000_003 + i)
+        program = Generator(rng, held, max_steps, device not in NO_SPECIALS).generate()
         outcome = check(program, device, grads, table)
         counts["graphs"] += 1
         if outcome.kind in ("ok", "skip"):
@@ -722,7 +909,7 @@ def fuzz(
         counts["mismatches" if outcome.kind == "mismatch" else "crashes"] += 1
         small = shrink(program, same_failure(outcome.kind, device, grads, table))
         print(f"graph {i}: {outcome.kind}: {check(small, device, grads, table).message}", file=out)
-        print(repro(small, device), file=out)
+        print(repro(small, device, grads), file=out)
     return counts
 
 

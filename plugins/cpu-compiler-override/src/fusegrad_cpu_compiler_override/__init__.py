@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from fusegrad.device import Compiler
 
 FUSEGRAD_BACKEND_API = 2
+#: The parts of other plugins' devices this plugin replaces; an undeclared override is refused.
+FUSEGRAD_OVERRIDES = {"CPU": ["compiler"]}
 #: Portable, and still without contraction so that results round as numpy's do.
 FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
 
