@@ -404,6 +404,9 @@ def step_meta(state: State, step: Step, out: Tensor) -> Meta:
             raise Invalid(f"bound overflows: {error}") from error
     if any(m.dtype.is_float and not m.exact for m in srcs):
         frac = None
+    if step.op in ("log", "sqrt") and max(first.lo**2, first.hi**2) + 1 > FLOAT_BOUND:
+        # (x * x + 1) inside the step: float16 overflows there where a device computes in it
+        raise Invalid("the step's x * x + 1 could overflow")
     if not fits(out.dtype, lo, hi) or out.numel() > MAX_NUMEL:
         raise Invalid("result could overflow or is too large")
     if out.numel() == 0:
