@@ -177,6 +177,19 @@ def test_override_that_raises_leaves_the_devices_own_part(fake_plugins: FakePlug
     assert "no memory pool" in info("fake_badalloc").hook_errors["fusegrad_allocator"]
 
 
+def test_override_that_is_not_the_part_leaves_the_devices_own_part(fake_plugins: FakePlugins):
+    """An answer without the part's methods (here an allocator that is a plain object) is refused
+    like a raising one, naming what it lacks."""
+    fake_plugins.install(
+        "fake_notalloc",
+        ALLOCATOR_RAISES.replace('raise RuntimeError("no memory pool here")', "return object()"),
+    )
+    with pytest.warns(UserWarning, match=r"'fake_notalloc'.*fusegrad_allocator.*without alloc\(\)"):
+        runtime = Device["PYTHON"]
+    assert type(runtime.allocator) is PythonAllocator
+    assert add_one("PYTHON") == [2, 3, 4]
+
+
 def test_undeclared_override_of_another_plugins_device_is_refused(fake_plugins: FakePlugins):
     fake_plugins.install("fake_foreign", FOREIGN_COMPILER.replace("DECLARE", ""))
     with pytest.warns(UserWarning, match=r"'fake_foreign'.*PYTHON.*FUSEGRAD_OVERRIDES"):

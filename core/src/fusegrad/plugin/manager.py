@@ -146,6 +146,14 @@ class PluginManager(pluggy.PluginManager):
                     continue
                 if answer is not None and not self._may_override(plugin, part, device):
                     self.hook_failed(plugin, hook, self._undeclared(plugin, part, device))
+                elif answer is not None and (lacking := _lacking(part, answer)):
+                    self.hook_failed(
+                        plugin,
+                        hook,
+                        f"answered a {part} ({type(answer).__name__}) without {lacking}; "
+                        f"refused: return an object with the {part}'s methods (see "
+                        "docs/backend-guide.md)",
+                    )
                 elif answer is not None:
                     found[part] = (plugin, answer)
                     break
@@ -205,6 +213,22 @@ class PluginManager(pluggy.PluginManager):
                     info.devices.append(spec.name)
             self._specs = specs
         return self._specs
+
+
+#: What each part must have (the device contract in device.py): methods, or being callable
+PART_METHODS = {
+    "allocator": ("alloc", "free", "copyin", "copyout"),
+    "renderer": ("render",),
+    "compiler": ("compile", "compile_cached", "compile_cached_batch"),
+}
+
+
+def _lacking(part: str, answer: object) -> str:
+    """The methods an override's answer for ``part`` lacks, as text ("" when none)."""
+    if part == "program":
+        return "" if callable(answer) else "being callable"
+    missing = [m for m in PART_METHODS.get(part, ()) if not callable(getattr(answer, m, None))]
+    return ", ".join(f"{m}()" for m in missing)
 
 
 def _check_overrides(info: PluginInfo, declared: object) -> None:
