@@ -766,11 +766,18 @@ def check(
                 return Outcome("mismatch", f"gradient of {n}: {g} on {device}, {want} on oracle")
             if g is not None and want is not None:
                 scale = float(np.abs(want[np.isfinite(want)]).max(initial=1))
-                gm = Meta(g.shape, program.inputs[n][1], -scale, scale, None)
+                gm = Meta(g.shape, _coarsest(program.inputs[n][1], state), -scale, scale, None)
                 why = difference(g, want, gm)
                 if why:
                     return Outcome("mismatch", f"gradient of {n}, {device} vs oracle: {why}")
     return Outcome("ok")
+
+
+def _coarsest(dtype: DType, state: State) -> DType:
+    """The gradient of a ``dtype`` input is only as precise as the least precise float the graph
+    computed in (a float64 input cast to float32 has a float32-accurate gradient)."""
+    floats = [m.dtype for m in state.metas.values() if m.dtype.is_float]
+    return min([dtype, *floats], key=lambda d: d.itemsize) if dtype.is_float else dtype
 
 
 # ---- shrinking and printing ---------------------------------------------------------------
