@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fusegrad import Tensor, nn
+from fusegrad import Tensor, TinyJit, nn
 from fusegrad.engine.realize import GlobalCounters
 from fusegrad.helpers import context
 
@@ -147,3 +147,16 @@ def test_building_a_checked_op_runs_nothing():
     loss = Tensor(X).cross_entropy(Tensor([0, 2]))
     assert GlobalCounters.kernel_count == 0
     assert abs(loss.item() - 1.4076059) < 1e-5
+
+
+def test_a_tinyjit_replay_checks_the_indices_too():
+    """TinyJit records the checks of the call it captures with its kernels; each replay queues
+    them again, so a bad index in a replayed call still raises at the next read."""
+    pick = TinyJit(lambda x, i: x.gather(1, i).realize())
+    x = Tensor(X)
+    for _ in range(3):  # run, capture, replay
+        assert pick(x, Tensor([[2], [0]])).tolist() == [[3.0], [4.0]]
+    out = pick(x, Tensor([[7], [0]]))  # a replay
+    with pytest.raises(IndexError, match="gather: index 7 is out of bounds"):
+        out.numpy()
+    assert pick(x, Tensor([[1], [1]])).tolist() == [[2.0], [5.0]]

@@ -38,7 +38,7 @@ from typing import Any
 from fusegrad.device import Buffer
 from fusegrad.engine import capture, realize
 from fusegrad.errors import JitError  # re-exported: fusegrad.jit.JitError
-from fusegrad.tensor import Tensor, buffer_of
+from fusegrad.tensor import Tensor, bounds, buffer_of
 from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
 
 
@@ -87,6 +87,7 @@ class _Captured(threading.local):
         #: the input shapes with variables free, when they hold any (else None)
         self.free_signature: tuple | None = None
         self.values: dict = {}  # the variables' values of the latest call
+        self.checks: list = []  # the index checks recorded with the kernels (tensor/bounds.py)
 
 
 class TinyJit:
@@ -110,6 +111,7 @@ class TinyJit:
     outputs = _PerThread()
     free_signature = _PerThread()
     values = _PerThread()
+    checks = _PerThread()
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
@@ -126,7 +128,7 @@ class TinyJit:
             [],
             None,
         )
-        self.free_signature, self.values = None, {}
+        self.free_signature, self.values, self.checks = None, {}, []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -154,8 +156,14 @@ class TinyJit:
         return self._capture(buffers, signature, args, kwargs)
 
     def _capture(self, inputs: list[Buffer], signature: tuple, args: tuple, kwargs: dict) -> Any:
+        start = bounds.mark()
         with capture.capturing() as recorded:
             out = _realized(self.fn(*args, **kwargs))
+            # the call's index checks (tensor/bounds.py) run with its kernels, so replays check
+            self.checks = checks = bounds.taken_since(start)
+            if checks:
+                checks[0].found.realize(*(c.found for c in checks[1:]))
+        bounds.queue(checks)
         self.assigned = _assigned(recorded.assigns)
         position = {id(b): i for i, b in enumerate(inputs)}
         self.launches = [
@@ -202,6 +210,7 @@ class TinyJit:
         realize.GlobalCounters.kernel_count += len(self.launches)
         for a in self.assigned:
             a.tensor.uop, a.tensor._graph = a.after, None
+        bounds.queue(self.checks)  # rewritten by the replayed kernels: read at the next read
         return self.outputs
 
 

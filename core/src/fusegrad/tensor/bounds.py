@@ -10,7 +10,8 @@ offending index and its range. So a training step pays one small reduction per i
 wait.
 
 ``CHECK_BOUNDS=0`` (environment, or ``helpers.context(CHECK_BOUNDS=0)``) turns the checks off.
-A TinyJit replay runs only the recorded kernels: indices are checked while it records.
+TinyJit records the checks of the call it captures with its kernels (``taken_since``), and each
+replay queues them again (``queue``), their buffers rewritten by the replayed kernels.
 """
 
 from __future__ import annotations
@@ -60,6 +61,23 @@ def check_later(op: str, index: Tensor, low: int, high: int, axis: str) -> None:
     _WAITING.append(BoundsCheck(op, axis, low, high, found))
     if len(_WAITING) >= MAX_WAITING:
         verify()
+
+
+def mark() -> int:
+    """How many checks wait now (for ``taken_since``)."""
+    return len(_WAITING)
+
+
+def taken_since(start: int) -> list[BoundsCheck]:
+    """The checks added since ``mark()`` gave ``start``, no longer waiting."""
+    taken = _WAITING[start:]
+    del _WAITING[start:]
+    return taken
+
+
+def queue(checks: list[BoundsCheck]) -> None:
+    """Have ``checks`` (realized already, or not) read at the next read."""
+    _WAITING.extend(checks)
 
 
 def waiting() -> list[Tensor]:
