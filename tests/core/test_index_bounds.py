@@ -86,6 +86,12 @@ CASES = [
         r"cross_entropy: index 3 is out of bounds for the 3 classes \(or ignore_index=-100\)",
     ),
     (
+        "sparse_categorical_crossentropy",
+        lambda: Tensor(X).sparse_categorical_crossentropy(Tensor([1, 3])),
+        lambda: Tensor(X).sparse_categorical_crossentropy(Tensor([1, -1])),  # -1: ignored
+        r"sparse_categorical_crossentropy: index 3 is out of bounds for the 3 classes",
+    ),
+    (
         "nll_loss",
         lambda: Tensor(X).log_softmax(1).nll_loss(Tensor([-5, 0])),
         lambda: Tensor(X).log_softmax(1).nll_loss(Tensor([2, 0])),
@@ -135,8 +141,8 @@ def test_the_check_fires_at_the_next_read_of_any_tensor():
     assert Tensor([1, 2]).sum().item() == 3
 
 
-def test_several_bad_indices_name_the_first_and_count_the_rest():
-    with pytest.raises(IndexError, match=r"index 4 is out of bounds .* \(and 2 more\)"):
+def test_bad_indices_on_both_sides_are_both_named():
+    with pytest.raises(IndexError, match=r"index 5 is out of bounds .* \(and -9 too\)"):
         Tensor([1.0, 2.0, 3.0])[Tensor([0, 4, 5, -9])].numpy()
 
 

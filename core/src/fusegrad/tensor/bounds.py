@@ -31,7 +31,8 @@ MAX_WAITING = 256
 
 @dataclass(frozen=True, slots=True)
 class BoundsCheck:
-    """One op's pending check: ``found`` becomes [how many outside, the first outside]."""
+    """One op's pending check: ``found`` becomes [any outside, the largest outside, minus the
+    smallest outside (when there is a lower bound)]."""
 
     op: str
     axis: str  # what the indices index, for the message: "dim 1 (size 5)"
@@ -55,9 +56,12 @@ def check_later(op: str, index: Tensor, low: int, high: int, axis: str) -> None:
     if not tests:
         return
     outside = tests[0] | tests[1] if len(tests) == 2 else tests[0]
-    first = type(index).arange(n, device=index.device) == outside.argmax()
-    value = first.where(flat, 0).sum()
-    found = outside.sum().reshape(1).cat(value.reshape(1))
+    # one kernel, one max over rows: whether any is outside, the largest outside, and (negated)
+    # the smallest outside
+    rows = [outside.cast(dtype), outside.where(flat, dtype.min)]
+    if low > dtype.min:
+        rows.append(-outside.where(flat, dtype.max))
+    found = rows[0].stack(*rows[1:]).max(1)
     _WAITING.append(BoundsCheck(op, axis, low, high, found))
     if len(_WAITING) >= MAX_WAITING:
         verify()
@@ -93,9 +97,11 @@ def verify() -> None:
         return
     checks[0].found.realize(*(c.found for c in checks[1:]))
     for check in checks:
-        count, value = check.found.tolist()
-        if count:
-            others = f" (and {count - 1} more)" if count > 1 else ""
+        outside, largest, *smallest = check.found.tolist()
+        if outside:
+            below = -smallest[0] if smallest and -smallest[0] < check.low else None
+            value = largest if largest >= check.high else below if below is not None else "?"
+            others = f" (and {below} too)" if below is not None and value != below else ""
             raise InvalidIndex(
                 f"{check.op}: index {value} is out of bounds for {check.axis}: valid indices are "
                 f"{check.low}..{check.high - 1}{others}. Found at this read, since indices are "

@@ -744,7 +744,12 @@ class NNMixin(TensorBase):
         label_smoothing: float = 0.0,
         reduction: str = "mean",
     ) -> Tensor:
-        """tinygrad's cross entropy of logits with classes on the last axis and index targets."""
+        """tinygrad's cross entropy of logits with classes on the last axis and index targets
+        (one outside the classes raises IndexError at the next read, as cross_entropy's)."""
+        classes = self.shape[-1]
+        kept = (target != ignore_index).where(target, 0)
+        what = f"the {classes} classes (or ignore_index={ignore_index})"
+        bounds.check_later("sparse_categorical_crossentropy", kept, 0, classes, what)
         return self.log_softmax(-1)._nll(
             target, self.ndim - 1, ignore_index, label_smoothing, reduction
         )
