@@ -8,6 +8,7 @@ import pytest
 from fusegrad import Tensor, TinyJit, nn
 from fusegrad.engine.realize import GlobalCounters
 from fusegrad.helpers import context
+from fusegrad.tensor import bounds
 
 X = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
 
@@ -166,3 +167,16 @@ def test_a_tinyjit_replay_checks_the_indices_too():
     with pytest.raises(IndexError, match="gather: index 7 is out of bounds"):
         out.numpy()
     assert pick(x, Tensor([[1], [1]])).tolist() == [[2.0], [5.0]]
+
+
+def test_replays_without_a_read_keep_one_check_waiting():
+    """Each replay queues the recorded check again; it waits once, however many replays come
+    before the next read (the list grew by one per replay)."""
+    pick = TinyJit(lambda x, i: x.gather(1, i).realize())
+    x, i = Tensor(X), Tensor([[2], [0]])
+    for _ in range(3):
+        pick(x, i).numpy()
+    for _ in range(50):
+        pick(x, i)
+    assert len(bounds.waiting()) == 1
+    assert pick(x, i).tolist() == [[3.0], [4.0]]

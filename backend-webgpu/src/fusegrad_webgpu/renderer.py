@@ -137,6 +137,7 @@ class WGSLRenderer(Renderer):
 
     grid_dims = 3
     min_storage_bits = 32
+    ieee_specials = False  # WGSL lets a compiler treat nan and infinities as indeterminate
     has_local = True
     native_ops = GroupOp.ALU - {Ops.MULACC}
 

@@ -21,7 +21,7 @@ from fusegrad import caches
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
-from fusegrad.kernel_cache import evict, read_entry, write_entry
+from fusegrad.kernel_cache import entry_path, evict, read_entry, write_entry
 
 if TYPE_CHECKING:
     from fusegrad.plugin.manager import PluginManager
@@ -110,9 +110,10 @@ class Compiler:
         """Forget the disk cache's entry for ``source`` (it did not load); False if none is kept."""
         if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
             return False
-        if read_entry(self._cache_key(source)) is None:
+        key = self._cache_key(source)
+        if not os.path.exists(entry_path(key)):
             return False
-        evict(self._cache_key(source), why)
+        evict(key, why)
         return True
 
     def _cache_key(self, source: str) -> str:

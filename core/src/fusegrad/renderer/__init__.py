@@ -46,6 +46,9 @@ class Renderer:
     scalar_math_ops: frozenset[Ops] = frozenset()
     #: False: core stores bfloat16 as 16 bits and computes in float32 (see codegen/decompose.py)
     native_bfloat16: bool = False
+    #: the target keeps nan and infinities as IEEE 754 says; False: its compiler may assume there
+    #: are none (WGSL), so results that hinge on them are not promised
+    ieee_specials: bool = True
     #: loops over more elements than this may run on several threads (CPU)
     parallel_threshold: int = 1 << 15
     #: the target's SIMD registers: how many there are and how many bytes one holds. The optimiser

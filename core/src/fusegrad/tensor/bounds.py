@@ -80,8 +80,10 @@ def taken_since(start: int) -> list[BoundsCheck]:
 
 
 def queue(checks: list[BoundsCheck]) -> None:
-    """Have ``checks`` (realized already, or not) read at the next read."""
-    _WAITING.extend(checks)
+    """Have ``checks`` (realized already, or not) read at the next read; one already waiting
+    (a TinyJit replayed before any read) waits once."""
+    waiting = {id(check) for check in _WAITING}
+    _WAITING.extend(check for check in checks if id(check) not in waiting)
 
 
 def waiting() -> list[Tensor]:

@@ -658,7 +658,7 @@ class NNMixin(TensorBase):
         """``torch.nn.functional.nll_loss``: self holds log-probabilities, classes on axis 1;
         ``target`` holds class indices (an index outside the classes raises IndexError)."""
         axis = self._check_loss_args("nll_loss", target, weight, reduction, 0.0, indices=True)
-        self._check_classes("nll_loss", target, ignore_index)
+        self._check_classes("nll_loss", target, ignore_index, axis)
         return self._nll(target, axis, ignore_index, 0.0, reduction, weight)
 
     def cross_entropy(
@@ -678,7 +678,7 @@ class NNMixin(TensorBase):
         )
         logp = self.log_softmax(axis)
         if indices:
-            self._check_classes("cross_entropy", target, ignore_index)
+            self._check_classes("cross_entropy", target, ignore_index, axis)
             return logp._nll(target, axis, ignore_index, label_smoothing, reduction, weight)
         classes = self.shape[axis]
         target = target * (1 - label_smoothing) + label_smoothing / classes
@@ -729,10 +729,10 @@ class NNMixin(TensorBase):
             )
         return axis
 
-    def _check_classes(self, name: str, target: Tensor, ignore_index: int) -> None:
-        """Have the class indices (but ``ignore_index``) checked to lie among the classes: an
-        IndexError at the next read, as PyTorch's at once (``tensor/bounds.py``)."""
-        classes = self.shape[1 if self.ndim > 1 else 0]
+    def _check_classes(self, name: str, target: Tensor, ignore_index: int, axis: int) -> None:
+        """Have the class indices (but ``ignore_index``) checked to lie among the ``axis``
+        classes: an IndexError at the next read, as PyTorch's at once (``tensor/bounds.py``)."""
+        classes = self.shape[axis]
         kept = (target != ignore_index).where(target, 0)
         what = f"the {classes} classes (or ignore_index={ignore_index})"
         bounds.check_later(name, kept, 0, classes, what)
@@ -746,10 +746,7 @@ class NNMixin(TensorBase):
     ) -> Tensor:
         """tinygrad's cross entropy of logits with classes on the last axis and index targets
         (one outside the classes raises IndexError at the next read, as cross_entropy's)."""
-        classes = self.shape[-1]
-        kept = (target != ignore_index).where(target, 0)
-        what = f"the {classes} classes (or ignore_index={ignore_index})"
-        bounds.check_later("sparse_categorical_crossentropy", kept, 0, classes, what)
+        self._check_classes("sparse_categorical_crossentropy", target, ignore_index, -1)
         return self.log_softmax(-1)._nll(
             target, self.ndim - 1, ignore_index, label_smoothing, reduction
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import DTypeError, UnsupportedOp
 from fusegrad.helpers import context
@@ -40,9 +41,6 @@ TOLERANCE = {"float16": 2e-2, "bfloat16": 8e-2, "float32": 1e-4, "float64": 1e-9
 FLOAT_BOUND = 1e4
 #: How often a float input holds some nan, inf and -inf elements.
 SPECIAL_RATE = 0.15
-#: Devices whose language does not promise IEEE nan and infinities (WGSL lets a compiler assume
-#: there are none; docs/semantics.md): no nan or inf inputs there.
-NO_SPECIALS = {"WEBGPU"}
 MAX_NUMEL = 256
 #: Errors a device may raise for what it cannot do: the case is skipped, not a failure.
 REFUSALS = (UnsupportedOp, DTypeError)
@@ -681,12 +679,6 @@ def run_device(
     program: Program, device: str, grads: bool, table: Mapping[str, OpSpec] = OPS
 ) -> tuple[np.ndarray, str, dict[str, np.ndarray | None]]:
     """Realize the program on ``device``: output, its dtype name, gradients of its sum."""
-    return realize(program, device, grads, table)
-
-
-def realize(
-    program: Program, device: str, grads: bool, table: Mapping[str, OpSpec]
-) -> tuple[np.ndarray, str, dict[str, np.ndarray | None]]:
     env: dict[str, Tensor] = {}
     bounds.forget()  # index checks left by a program that failed before its read are not ours
     for name, (array, dtype) in program.inputs.items():
@@ -908,9 +900,11 @@ def fuzz(
     """Run ``graphs`` random programs; print each failure shrunk, as code. Returns counts."""
     held = sorted(held_dtypes(device) & held_dtypes(ORACLE), key=lambda d: d.priority)
     counts = {"graphs": 0, "mismatches": 0, "crashes": 0, "skipped": 0}
+    # no nan or inf inputs where the target's language does not promise them (WGSL)
+    specials = Device[device].renderer.ieee_specials
     for i in range(graphs):
         rng = random.Random(seed * 1_000_003 + i)
-        program = Generator(rng, held, max_steps, device not in NO_SPECIALS).generate()
+        program = Generator(rng, held, max_steps, specials).generate()
         outcome = check(program, device, grads, table)
         counts["graphs"] += 1
         if outcome.kind in ("ok", "skip"):
