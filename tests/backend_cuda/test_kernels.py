@@ -100,3 +100,24 @@ def test_a_kernel_over_a_variable_takes_it_as_an_int_and_compiles():
     ]
     cubin = NVCCCompiler("sm_80").compile("\n".join(sources))
     assert cubin[:4] == b"\x7fELF"
+
+
+def test_a_kernel_over_two_to_the_31_elements_counts_threads_in_64_bits_and_compiles():
+    """Past 2**31 elements the grid index is ``long long``: the product of block index and
+    block size is taken in 64 bits (in 32 it wraps), so are positions and loop counters."""
+    from fusegrad import Tensor
+
+    big = Tensor.full((64,), 7, dtype="uint8").pad(((2**31, 0),)).contiguous()
+    summed = Tensor.ones(2**16, 1, dtype="int32").expand(2**16, 2**15 + 1).sum()
+    kernels = [
+        generate(step.ast, CUDARenderer("CUDA")) for out in (big, summed) for step in out.schedule()
+    ]
+    assert "long long gidx0 = (long long)blockIdx.x*blockDim.x+threadIdx.x;" in kernels[0].source
+    assert "if (gidx0 >= 2147483712) return;" in kernels[0].source
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found on this machine")
+    sources = [
+        k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)
+    ]
+    cubin = NVCCCompiler("sm_80").compile("\n".join(sources))
+    assert cubin[:4] == b"\x7fELF"

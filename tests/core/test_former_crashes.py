@@ -15,6 +15,13 @@ import sys
 import numpy as np
 import pytest
 
+from fusegrad import Tensor, dtypes
+from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.lower import index_type
+from fusegrad.errors import UnsupportedOp
+from fusegrad.renderer import Renderer
+from tests.conftest import available
+
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:.*degrees of freedom:UserWarning")
 
@@ -133,34 +140,55 @@ def test_integer_division_by_a_zero_element_gives_zero_rather_than_sigfpe():
     assert run_alone("Tensor([1, 2, 3]) // 0")["values"] == [0, 0, 0]
 
 
-REFUSED = """
+BIG = """
+import json
 from fusegrad import Tensor
-from fusegrad.errors import UnsupportedOp
-try:
-    {program}
-except UnsupportedOp as e:
-    print("refused:", e)
+n = 2**31
+x = Tensor.full((64,), 7, dtype="uint8").pad(((n, 0),)).contiguous().realize()  # 2 GiB
+rows = x.reshape(2**25 + 1, 64)
+print(json.dumps({
+    "past 2**31": x[n + 5].item(), "below": [x[5].item(), x[n - 1].item()],
+    "sum": x.sum(dtype="int64").item(), "flipped": x.flip(0)[62:66].tolist(),
+    "rows": rows.max(1)[-2:].tolist(), "last row": rows[-1].sum().item(),
+    "ones": Tensor.ones(2**16, 1).expand(2**16, 2**15 + 1).cast("int64").sum().item(),
+}))
 """
 
 
-@pytest.mark.parametrize(
-    "program",
-    [
-        "Tensor.ones(2**31, dtype='uint8').sum().item()",  # the loop bound wrapped: sum 0
-        "Tensor.ones(2**16, 1).expand(2**16, 2**15).sum().item()",  # 2**31 through a view
-        "Tensor.empty(2**31 + 64, dtype='uint8').contiguous().realize()",  # wrote out of bounds
-    ],
-)
-@pytest.mark.parametrize("device", ["PYTHON", "CPU"])
-def test_two_to_the_31_elements_are_refused_clearly_not_wrapped(program, device):
-    """Kernel index arithmetic is 32-bit: such a kernel is refused with a way out before any
-    code is made (it summed to 0 or crashed with SIGSEGV)."""
+@pytest.mark.parametrize("device", ["CPU"] + [d for d in ("OPENCL",) if available(d)])
+def test_two_to_the_31_elements_index_with_64_bit_counters(device):
+    """A kernel over 2**31 or more elements counts in 64 bits (codegen/lower.py's index_type):
+    with 32-bit counters the loop bound wrapped (a sum of 0) or a store landed outside its
+    buffer (SIGSEGV). Positions past 2**31 are written and read back, through pad, flip,
+    reshape, reductions and a view that expands to 2**31 elements."""
     done = subprocess.run(
-        [sys.executable, "-c", REFUSED.format(program=program)],
+        [sys.executable, "-c", BIG],
         env={**os.environ, "DEV": device},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "refused:" in done.stdout and "split the tensor" in done.stdout
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got == {
+        "past 2**31": 7,
+        "below": [0, 0],
+        "sum": 7 * 64,
+        "flipped": [7, 7, 0, 0],
+        "rows": [0, 7],
+        "last row": 7 * 64,
+        "ones": 2**16 * (2**15 + 1),
+    }
+
+
+def test_two_to_the_31_elements_are_refused_clearly_where_no_64_bit_integers():
+    """WGSL has no 64-bit integers: such a kernel is refused before any code is made, with a
+    way out, instead of wrapping around."""
+
+    class NoInt64(Renderer):
+        supported_dtypes = frozenset(d for d in Renderer.supported_dtypes if d.itemsize < 8)
+
+    big = Tensor.ones(2**16, 1, dtype="int32").expand(2**16, 2**15).sum()
+    [ast] = [s.ast for s in big.schedule() if index_type(s.ast) == dtypes.int64]
+    with pytest.raises(UnsupportedOp, match="64-bit index arithmetic.*split the tensor"):
+        generate(ast, NoInt64())

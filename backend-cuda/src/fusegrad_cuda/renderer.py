@@ -28,7 +28,7 @@ class CUDARenderer(CStyleRenderer):
     max_group_size = 1024
     local_memory_bytes = 48 * 1024  # without opting in to more, every architecture since sm_20
     special_spellings = {
-        "gidx": "blockIdx.{x}*blockDim.{x}+threadIdx.{x}",
+        "gidx": "{wide}blockIdx.{x}*blockDim.{x}+threadIdx.{x}",
         "group": "blockIdx.{x}",
         "lidx": "threadIdx.{x}",
     }

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from fusegrad.codegen.decompose import decompose
 from fusegrad.codegen.grid import launch_size, linearize_grouped, lower_grouped, plan_groups
 from fusegrad.codegen.linearize import linearize
-from fusegrad.codegen.lower import lower_kernel
+from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.verify import verify_program
+from fusegrad.dtype import dtypes
 from fusegrad.errors import UnsupportedOp
-from fusegrad.helpers import Context, prod
+from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.listing import print_listing
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
@@ -99,9 +100,9 @@ def generate(
     (``codegen/grid.py``); ``opts`` (loop structure for loops) does not apply there.
     """
     _debug_stage("kernel AST", ast)
-    _check_index_range(ast)
     grid = renderer.grid_dims is not None
     symbolic = bool(graph_variables([ast]))
+    wide = _check_index_type(ast, renderer, symbolic)
     chosen: KernelOpts | None
     if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
         chosen = None
@@ -109,7 +110,8 @@ def generate(
         chosen = opts
     else:  # not given: the heuristic's
         chosen = heuristic_opts(ast, renderer)
-    group = plan_groups(ast, renderer) if grid and chosen is None and not symbolic else None
+    grouped = grid and chosen is None and not symbolic and not wide
+    group = plan_groups(ast, renderer) if grouped else None
     if Context.DEBUG >= 4:
         print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}")
     graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=chosen)
@@ -149,24 +151,26 @@ def generate(
     )
 
 
-#: index arithmetic in kernels is 32-bit (``dtypes.index``): an axis or buffer of this many
-#: elements would wrap around and read or write outside its buffer
-INDEX_LIMIT = 2**31
-
-
-def _check_index_range(ast: UOp) -> None:
-    """Refuse a kernel whose buffers or loops reach ``INDEX_LIMIT`` elements, before any code is
-    made: a clear error instead of a kernel that does nothing or writes out of bounds."""
-    for u in ast.toposort():
-        if u.op in GroupOp.Movement or u.op in (Ops.PARAM, Ops.BUFFER, Ops.REDUCE_AXIS):
-            shape = u.shape
-            if all(isinstance(s, int) for s in shape) and prod(shape) >= INDEX_LIMIT:
-                raise UnsupportedOp(
-                    f"kernel {kernel_name(ast)} works on {prod(shape):,} elements (shape "
-                    f"{shape}); fusegrad indexes with 32-bit integers, so a tensor or axis "
-                    f"holds at most {INDEX_LIMIT - 1:,}: split the tensor (e.g. with chunk) "
-                    "and work on the parts"
-                )
+def _check_index_type(ast: UOp, renderer: Renderer, symbolic: bool) -> bool:
+    """Whether the kernel indexes with 64-bit integers (``codegen/lower.py``'s ``index_type``);
+    refused, before any code is made, where that cannot be rendered: a clear error instead of a
+    kernel that does nothing or writes outside its buffers."""
+    if index_type(ast) == dtypes.index:
+        return False
+    problem = (
+        "its sizes are variables"
+        if symbolic
+        else f"{type(renderer).__name__} has no 64-bit integers"
+        if dtypes.int64 not in renderer.supported_dtypes
+        else None
+    )
+    if problem is not None:
+        raise UnsupportedOp(
+            f"kernel {kernel_name(ast)} works on {INDEX32_LIMIT:,} or more elements, which needs "
+            f"64-bit index arithmetic, and {problem}: split the tensor (e.g. with chunk) and "
+            "work on the parts"
+        )
+    return True
 
 
 def count_flops(program: list[UOp]) -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fusegrad.codegen.hints import hint_loops
-from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind
 from fusegrad.uop.ops import Ops, UOp, toposort
@@ -183,7 +182,10 @@ class Linearizer:
                     UOp(
                         Ops.LOAD,
                         red.dtype,
-                        (slot([copies[u] for u in kernel_ups] + [UOp.const(dtypes.index, i)]), end),
+                        (
+                            slot([copies[u] for u in kernel_ups] + [UOp.const(lanes[0].dtype, i)]),
+                            end,
+                        ),
                     )
                     for i in range(lanes[0].src[0].arg)
                 ]

@@ -44,9 +44,30 @@ class KernelOpts:
     tile: tuple[tuple[int, int], ...] = ()
 
 
-def idx_const(v: int | UOp) -> UOp:
+def idx_const(v: int | UOp, index: DType = dtypes.index) -> UOp:
     """An index constant; a size that is already an expression (of variables) stays itself."""
-    return v if isinstance(v, UOp) else UOp.const(dtypes.index, v)
+    return v if isinstance(v, UOp) else UOp.const(index, v)
+
+
+#: a kernel whose buffers, views or reductions hold this many elements or more indexes them with
+#: 64-bit integers (``index_type``): 32-bit positions would wrap around past ``2**31 - 1``
+INDEX32_LIMIT = 2**31
+
+
+def index_type(ast: UOp) -> DType:
+    """The integer type of a kernel's index arithmetic (loop counters, grid indices, positions).
+
+    32 bits (``dtypes.index``) where every element count in the kernel is below ``INDEX32_LIMIT``,
+    else 64 bits. The count decides because no index value exceeds it: a flat position, an axis
+    index, a pad's or shrink's offset each stay inside a view that the kernel holds. Loops over
+    32-bit counters are faster (and all that WGSL has), so only kernels that need 64 get them.
+    """
+    counts = (
+        sym_max(prod(u.shape))
+        for u in toposort([ast])
+        if u.op in GroupOp.Movement or u.op in (Ops.PARAM, Ops.BUFFER, Ops.REDUCE_AXIS)
+    )
+    return dtypes.int64 if max(counts, default=0) >= INDEX32_LIMIT else dtypes.index
 
 
 def unflatten(flat: UOp, shape: tuple[int, ...]) -> Index:
@@ -57,14 +78,15 @@ def unflatten(flat: UOp, shape: tuple[int, ...]) -> Index:
     """
     outer = next((a for a, s in enumerate(shape) if s != 1 and s != 0), None)
     return tuple(
-        idx_const(0) if s == 1 else flat // st if a == outer else (flat // st) % s
+        idx_const(0, flat.dtype) if s == 1 else flat // st if a == outer else (flat // st) % s
         for a, (st, s) in enumerate(zip(strides_for(shape), shape))
     )
 
 
-def flatten(idx: Index, shape: tuple[int, ...]) -> UOp:
-    """The flat position of per-axis indices ``idx`` in a contiguous array of ``shape``."""
-    out = idx_const(0)
+def flatten(idx: Index, shape: tuple[int, ...], index: DType = dtypes.index) -> UOp:
+    """The flat position of per-axis indices ``idx`` (of type ``index``) in a contiguous array
+    of ``shape``."""
+    out = idx_const(0, index)
     for i, st, s in zip(idx, strides_for(shape), shape):
         if s != 1 and s != 0:
             out = out + i * st
@@ -77,9 +99,9 @@ def clamp(i: UOp, lo: int, hi: int | UOp) -> UOp:
     away (``i - before`` alone may be negative, and a chain of views then keeps them all).
     A symbolic ``hi`` (a size that is a variable) always clamps."""
     if i.vmin < lo:
-        i = i.alu(Ops.MAX, idx_const(lo))
+        i = i.alu(Ops.MAX, idx_const(lo, i.dtype))
     if isinstance(hi, UOp) or i.vmax > hi:
-        i = -((-i).alu(Ops.MAX, -idx_const(hi)))
+        i = -((-i).alu(Ops.MAX, -idx_const(hi, i.dtype)))
     return i
 
 
@@ -117,11 +139,15 @@ def reduce_identity(op: Ops, dtype: DType) -> UOp:
 
 @dataclass
 class Lowerer:
-    """Walks one kernel AST; ``axes`` numbers the loops it opens (after the output loops)."""
+    """Walks one kernel AST; ``axes`` numbers the loops it opens (after the output loops) and
+    holds the kernel's index type."""
 
     opts: KernelOpts | None = None
     axes: AxisCounter = field(default_factory=AxisCounter)
     memo: dict = field(default_factory=dict)
+
+    def zero(self) -> UOp:
+        return idx_const(0, self.axes.index)
 
     def new_range(self, size: int | UOp, kind: AxisKind) -> UOp:
         return self.axes.range(size, kind)
@@ -160,14 +186,15 @@ class Lowerer:
         if op is Ops.RESHAPE:
             while src.op is Ops.RESHAPE:  # reshapes compose: the shapes between them don't matter
                 src = src.src[0]
-            return self.lower(src, unflatten(flatten(idx, u.shape), src.shape), gate)
+            flat = flatten(idx, u.shape, self.axes.index)
+            return self.lower(src, unflatten(flat, src.shape), gate)
         if op is Ops.PERMUTE:
-            permuted = [idx_const(0)] * len(idx)
+            permuted = [self.zero()] * len(idx)
             for out_axis, src_axis in enumerate(arg):
                 permuted[src_axis] = idx[out_axis]
             return self.lower(src, tuple(permuted), gate)
         if op is Ops.EXPAND:
-            inner = tuple(idx_const(0) if s == 1 else i for i, s in zip(idx, src.shape))
+            inner = tuple(self.zero() if s == 1 else i for i, s in zip(idx, src.shape))
             return self.lower(src, inner, gate)
         if op is Ops.SHRINK:
             return self.lower(src, tuple(i + b for i, (b, _) in zip(idx, arg)), gate)
@@ -214,7 +241,7 @@ class Lowerer:
                 position[pair[1]] // width,
                 position[pair[1]] % width,
             )
-        inner = tuple(position.get(a, idx_const(0)) if a in axes else i for a, i in enumerate(idx))
+        inner = tuple(position.get(a, self.zero()) if a in axes else i for a, i in enumerate(idx))
         value = self.lower(src, inner, gate)
         if not loops:  # only size-1 axes: each output is the one element
             return value
@@ -231,13 +258,13 @@ def output_index(
     loop and an inner loop of ``U`` trips (kind ``UPCAST``) that the compiler can vectorise.
     With ``parallel`` the outermost output loop is of kind ``PARALLEL`` (run on all cores).
     """
-    n = prod(shape)
+    n, index = prod(shape), axes.index
     outermost = AxisKind.PARALLEL if parallel else AxisKind.GLOBAL
     if opts is None:
         if n == 1:
-            flat = idx_const(0)
+            flat = idx_const(0, index)
         elif grid:  # a symbolic size launches threads for its largest value (see lower_kernel)
-            flat = UOp(Ops.SPECIAL, dtypes.index, (), ("gidx0", sym_max(n)))
+            flat = UOp(Ops.SPECIAL, index, (), ("gidx0", sym_max(n)))
         else:
             flat = axes.range(n, outermost)
         return unflatten(flat, shape), flat
@@ -254,15 +281,15 @@ def output_index(
     inner = {d: axes.range(u, AxisKind.UPCAST) for d, u in opts.upcast}
     idx = []
     for d, size in enumerate(shape):
-        block = idx_const(0)
+        block = idx_const(0, index)
         for loop in loops.get(d, []):
             block = block * loop.src[0].arg + loop
-        i = block * upcast.get(d, 1) + inner.get(d, idx_const(0))
+        i = block * upcast.get(d, 1) + inner.get(d, idx_const(0, index))
         # an upcast that does not divide the axis computes its last block's spare elements
         # again at the last position: same inputs, same value, written to the same place
         i = clamp(i, 0, size - 1) if size % upcast.get(d, 1) else i
-        idx.append(i if size > 1 else idx_const(0))
-    return tuple(idx), flatten(tuple(idx), shape)
+        idx.append(i if size > 1 else idx_const(0, index))
+    return tuple(idx), flatten(tuple(idx), shape, index)
 
 
 def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
@@ -274,7 +301,7 @@ def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
         (sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1
     )
     work = sym_max(value.size) * per_output
-    lowerer = Lowerer(opts)
+    lowerer = Lowerer(opts, AxisCounter(index=index_type(ast)))
     idx, flat = output_index(value.shape, grid, opts, work > PARALLEL_WORK, lowerer.axes)
     gate = UOp.const(dtypes.bool, True)
     if grid and isinstance(value.size, UOp):

@@ -218,7 +218,8 @@ class CStyleRenderer(Renderer):
     guard_grid = False
     #: how the language spells a grid index, by the SPECIAL's name without its dimension:
     #: ``gidx`` the thread's index in the whole grid, ``group`` its group's index, ``lidx`` its
-    #: index in its group. ``{d}`` is the dimension's number, ``{x}`` its letter.
+    #: index in its group. ``{d}`` is the dimension's number, ``{x}`` its letter, ``{wide}`` a
+    #: cast to the 64-bit index type where the kernel indexes with one (else nothing).
     special_spellings: dict[str, str] = {}
     #: the qualifier of an array shared by a group's threads (``__local `` in OpenCL C)
     local_qualifier = ""
@@ -252,7 +253,8 @@ class CStyleRenderer(Renderer):
         kind, dim = grid_index_kind(u.arg[0]), int(u.arg[0][-1])
         if kind not in self.special_spellings:
             raise NotImplementedError(f"{type(self).__name__} cannot render grid index {u.arg[0]}")
-        return self.special_spellings[kind].format(d=dim, x="xyz"[dim])
+        wide = f"({self.type_name(u.dtype)})" if u.dtype.itemsize == 8 else ""
+        return self.special_spellings[kind].format(d=dim, x="xyz"[dim], wide=wide)
 
     def render_grid_index(self, u: UOp) -> list[str]:
         """The lines that define grid index ``u`` (a SPECIAL ``(name, size)``), guarded if needed.
@@ -261,7 +263,7 @@ class CStyleRenderer(Renderer):
         threads must not return before the barrier.
         """
         name, size = u.arg
-        lines = [f"int {name} = {self.render_special(u)};"]
+        lines = [f"{self.type_name(u.dtype)} {name} = {self.render_special(u)};"]
         if self.guard_grid and grid_index_kind(name) == "gidx":  # no barrier follows a flat index
             lines.append(f"if ({name} >= {size}) return;")
         return lines
@@ -274,7 +276,7 @@ class CStyleRenderer(Renderer):
 
     def render_loop(self, u: UOp, name: str, size: str) -> list[str]:
         """The line(s) that open the loop of a RANGE: its pragma (``loop_pragmas``), the ``for``."""
-        loop = f"for (int {name} = 0; {name} < {size}; {name}++) {{"
+        loop = f"for ({self.type_name(u.dtype)} {name} = 0; {name} < {size}; {name}++) {{"
         if (pragma := self.loop_pragmas.get((u.arg.kind, u.arg.hint))) is None:
             return [loop]
         return [pragma.format(trips=u.src[0].arg), loop]

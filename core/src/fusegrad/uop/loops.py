@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from enum import Enum, auto
 from typing import NamedTuple
 
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import DType, dtypes
 from fusegrad.uop.ops import Ops, UOp
 
 
@@ -54,17 +54,22 @@ class AxisCounter:
     copies after the reduction) are different UOps, and their rendered names differ.
     """
 
-    def __init__(self, start: int = 0):
+    def __init__(self, start: int = 0, index: DType = dtypes.index):
         self.next = start
+        #: the type of the loop counters: the kernel's index type (see ``codegen/lower.py``)
+        self.index = index
 
     @staticmethod
     def after(nodes: Iterable[UOp]) -> AxisCounter:
-        """A counter that goes on after the loops among ``nodes`` (to add loops to a kernel)."""
-        return AxisCounter(max((u.arg[0] + 1 for u in nodes if u.op is Ops.RANGE), default=0))
+        """A counter that goes on after the loops among ``nodes`` (to add loops to a kernel),
+        counting in the same type as they do."""
+        loops = [u for u in nodes if u.op is Ops.RANGE]
+        start = max((u.arg[0] + 1 for u in loops), default=0)
+        return AxisCounter(start, loops[0].dtype if loops else dtypes.index)
 
     def range(self, size: int | UOp, kind: AxisKind) -> UOp:
         """A new loop of ``size`` trips (an index constant or expression)."""
-        trips = size if isinstance(size, UOp) else UOp.const(dtypes.index, size)
-        loop = UOp(Ops.RANGE, dtypes.index, (trips,), LoopArg(self.next, kind))
+        trips = size if isinstance(size, UOp) else UOp.const(self.index, size)
+        loop = UOp(Ops.RANGE, self.index, (trips,), LoopArg(self.next, kind))
         self.next += 1
         return loop

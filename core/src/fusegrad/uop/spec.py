@@ -88,6 +88,17 @@ def src_dtype(i: int, dtype: DType | None = None) -> Check:
     return check
 
 
+def index_src(i: int) -> Check:
+    """Source ``i`` is of an index type (``INDEX_TYPES``)."""
+
+    def check(u: UOp) -> str | None:
+        if u.src[i].dtype in INDEX_TYPES:
+            return None
+        return f"source {i} ({u.src[i].op.name}) is {u.src[i].dtype.name}, not an index type"
+
+    return check
+
+
 def same_dtype(u: UOp) -> str | None:
     """ALU: every source has the result's dtype."""
     if all(s.dtype == u.dtype for s in u.src):
@@ -201,6 +212,8 @@ def reduce_ranges(u: UOp) -> str | None:
 # ---- the rows shared between stages ---------------------------------------------------------
 
 INDEX = dtypes.index
+#: a kernel indexes with 32-bit integers, or 64-bit ones when it is that big (codegen/lower.py)
+INDEX_TYPES = (dtypes.index, dtypes.int64)
 SIZE_ARG = arg_is("a tuple of sizes", lambda a: isinstance(a, tuple) and all(map(_is_size, a)))
 PAIRS_ARG = arg_is(
     "one (start, end) pair per axis",
@@ -239,9 +252,14 @@ MOVEMENT: dict[Ops, tuple[Check, ...]] = {
 KERNEL: dict[Ops, tuple[Check, ...]] = {
     **ALU,
     Ops.PARAM: (n_src(0), BUFFER_ARG),
-    Ops.RANGE: (n_src(1), dtype_is(INDEX), src_dtype(0), arg_is("(axis id, loop kind)", range_arg)),
-    Ops.SPECIAL: (n_src(0), dtype_is(INDEX), arg_is("(name, size)", special_arg)),
-    Ops.INDEX: (n_src(2), src_op(0, BUFFERS), src_dtype(0), src_dtype(1, INDEX)),
+    Ops.RANGE: (
+        n_src(1),
+        dtype_is(*INDEX_TYPES),
+        src_dtype(0),
+        arg_is("(axis id, loop kind)", range_arg),
+    ),
+    Ops.SPECIAL: (n_src(0), dtype_is(*INDEX_TYPES), arg_is("(name, size)", special_arg)),
+    Ops.INDEX: (n_src(2), src_op(0, BUFFERS), src_dtype(0), index_src(1)),
     Ops.LOAD: (n_src(1, 3), src_op(0, {Ops.INDEX}), src_dtype(0), gated_load),
     Ops.STORE: (n_src(2), dtype_is(dtypes.void), src_op(0, {Ops.INDEX}), stored_dtype),
     Ops.REDUCE: (
