@@ -11,6 +11,9 @@ Ratios > 1 mean fusegrad is faster. Compile time is excluded: every workload run
 from __future__ import annotations
 
 import argparse
+import glob
+import os
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -18,6 +21,16 @@ from collections.abc import Callable
 import numpy as np
 
 from fusegrad import Device, Tensor
+
+
+def tinygrad_on_cpu() -> None:
+    """Point tinygrad at its CPU device and a C compiler it can use: it runs ``clang``, which
+    Debian installs as ``clang-15`` (or another version) without the plain name."""
+    os.environ.setdefault("DEV", "CPU")
+    if "CC" not in os.environ and shutil.which("clang") is None:
+        found = sorted(glob.glob("/usr/bin/clang-[0-9]*"))
+        if found:
+            os.environ["CC"] = found[-1]
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from bench_core import tinygrad_on_cpu  # bench/ is on the path when a script there runs
 
 from fusegrad import Device, Tensor, TinyJit
 
@@ -75,6 +76,7 @@ def peers() -> dict[str, object]:
     # choice into DEV, which fusegrad reads too
     previous = os.environ.get("DEV")
     os.environ["DEV"] = "CPU"
+    tinygrad_on_cpu()
     try:
         import tinygrad
 

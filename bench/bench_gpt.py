@@ -1,0 +1,242 @@
+"""The small GPT's training step (examples/gpt.py) against PyTorch's and tinygrad's twins.
+
+    python bench/bench_gpt.py              # ms/step, kernels/step, first step cold, losses
+    python bench/bench_gpt.py --quick      # fewer steps
+
+Every twin starts from the same weights (``initial_weights``) and trains on the same batches
+with AdamW (lr 3e-4, weight decay 0.1), so the losses are printed side by side: they agree to
+float32 rounding. Steps are timed in turns (one step of each contender, then the next), after
+warm-up steps; the median is reported. "first" is the first step of a fresh process with an
+empty kernel cache (compiles included), measured in a subprocess for fusegrad and tinygrad.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+import gpt  # noqa: E402  (examples/gpt.py)
+from bench_core import tinygrad_on_cpu  # noqa: E402  (bench/ is on the path)
+
+Step = Callable[[np.ndarray], float]
+
+
+def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], int]]:
+    from fusegrad import GlobalCounters, Tensor
+
+    step = gpt.make_step(gpt.GPT(cfg), jit=jit)
+
+    def run(batch: np.ndarray) -> float:
+        return step(Tensor(batch)).item()
+
+    def kernels() -> int:
+        GlobalCounters.reset()
+        run(gpt.token_stream(cfg, 1, seed=7)[0])
+        return GlobalCounters.kernel_count
+
+    return run, kernels
+
+
+def torch_step(cfg: gpt.Config) -> Step:
+    import torch
+    import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
+
+    w = {k: torch.tensor(v, requires_grad=True) for k, v in gpt.initial_weights(cfg).items()}
+    opt = torch.optim.AdamW(list(w.values()), lr=3e-4, weight_decay=0.1)
+    c, heads = cfg.width, cfg.heads
+
+    def norm(x, p):
+        return F.layer_norm(x, (c,), w[p + ".w"], w[p + ".b"], 1e-5)
+
+    def forward(tokens):
+        b, t = tokens.shape
+        x = w["wte"][tokens] + w["wpe"][:t]
+        for i in range(cfg.layers):
+            p = f"h{i}."
+            qkv = norm(x, p + "ln1") @ w[p + "attn.w"] + w[p + "attn.b"]
+            q, k, v = (
+                s.reshape(b, t, heads, c // heads).transpose(1, 2) for s in qkv.split(c, dim=2)
+            )
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + y.transpose(1, 2).reshape(b, t, c) @ w[p + "proj.w"] + w[p + "proj.b"]
+            h = F.gelu(norm(x, p + "ln2") @ w[p + "fc.w"] + w[p + "fc.b"], approximate="tanh")
+            x = x + h @ w[p + "out.w"] + w[p + "out.b"]
+        return norm(x, "lnf") @ w["wte"].T
+
+    def run(batch: np.ndarray) -> float:
+        tokens = torch.from_numpy(batch).long()
+        loss = F.cross_entropy(
+            forward(tokens[:, :-1]).reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1)
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return run
+
+
+def tinygrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], int]]:
+    from tinygrad import Context, GlobalCounters, Tensor, TinyJit
+    from tinygrad.nn.optim import AdamW
+
+    w = {k: Tensor(v) for k, v in gpt.initial_weights(cfg).items()}
+    opt = AdamW(list(w.values()), lr=3e-4, weight_decay=0.1)
+    c, heads = cfg.width, cfg.heads
+
+    def norm(x, p):
+        return x.layernorm(eps=1e-5) * w[p + ".w"] + w[p + ".b"]
+
+    def step(tokens: Tensor) -> Tensor:
+        with Context(TRAINING=1):  # tinygrad refuses optimizer steps without it
+            inputs, targets = tokens[:, :-1], tokens[:, 1:]
+            b, t = inputs.shape
+            x = inputs.one_hot(cfg.vocab).float() @ w["wte"] + w["wpe"][:t]
+            for i in range(cfg.layers):
+                p = f"h{i}."
+                qkv = norm(x, p + "ln1") @ w[p + "attn.w"] + w[p + "attn.b"]
+                q, k, v = (
+                    s.reshape(b, t, heads, c // heads).transpose(1, 2) for s in qkv.chunk(3, dim=2)
+                )
+                y = q.scaled_dot_product_attention(k, v, is_causal=True)
+                x = x + y.transpose(1, 2).reshape(b, t, c) @ w[p + "proj.w"] + w[p + "proj.b"]
+                h = (norm(x, p + "ln2") @ w[p + "fc.w"] + w[p + "fc.b"]).gelu()
+                x = x + h @ w[p + "out.w"] + w[p + "out.b"]
+            logits = norm(x, "lnf") @ w["wte"].T
+            loss = logits.reshape(-1, cfg.vocab).sparse_categorical_crossentropy(
+                targets.reshape(-1)
+            )
+            opt.zero_grad()
+            loss.backward()
+            # realized first: tinygrad's step writes the weights in place, and a loss realized
+            # after it would be computed from the new weights
+            loss.realize()
+            opt.step()
+            return loss
+
+    stepper = TinyJit(step) if jit else step
+
+    def run(batch: np.ndarray) -> float:
+        return stepper(Tensor(batch)).item()
+
+    def kernels() -> int:
+        GlobalCounters.reset()
+        run(gpt.token_stream(cfg, 1, seed=7)[0])
+        return GlobalCounters.kernel_count
+
+    return run, kernels
+
+
+COLD = """
+import sys, time
+sys.path.insert(0, {bench!r})
+import bench_core, bench_gpt, gpt
+bench_core.tinygrad_on_cpu()
+cfg = gpt.Config()
+batch = gpt.token_stream(cfg, 1)[0]
+start = time.perf_counter()
+run = bench_gpt.{maker}(cfg, False)[0]
+run(batch)
+print(time.perf_counter() - start)
+"""
+
+
+def cold_first_step(maker: str) -> float | None:
+    """Seconds of the first step (model built, step run) in a new process with an empty
+    kernel cache; None where that process fails."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {
+            **os.environ,
+            "FUSEGRAD_CACHE": cache,
+            "CACHEDB": os.path.join(cache, "tinygrad.db"),  # tinygrad's compile cache
+        }
+        code = COLD.format(bench=str(Path(__file__).parent), maker=maker)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"  ({maker} cold run failed: {done.stderr.strip().splitlines()[-1:]})")
+        return None
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer timed steps")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold first steps")
+    args = parser.parse_args()
+    cfg = gpt.Config()
+    warmup, timed = (3, 4) if args.quick else (3, 10)
+    data = gpt.token_stream(cfg, warmup + timed)
+    contenders: dict[str, Step] = {}
+    kernels: dict[str, int] = {}
+    for name, jit in (("fusegrad", False), ("fusegrad jit", True)):
+        contenders[name], count = fusegrad_step(cfg, jit)
+        kernels[name] = count()
+    try:
+        contenders["torch"] = torch_step(cfg)
+    except ImportError:
+        pass
+    try:
+        tinygrad_on_cpu()
+        for name, jit in (("tinygrad", False), ("tinygrad jit", True)):
+            contenders[name], count = tinygrad_step(cfg, jit)
+            kernels[name] = count()
+    except ImportError:
+        pass
+    # the count steps above moved the weights: restart each contender from the same weights
+    makers = {
+        "fusegrad": lambda: fusegrad_step(cfg, False)[0],
+        "fusegrad jit": lambda: fusegrad_step(cfg, True)[0],
+        "torch": lambda: torch_step(cfg),
+        "tinygrad": lambda: tinygrad_step(cfg, False)[0],
+        "tinygrad jit": lambda: tinygrad_step(cfg, True)[0],
+    }
+    contenders = {name: makers[name]() for name in contenders}
+    losses: dict[str, list[float]] = {name: [] for name in contenders}
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for i, batch in enumerate(data):
+        for name, run in contenders.items():
+            start = time.perf_counter()
+            losses[name].append(run(batch))
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    print(f"GPT train step: {cfg}, AdamW; median of {timed} steps after {warmup}")
+    ours = statistics.median(times["fusegrad"])
+    for name in contenders:
+        t = statistics.median(times[name])
+        count = f"{kernels[name]:5d} kernels/step" if name in kernels else " " * 18
+        ratio = t / ours
+        print(
+            f"  {name:<13s} {t * 1000:8.1f} ms/step  {count}  this / fusegrad eager: {ratio:5.2f}x"
+        )
+    first = {name: losses[name][:3] for name in contenders}
+    print(
+        "  losses of steps 0-2: "
+        + "; ".join(f"{n} {' '.join(f'{v:.4f}' for v in ls)}" for n, ls in first.items())
+    )
+    if "torch" in losses:
+        worst = max(abs(a - b) for a, b in zip(losses["fusegrad"], losses["torch"]))
+        print(f"  largest |fusegrad - torch| loss difference over {len(data)} steps: {worst:.2e}")
+    if not args.no_cold:
+        for name, maker in (("fusegrad", "fusegrad_step"), ("tinygrad", "tinygrad_step")):
+            if name in contenders:
+                seconds = cold_first_step(maker)
+                if seconds is not None:
+                    print(f"  {name:<13s} first step, empty kernel cache: {seconds:6.2f} s")
+    assert all(math.isfinite(v) for ls in losses.values() for v in ls)
+
+
+if __name__ == "__main__":
+    main()
