@@ -252,3 +252,23 @@ def test_two_selects_on_one_comparison_vectorise(tmp_path):
     assert report is None or "batchnorm_backward.c:35:17: optimized: loop vectorized" in report, (
         report
     )
+
+
+def test_a_long_epilogue_after_a_matmul_tile_is_vectorised_not_unrolled():
+    """The tile's loops after the reduction, where a GELU reads each accumulator: unrolled over
+    8 x 32 elements gcc packed nothing and the whole kernel ran at 4.6 GFLOP/s instead of 96.
+    The tile's loops inside the reduction stay unrolled into registers."""
+    x, w, bias = (Tensor.rand(*s, device="CPU").realize() for s in ((64, 256), (256, 128), (128,)))
+    *_, step = ((x @ w) + bias).gelu().schedule()
+    renderer = Device["CPU"].renderer
+    opts = heuristic_opts(step.ast, renderer)
+    source = generate(step.ast, renderer, opts=opts).source
+    reduce_at = source.index("for (int ridx")
+    inside, after = source[reduce_at:].split("\n          }\n", 1)[0], source[reduce_at:]
+    assert "#pragma GCC unroll" in inside
+    epilogue = after[after.index("__builtin_fmaf") :]
+    epilogue = epilogue[epilogue.index("#pragma") :]
+    assert "#pragma omp simd" in epilogue and "#pragma GCC unroll 32" not in epilogue
+    want = (x.numpy() @ w.numpy()) + bias.numpy()
+    want = 0.5 * want * (1 + np.tanh(0.7978845608 * (want + 0.044715 * want**3)))
+    np.testing.assert_allclose(((x @ w) + bias).gelu().numpy(), want, rtol=1e-4, atol=1e-5)

@@ -81,3 +81,43 @@ def test_gradients_are_taken_on_the_plain_graph():
     x.max().backward()
     np.testing.assert_allclose(x.grad.numpy()[[0, 1, -1]], [1 / 3] * 3, rtol=1e-6)
     assert x.grad.numpy()[2:-1].sum() == 0
+
+
+def _copies(t: Tensor, caps: Capabilities = CPU) -> list[tuple[int, ...]]:
+    return [u.shape for u in _laid_out(t, caps) if u.op is Ops.CONTIGUOUS]
+
+
+def test_attention_scores_read_the_keys_from_panels():
+    """``q @ k.T``: the keys (..., m, k) hold k innermost; they are copied into panels of p
+    columns of the product, (..., m / p, k, p), batch axes kept."""
+    q, k = _realized(4, 4, 128, 64), _realized(4, 4, 128, 64)
+    assert _copies(q @ k.transpose(-1, -2)) == [(4, 4, 1, 128 // 16, 64, 16)]
+    assert _copies(q @ k.transpose(-1, -2), GRID) == []
+
+
+def test_backward_matmul_over_the_second_last_axis_reads_a_transposed_weight_from_panels():
+    """Autograd sums ``dy[..., k, 1] * w.T[1, k, m]`` over the second-last axis; with ``w``
+    (m, k) row-major the columns m are 256 apart, so ``w`` is copied into (m / p, k, p)."""
+    dy, w = _realized(4, 128, 256), _realized(1024, 256)
+    product = dy.reshape(4, 128, 256, 1) * w.T.reshape(1, 1, 256, 1024)
+    assert _copies(product.sum(2)) == [(1, 1, 1024 // 16, 256, 16)]
+
+
+def test_a_right_operand_with_its_columns_innermost_is_read_in_place():
+    p, v = _realized(4, 4, 128, 128), _realized(4, 4, 128, 64)
+    assert _copies(p @ v) == []
+    small = _realized(16, 64) @ _realized(16, 64).T  # 16 x 64: a copy would cost as much
+    assert _copies(small) == []
+
+
+def test_panelled_matmuls_compute_the_same_values():
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((2, 3, 64, 32), dtype=np.float32) for _ in range(2))
+    dy, w = rng.standard_normal((3, 24, 64), np.float32), rng.standard_normal((96, 64), np.float32)
+    got = Tensor(q, device="CPU") @ Tensor(k, device="CPU").transpose(-1, -2)
+    assert len(got.schedule()) == 2  # the panels, the matmul
+    np.testing.assert_allclose(got.numpy(), q @ np.swapaxes(k, -1, -2), rtol=1e-4, atol=1e-4)
+    t_dy, t_w = Tensor(dy, device="CPU"), Tensor(w, device="CPU")
+    summed = (t_dy.reshape(3, 24, 64, 1) * t_w.T.reshape(1, 1, 64, 96)).sum(2)
+    assert len(summed.schedule()) == 2
+    np.testing.assert_allclose(summed.numpy(), dy @ w.T, rtol=1e-4, atol=1e-4)
