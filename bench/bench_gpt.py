@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +172,61 @@ def cold_first_step(maker: str) -> float | None:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+@dataclass
+class Figures:
+    """Each contender's step times (after warm-up), losses and, where counted, kernels/step."""
+
+    times: dict[str, list[float]] = field(default_factory=dict)
+    losses: dict[str, list[float]] = field(default_factory=dict)
+    kernels: dict[str, int] = field(default_factory=dict)
+
+
+def contenders(cfg: gpt.Config, kernels: dict[str, int]) -> dict[str, Step]:
+    """A fresh step of each contender installed, all from the same weights; ``kernels`` gets
+    each one's kernels per step (counted on a step of its own, before)."""
+    makers: dict[str, Callable[[], Step]] = {
+        "fusegrad": lambda: fusegrad_step(cfg, False)[0],
+        "fusegrad jit": lambda: fusegrad_step(cfg, True)[0],
+    }
+    counters = {
+        name: lambda jit=jit: fusegrad_step(cfg, jit)[1]()
+        for name, jit in (("fusegrad", False), ("fusegrad jit", True))
+    }
+    try:
+        import torch  # noqa: F401
+
+        makers["torch"] = lambda: torch_step(cfg)
+    except ImportError:
+        pass
+    try:
+        tinygrad_on_cpu()
+        import tinygrad  # noqa: F401
+
+        for name, jit in (("tinygrad", False), ("tinygrad jit", True)):
+            makers[name] = lambda jit=jit: tinygrad_step(cfg, jit)[0]
+            counters[name] = lambda jit=jit: tinygrad_step(cfg, jit)[1]()
+    except ImportError:
+        pass
+    kernels.update({name: count() for name, count in counters.items()})
+    return {name: make() for name, make in makers.items()}
+
+
+def measure(cfg: gpt.Config, warmup: int, timed: int) -> Figures:
+    """Steps of every contender in turns, one step each, on the same batches."""
+    figures = Figures()
+    steps = contenders(cfg, figures.kernels)
+    figures.times = {name: [] for name in steps}
+    figures.losses = {name: [] for name in steps}
+    for i, batch in enumerate(gpt.token_stream(cfg, warmup + timed)):
+        for name, run in steps.items():
+            start = time.perf_counter()
+            figures.losses[name].append(run(batch))
+            if i >= warmup:
+                figures.times[name].append(time.perf_counter() - start)
+    assert all(math.isfinite(v) for ls in figures.losses.values() for v in ls)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer timed steps")
@@ -178,64 +234,33 @@ def main() -> None:
     args = parser.parse_args()
     cfg = gpt.Config()
     warmup, timed = (3, 4) if args.quick else (3, 10)
-    data = gpt.token_stream(cfg, warmup + timed)
-    contenders: dict[str, Step] = {}
-    kernels: dict[str, int] = {}
-    for name, jit in (("fusegrad", False), ("fusegrad jit", True)):
-        contenders[name], count = fusegrad_step(cfg, jit)
-        kernels[name] = count()
-    try:
-        contenders["torch"] = torch_step(cfg)
-    except ImportError:
-        pass
-    try:
-        tinygrad_on_cpu()
-        for name, jit in (("tinygrad", False), ("tinygrad jit", True)):
-            contenders[name], count = tinygrad_step(cfg, jit)
-            kernels[name] = count()
-    except ImportError:
-        pass
-    # the count steps above moved the weights: restart each contender from the same weights
-    makers = {
-        "fusegrad": lambda: fusegrad_step(cfg, False)[0],
-        "fusegrad jit": lambda: fusegrad_step(cfg, True)[0],
-        "torch": lambda: torch_step(cfg),
-        "tinygrad": lambda: tinygrad_step(cfg, False)[0],
-        "tinygrad jit": lambda: tinygrad_step(cfg, True)[0],
-    }
-    contenders = {name: makers[name]() for name in contenders}
-    losses: dict[str, list[float]] = {name: [] for name in contenders}
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for i, batch in enumerate(data):
-        for name, run in contenders.items():
-            start = time.perf_counter()
-            losses[name].append(run(batch))
-            if i >= warmup:
-                times[name].append(time.perf_counter() - start)
+    figures = measure(cfg, warmup, timed)
+    times, losses, kernels = figures.times, figures.losses, figures.kernels
     print(f"GPT train step: {cfg}, AdamW; median of {timed} steps after {warmup}")
     ours = statistics.median(times["fusegrad"])
-    for name in contenders:
+    for name in times:
         t = statistics.median(times[name])
         count = f"{kernels[name]:5d} kernels/step" if name in kernels else " " * 18
         ratio = t / ours
         print(
             f"  {name:<13s} {t * 1000:8.1f} ms/step  {count}  this / fusegrad eager: {ratio:5.2f}x"
         )
-    first = {name: losses[name][:3] for name in contenders}
+    first = {name: losses[name][:3] for name in losses}
     print(
         "  losses of steps 0-2: "
         + "; ".join(f"{n} {' '.join(f'{v:.4f}' for v in ls)}" for n, ls in first.items())
     )
     if "torch" in losses:
         worst = max(abs(a - b) for a, b in zip(losses["fusegrad"], losses["torch"]))
-        print(f"  largest |fusegrad - torch| loss difference over {len(data)} steps: {worst:.2e}")
+        print(
+            f"  largest |fusegrad - torch| loss difference over {warmup + timed} steps: {worst:.2e}"
+        )
     if not args.no_cold:
         for name, maker in (("fusegrad", "fusegrad_step"), ("tinygrad", "tinygrad_step")):
-            if name in contenders:
+            if name in losses:
                 seconds = cold_first_step(maker)
                 if seconds is not None:
                     print(f"  {name:<13s} first step, empty kernel cache: {seconds:6.2f} s")
-    assert all(math.isfinite(v) for ls in losses.values() for v in ls)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ this machine's copy bandwidth and a measured FMA peak, so the figures can be rea
 hardware. Compile time is excluded (each workload runs once before timing). The MNIST train
 step (batch 128, Adam) is measured as bench/bench_mnist.py does, one step of each side in turn;
 that script also measures the cold first step and peak memory.
+
+    FUSEGRAD_CPU_ARCH=x86-64-v3 python bench/run.py
+
+builds fusegrad's CPU kernels for another processor than this one (a ``-march`` name; here AVX2
+and FMA without AVX-512), to measure on an AVX-512 machine what most laptops run. The peers
+keep their own choice of instructions.
 """
 
 from __future__ import annotations
@@ -142,7 +148,16 @@ def workloads(n_big: int, matmul_sizes: tuple[int, ...], found: dict) -> list[tu
     )
     s = rng.standard_normal((4096, 4096) if n_big > 1 << 20 else (512, 512), np.float32)
     out.append((f"softmax {s.shape[0]}x{s.shape[1]}", "GB/s", 8 * s.size * 1e-9, s, None, _softmax))
+    q, k = (rng.standard_normal((4, 4, 128, 64), np.float32) for _ in range(2))
+    flops = 2 * 4 * 4 * 128 * 128 * 64 * 1e-9
+    out.append(("attention q@k^T 4x4x128x64", "GFLOP/s", flops, q, k, _scores))
     return out
+
+
+def _scores(q, k):
+    """Attention's scores ``q @ k^T`` (4, 4, 128, 64) @ (4, 4, 64, 128), as each library spells
+    the transpose."""
+    return q @ (np.swapaxes(k, -1, -2) if isinstance(k, np.ndarray) else k.transpose(-1, -2))
 
 
 def _softmax(x, _):
@@ -280,6 +295,8 @@ def main() -> None:
         beam_matmuls(sizes, args.beam, peak, repeats)
     eager_and_jit(found, repeats)
     mnist_step(repeats)
+    gpt_step(args.quick)
+    grid_matmuls(512 if args.quick else 1024, repeats)
 
 
 def beam_matmuls(sizes: tuple[int, ...], beam: int, peak: float | None, repeats: int) -> None:
@@ -298,11 +315,47 @@ def beam_matmuls(sizes: tuple[int, ...], beam: int, peak: float | None, repeats:
         print(f"{f'matmul {n}x{n} f32 BEAM={beam}':<28s} fusegrad {flops:9.2f} GFLOP/s{share}")
 
 
+def gpt_step(quick: bool) -> None:
+    """examples/gpt.py's training step, eager and TinyJit, against torch's and tinygrad's
+    (bench/bench_gpt.py): ms/step, kernels/step, and the first step with an empty cache."""
+    from bench_gpt import cold_first_step, gpt, measure
+
+    figures = measure(gpt.Config(), 3, 4 if quick else 8)
+    times = {name: statistics.median(t) for name, t in figures.times.items()}
+    report("GPT train step (2x256, T=128)", "ms", 0, times)
+    print(f"{'  kernels/step':<28s} " + "   ".join(f"{n} {c}" for n, c in figures.kernels.items()))
+    cold = {name: cold_first_step(f"{name}_step") for name in ("fusegrad", "tinygrad")}
+    print(
+        f"{'  first step, empty cache':<28s} "
+        + "   ".join(f"{name} {s:.2f} s" for name, s in cold.items() if s is not None)
+    )
+
+
+def grid_matmuls(n: int, repeats: int) -> None:
+    """An n x n float32 matmul on each grid device that runs here (OpenCL on PoCL, WebGPU on
+    llvmpipe: both on this machine's cores), against the CPU backend on the same cores."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n), np.float32) for _ in range(2))
+    times = {}
+    for device in ("CPU", "OPENCL", "WEBGPU"):
+        spec = Device.specs().get(device)
+        if spec is None or spec.unavailable() is not None:
+            continue
+        try:
+            ta, tb = Tensor(a, device=device), Tensor(b, device=device)
+            times[device] = median(lambda ta=ta, tb=tb: (ta @ tb).numpy(), repeats)  # (waits)
+        except Exception as e:  # noqa: BLE001 - a device that cannot open here is left out
+            print(f"  {device} left out: {type(e).__name__}: {e}"[:200])
+    flops = 2 * n**3 * 1e-9
+    cells = [
+        f"{dev} {flops / t:8.2f} GFLOP/s ({t / times['CPU']:5.2f}x CPU's time)"
+        for dev, t in times.items()
+    ]
+    print(f"{f'matmul {n}x{n} f32 by device':<28s} " + "   ".join(cells))
+
+
 def mnist_step(repeats: int) -> None:
     """The examples/mnist.py CNN's training step, eager and TinyJit, against torch's."""
-    import sys
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_mnist import step_medians
 
     times = step_medians(repeats)[0]
