@@ -2,6 +2,7 @@
 
     python bench/bench_core.py            # all workloads
     python bench/bench_core.py --quick    # smaller sizes, fewer repeats
+    FUSEGRAD_CPU_ARCH=x86-64-v3 python bench/bench_core.py   # CPU kernels for AVX2, no AVX-512
 
 Workloads: a 1024x1024 float32 matmul (GFLOP/s), a fused 5-op elementwise chain over 16M floats
 (GB/s of input+output), a sum over 16M floats (GB/s read), and one eager tiny op (µs).

@@ -19,6 +19,7 @@ from fusegrad_cpu.compiler import (
     CCompiler,
     find_c_compiler,
     supports_openmp,
+    target_flags,
 )
 from fusegrad_cpu.device import CPUProgram
 
@@ -77,17 +78,18 @@ def test_identity_names_compiler_version_and_flags():
     first_line = subprocess.run(
         [plain.command[0], "--version"], capture_output=True, text=True
     ).stdout
-    assert "-march=native" in plain.identity and first_line.splitlines()[0] in plain.identity
+    assert target_flags()[0] in plain.identity and first_line.splitlines()[0] in plain.identity
     assert plain.identity != CCompiler(openmp=True).identity
     assert plain.identity != CCompiler(flags=(*FLAGS, "-ffast-math"), openmp=False).identity
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_gcc_flags_go_to_gcc_alone_and_only_by_default():
-    assert CCompiler(["gcc"], openmp=False).flags == (*FLAGS, *GCC_FLAGS)
+    target = target_flags()
+    assert CCompiler(["gcc"], openmp=False).flags == (*FLAGS, *target, *GCC_FLAGS)
     assert CCompiler(["gcc"], flags=FLAGS, openmp=False).flags == FLAGS
     if shutil.which("clang"):
-        assert CCompiler(["clang"], openmp=False).flags == FLAGS
+        assert CCompiler(["clang"], openmp=False).flags == (*FLAGS, *target)
 
 
 def test_nothing_runs_before_the_first_compile(monkeypatch):

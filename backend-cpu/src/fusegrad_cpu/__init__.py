@@ -6,8 +6,13 @@ program class and the renderer are imported by ``open_runtime``, when the CPU de
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fusegrad.device import DeviceSpec, Runtime
 from fusegrad.plugin import hookimpl
+
+if TYPE_CHECKING:
+    from fusegrad.uop.pattern import PatternMatcher
 
 FUSEGRAD_BACKEND_API = 2
 #: Above PYTHON (0), below the GPUs (20 and more).
@@ -40,3 +45,13 @@ def open_runtime(name: str) -> Runtime:
 def fusegrad_devices() -> list[DeviceSpec]:
     """The one CPU device; usable wherever clang or gcc is installed."""
     return [DeviceSpec("CPU", PRIORITY, probe, open=open_runtime)]
+
+
+@hookimpl
+def fusegrad_rewrite_rules(stage: str, device: str) -> PatternMatcher | None:
+    """The program stage's index sums, shaped for gcc's vectoriser (``renderer.PROGRAM_RULES``)."""
+    if stage != "program" or device.partition(":")[0] != "CPU":
+        return None
+    from fusegrad_cpu.renderer import PROGRAM_RULES
+
+    return PROGRAM_RULES

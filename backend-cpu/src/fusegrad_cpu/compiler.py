@@ -29,7 +29,22 @@ from fusegrad_cpu.device import shared_entry
 #: stays off so that ``a*b+c`` rounds twice, as numpy does. ``-fno-trapping-math`` changes no
 #: value (kernels never read the floating-point exception flags); without it gcc may not turn a
 #: ternary on floats into a vector select, so an exp (clamped by two) ran scalar: softmax 4x slower.
-FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-ffp-contract=off", "-fno-trapping-math")
+#: The processor comes from ``target_flags`` (``-march``), added to these by default.
+FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-trapping-math")
+#: Names the processor to build kernels for, as gcc's and clang's ``-march`` spells it:
+#: ``FUSEGRAD_CPU_ARCH=x86-64-v3`` (or ``haswell``, ``znver3``: AVX2 and FMA, no AVX-512) builds
+#: and measures on an AVX-512 machine what a machine without AVX-512 runs. Unset: ``native``.
+ARCH_VARIABLE = "FUSEGRAD_CPU_ARCH"
+#: Predefined macro -> the feature flag /proc/cpuinfo lists for it: what the renderer sizes its
+#: vectors from (``renderer.vector_register_file``), and what this processor must have.
+MACRO_FEATURES = {
+    "__AVX512F__": "avx512f",
+    "__AVX2__": "avx2",
+    "__AVX__": "avx",
+    "__FMA__": "fma",
+    "__SSE2__": "sse2",
+    "__ARM_NEON": "asimd",
+}
 #: Added to the default flags for gcc (clang refuses them): -O3's vectoriser cost model, since
 #: -O2's vectorises only loops that need no scalar remainder (an elementwise kernel of 1001);
 #: and no jump threading, which copied the branches of two selects on one comparison (a ReLU's
@@ -147,10 +162,62 @@ def cpu_info() -> tuple[str, str]:
 
 
 def host_cpu() -> str:
-    """The processor and a digest of its features: what ``-march=native`` compiles for."""
+    """The processor and a digest of its features: what ``-march=native`` compiles for, and
+    what a named target's kernels run on."""
     model, features = cpu_info()
     digest = hashlib.sha256(features.encode()).hexdigest()[:16]
     return f"{platform.machine()} {model} (features {digest})"
+
+
+def target_arch() -> str:
+    """The ``-march`` kernels are built for: ``$FUSEGRAD_CPU_ARCH``, else ``native``."""
+    return os.environ.get(ARCH_VARIABLE, "").strip() or "native"
+
+
+def target_flags() -> tuple[str, ...]:
+    """The flags that choose the processor: ``-march=`` the target."""
+    return (f"-march={target_arch()}",)
+
+
+@functools.cache
+def predefined_macros(command: tuple[str, ...], arch: str) -> frozenset[str]:
+    """The macros ``command`` predefines for ``-march=arch`` (``__AVX2__``, ``__AVX512F__``...):
+    what its code may use, asked of the compiler itself, so that any name it knows works."""
+    probe = [*command, f"-march={arch}", "-dM", "-E", "-x", "c", os.devnull]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise DeviceUnavailable(f"could not ask {command[0]} about -march={arch}: {e}") from e
+    if done.returncode != 0:
+        said = done.stderr.strip().partition("\n")[0]
+        raise DeviceUnavailable(
+            f"{ARCH_VARIABLE}={arch!r} is not a processor {command[0]} knows ({said}); set it "
+            "to a -march value it accepts (x86-64-v3: AVX2 and FMA; x86-64-v4: AVX-512; "
+            "`gcc --help=target` lists them), or unset it to build for this processor"
+        )
+    lines = done.stdout.splitlines()
+    return frozenset(line.split()[1] for line in lines if line.startswith("#define "))
+
+
+def target_features(command: Sequence[str]) -> set[str]:
+    """The features kernels may use, named as /proc/cpuinfo names them: this processor's own when
+    building for it (``native``), else those ``command`` enables for ``$FUSEGRAD_CPU_ARCH``.
+
+    Raises ``DeviceUnavailable`` for a target with a feature this processor lacks: its kernels
+    would stop the process with an illegal instruction.
+    """
+    host = set(cpu_info()[1].split())
+    if (arch := target_arch()) == "native":
+        return host
+    macros = predefined_macros(tuple(command), arch)
+    features = {name for macro, name in MACRO_FEATURES.items() if macro in macros}
+    if host and (missing := sorted(features - host)):
+        raise DeviceUnavailable(
+            f"{ARCH_VARIABLE}={arch!r} builds kernels with {', '.join(missing)}, which this "
+            f"processor ({cpu_info()[0]}) lacks; choose an older target (x86-64-v3 for AVX2) "
+            "or unset it to build for this processor"
+        )
+    return features
 
 
 def numbered(source: str) -> str:
@@ -161,9 +228,10 @@ def numbered(source: str) -> str:
 class CCompiler(Compiler):
     """Builds C source into a shared object with clang or gcc, adding ``-fopenmp`` when it works.
 
-    ``command`` defaults to ``find_c_compiler()``; ``flags`` to ``FLAGS``, plus ``GCC_FLAGS``
-    for gcc; ``openmp=None`` means detect it. Nothing runs a subprocess before the first
-    compile: the OpenMP test and ``--version`` are done lazily.
+    ``command`` defaults to ``find_c_compiler()``; ``flags`` to ``FLAGS`` and ``target_flags()``
+    (``-march=native`` or ``$FUSEGRAD_CPU_ARCH``), plus ``GCC_FLAGS`` for gcc; ``openmp=None``
+    means detect it. Nothing runs a subprocess before the first compile: the OpenMP test and
+    ``--version`` are done lazily.
     """
 
     def __init__(
@@ -177,6 +245,7 @@ class CCompiler(Compiler):
             raise DeviceUnavailable(f"C compiler {self.command[0]!r} not found; {NO_COMPILER}")
         self.command[0] = path
         self.base_flags = tuple(flags) if flags is not None else None
+        self.target = target_flags()  # read now: the renderer reads it when the device opens
         self.openmp = openmp
 
     @functools.cached_property
@@ -184,14 +253,16 @@ class CCompiler(Compiler):
         """Every flag passed on, ``-fopenmp`` included when the compiler supports it."""
         base = self.base_flags
         if base is None:
-            base = (*FLAGS, *GCC_FLAGS) if is_gcc(self.command[0]) else FLAGS
+            extra = GCC_FLAGS if is_gcc(self.command[0]) else ()
+            base = (*FLAGS, *self.target, *extra)
         if self.openmp is None:
             self.openmp = supports_openmp((*self.command, *base))
         return (*base, "-fopenmp") if self.openmp else base
 
     @functools.cached_property
     def identity(self) -> str:
-        """Compiler, version, flags and host CPU: whatever changes the bytes built from a source."""
+        """Compiler, version, flags (the ``-march`` target among them: AVX-512 and AVX2 builds
+        never share a cache entry) and host CPU: whatever changes the bytes built from a source."""
         words = " ".join(self.command + list(self.flags))
         return f"{words} | {compiler_version(self.command[0])} | {host_cpu()}"
 

@@ -165,6 +165,19 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
+def test_blocks_of_rows_go_outside_a_right_operand_that_fits_a_cores_cache():
+    """96 columns make 3 column panels (AVX-512) or 6 vectors (AVX2): as the parallel loop, too
+    few to share out; its 192 KB fit a core's cache share, so the 64 or 86 row blocks go outside.
+    A 1 MB operand (512 columns) keeps the columns outside."""
+    for target in (AVX2, AVX512):
+        for m, rows_first in ((96, True), (512, False)):
+            a, b = Tensor.empty(512, 512, device="CPU"), Tensor.empty(512, m, device="CPU")
+            opts = heuristic_opts(_in_place_ast(a @ b), target)
+            rows, cols = opts.upcast[0][0], opts.upcast[1][0]
+            loops = tuple(d for d in opts.order if d in (rows, cols))
+            assert loops == ((rows, cols) if rows_first else (cols, rows)), (target, m)
+
+
 def _wide_matmul(rows: int) -> tuple[Tensor, Tensor]:
     """(rows, 2048) @ (2048, 256), realized (see ``_in_place_ast``)."""
     a, b = Tensor.rand(rows, 2048, device="CPU"), Tensor.rand(2048, 256, device="CPU")

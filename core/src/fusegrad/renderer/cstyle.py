@@ -311,8 +311,10 @@ class CStyleRenderer(Renderer):
         return f"{value}u" if dtype.is_unsigned else str(value)
 
     def param_type(self, dtype: DType) -> str:
-        """The element type of a buffer argument (OpenCL may not pass ``bool*``)."""
-        return self.type_name(dtype)
+        """The element type of a buffer argument. A bool buffer is passed as bytes (0 or 1),
+        read into ``bool`` values: gcc vectorises no loop that reads ``_Bool`` memory (an
+        attention mask's softmax ran 11x slower), and OpenCL may not pass ``bool*``."""
+        return self.type_name(dtypes.uint8 if dtype == dtypes.bool else dtype)
 
     def render_param(self, u: UOp) -> str:
         """One buffer argument of the kernel, ``float* restrict data1``."""
