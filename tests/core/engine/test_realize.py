@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from fusegrad import GlobalCounters, Tensor
 from fusegrad.device import Device
+from fusegrad.dtype import dtypes
 from fusegrad.engine import realize
 from fusegrad.errors import CompileError
+from fusegrad.uop.loops import AxisKind, LoopArg, LoopHint
+from fusegrad.uop.ops import Ops, UOp
 
 
 def exp_sum(scale: float) -> Tensor:
@@ -21,11 +26,19 @@ def test_new_kernels_of_a_plan_are_compiled_in_batches(monkeypatch):
     compiler = Device["PYTHON"].compiler
     real = compiler.compile_batch
     monkeypatch.setattr(compiler, "compile_batch", lambda s: batches.append(len(s)) or real(s))
-    monkeypatch.setattr(realize, "BATCHES_PER_WORKER", 1)
-    monkeypatch.setattr(realize.os, "cpu_count", lambda: 1)
     GlobalCounters.reset()
     assert exp_sum(0.5).item() == pytest.approx(5.0497, rel=1e-4)  # e^.25 + e^.5 + e^.75
     assert batches == [2] and GlobalCounters.compiles == 2
+
+
+def test_a_batch_is_cut_once_it_holds_enough_work(monkeypatch):
+    batches: list[int] = []
+    compiler = Device["PYTHON"].compiler
+    real = compiler.compile_batch
+    monkeypatch.setattr(compiler, "compile_batch", lambda s: batches.append(len(s)) or real(s))
+    monkeypatch.setattr(realize, "BATCH_COST", 1)  # every kernel is work enough
+    assert exp_sum(0.75).item() == pytest.approx(10.2412, rel=1e-4)  # e^.5625 + e^1.125 + ...
+    assert batches == [1, 1]
 
 
 def test_a_kernel_that_fails_to_compile_spares_the_others_of_its_plan(monkeypatch):
@@ -43,3 +56,48 @@ def test_a_kernel_that_fails_to_compile_spares_the_others_of_its_plan(monkeypatc
     GlobalCounters.reset()
     assert exp_sum(0.25).item() == pytest.approx(3.4039, rel=1e-4)
     assert GlobalCounters.compiles == 1  # only the kernel that failed is compiled again
+
+
+@pytest.mark.parametrize("hint, cost", [(LoopHint.UNROLL, 1 + 8 * 2), (LoopHint.NONE, 1 + 2)])
+def test_compile_cost_counts_each_copy_an_unrolled_loop_makes(hint, cost):
+    trips = UOp.const(dtypes.int32, 8)
+    loop = UOp(Ops.RANGE, dtypes.int32, (trips,), LoopArg(0, AxisKind.UPCAST, hint))
+    body = [loop * 2, loop + 1]
+    program = [trips, loop, *body, UOp(Ops.END, dtypes.void, (loop,))]
+    assert realize.compile_cost(SimpleNamespace(program=program)) == cost
+
+
+#: The most work (``compile_cost``) one kernel of the workloads below may give the compiler:
+#: about 1.3 s of gcc 12 on this project's machines, well under the 10 s a kernel may take (a
+#: 512-element cumprod, unrolled, once took gcc minutes; the GPT example's largest now cost 5000).
+MAX_KERNEL_COST = 10_000
+
+
+def _largest_kernel(*tensors: Tensor) -> tuple[int, str]:
+    """The cost and name of the costliest kernel realizing ``tensors`` on the CPU (generated
+    only, not compiled)."""
+    kernels = [realize._generate(s.ast, s.device) for s in tensors[0].schedule(*tensors[1:])]
+    return max((realize.compile_cost(k), k.name) for k in kernels)
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        lambda: [Tensor.rand(512, device="CPU").cumprod(0)],
+        lambda: [Tensor.rand(4096, device="CPU").cumsum(0)],
+        lambda: [Tensor.rand(8, 4096, device="CPU").cumsum(1)],
+        lambda: [
+            (Tensor.rand(512, 256, device="CPU") @ Tensor.rand(256, 1024, device="CPU")).gelu()
+        ],
+        lambda: [
+            Tensor.rand(128, 32, 24, 24, device="CPU").conv2d(
+                Tensor.rand(32, 32, 5, 5, device="CPU")
+            )
+        ],
+        lambda: [Tensor.rand(512, 1024, device="CPU").softmax(-1)],
+    ],
+    ids=["cumprod-512", "cumsum-4096", "cumsum-rows", "matmul-gelu", "conv", "softmax"],
+)
+def test_no_kernel_gives_the_compiler_too_much_work(workload):
+    cost, name = _largest_kernel(*workload())
+    assert cost <= MAX_KERNEL_COST, f"{name} costs {cost}"

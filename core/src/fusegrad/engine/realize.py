@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from fusegrad.helpers import Context
 from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
 from fusegrad.schedule.layout import Capabilities
 from fusegrad.uop.listing import print_listing
+from fusegrad.uop.loops import LoopHint
 from fusegrad.uop.ops import Ops, UOp, graph_variables, toposort
 
 
@@ -121,57 +122,117 @@ def _generate(ast: UOp, device: str) -> KernelSource:
 
 
 def get_runner(ast: UOp, device: str) -> Runner:
-    """The compiled kernel for ``ast`` on ``device`` (compiled once per process)."""
+    """The compiled kernel for ``ast`` on ``device`` (compiled once per process); waits for it
+    if ``compile_steps`` is compiling it, and raises the ``CompileError`` that compile ended in."""
     key = (ast, device)
     if (runner := _runners.get(key)) is None:
-        runner = _runners[key] = _compile(_generate(ast, device), device)
+        if (waiting := _compiling.pop(key, None)) is not None:
+            job, index = waiting
+            built = job.result()[index]
+            if isinstance(built, CompileError):
+                raise built
+            runner = _runners[key] = built
+        else:
+            runner = _runners[key] = _compile(_generate(ast, device), device)
     return runner
 
 
-#: How many batches each compiler thread gets: more start compiling sooner, while the rest are
-#: still being generated, but each batch pays for a compiler process (about 40 ms for gcc).
-BATCHES_PER_WORKER = 2
+#: The work a batch may hold, in ``compile_cost``'s units: about 0.5 s of gcc 12 (at about 0.13
+#: ms a unit, on top of about 45 ms a batch for the compiler's process, headers and linking).
+#: Smaller batches start compiling sooner and share the work out more evenly between the
+#: compiler threads (the last batch is the wait at the end), but each pays those 45 ms: the
+#: GPT example's 140 kernels took 7.2 s of gcc as one batch, 7.6 s as 10 and 8.4 s as 30.
+BATCH_COST = 4000
 #: The most kernels in a batch: the CPU compiler builds a batch into one library, and every
 #: kernel's cache entry holds all of it (about 2 KB per kernel), so it must not grow with the plan.
 MAX_BATCH = 32
 
+#: the compiler threads (started by the first plan with kernels to compile), in a list so that
+#: a forked child, which inherits the pool but not its threads, can drop it
+_pool: list[ThreadPoolExecutor] = []
+#: the kernels being compiled: their batch's job and their place in it
+_compiling: dict[tuple[UOp, str], tuple[Future, int]] = {}
+caches.register("kernels being compiled", _compiling.clear)
+
+
+def _forget_compiles() -> None:
+    """In a forked child: the parent's compiler threads and their jobs are not there."""
+    _pool.clear()
+    _compiling.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_compiles)
+
+
+def compile_cost(kernel: KernelSource) -> int:
+    """About how much work ``kernel`` gives the compiler: its statements, each counted once for
+    every copy the unrolled loops around it make. A matmul's 8x32 register tile is 256 copies of
+    its body; gcc's time follows this count closely (correlation 0.87 over the GPT example's
+    kernels), and not the length of the source."""
+    cost, copies = 0, [1]
+    for u in kernel.program:
+        if u.op is Ops.RANGE:
+            unrolled = u.arg.hint is LoopHint.UNROLL and u.src[0].op is Ops.CONST
+            copies.append(copies[-1] * (u.src[0].arg if unrolled else 1))
+        elif u.op is Ops.END:
+            copies.pop()
+        else:
+            cost += copies[-1]
+    return cost
+
 
 def compile_steps(steps: list) -> None:
-    """Compile the new kernels of a plan at once, in batches compiled in parallel.
+    """Start compiling the new kernels of a plan at once, in batches compiled in parallel.
 
     Kernels are generated in Python one at a time; each batch goes to a compiler thread as soon
-    as it is complete, so the compilers run while the next kernels are generated. A batch is one
-    ``compile_batch`` (for the CPU: one translation unit). The kernels that compiled are kept
-    even when another one fails; then the first ``CompileError`` is raised.
+    as it holds ``BATCH_COST`` of work, so the compilers run while the next kernels are
+    generated, and the first kernels of the plan can run while the last ones compile:
+    ``get_runner`` waits for each kernel when its step comes. A batch is one ``compile_batch``
+    (for the CPU: one translation unit). A kernel that fails to compile raises its
+    ``CompileError`` when its step comes; the others of its batch are kept.
     """
     todo = list(
         dict.fromkeys(
             (s.ast, s.device)
             for s in steps
-            if type(s) is KernelStep and s.runner is None and (s.ast, s.device) not in _runners
+            if type(s) is KernelStep
+            and s.runner is None
+            and (s.ast, s.device) not in _runners
+            and (s.ast, s.device) not in _compiling
         )
     )
     if len(todo) < 2:
         return
-    workers = os.cpu_count() or 1
-    size = min(-(-len(todo) // (BATCHES_PER_WORKER * workers)), MAX_BATCH)  # rounded up
-    jobs = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for device in dict.fromkeys(d for _, d in todo):
-            keys = [key for key in todo if key[1] == device]
-            for first in range(0, len(keys), size):
-                batch = keys[first : first + size]
-                kernels = [_generate(ast, device) for ast, _ in batch]
-                jobs.append((batch, pool.submit(_compile_batch, kernels, device)))
-    errors = []
-    for batch, job in jobs:
-        for key, runner in zip(batch, job.result()):
-            if isinstance(runner, CompileError):
-                errors.append(runner)
-            else:
-                _runners[key] = runner
-    if errors:
-        raise errors[0]
+    if not _pool:  # threads that live as long as the process: a plan's compiles outlive its call
+        _pool.append(ThreadPoolExecutor(usable_cores(), thread_name_prefix="fusegrad-compile"))
+    for device in dict.fromkeys(d for _, d in todo):
+        batch: list[tuple[tuple[UOp, str], KernelSource]] = []
+        work = 0
+        for key in (key for key in todo if key[1] == device):
+            kernel = _generate(key[0], device)
+            batch.append((key, kernel))
+            work += compile_cost(kernel)
+            if work >= BATCH_COST or len(batch) >= MAX_BATCH:
+                _submit(batch, device)
+                batch, work = [], 0
+        if batch:
+            _submit(batch, device)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (fewer than the machine's under ``taskset`` or in a
+    container limited to some)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def _submit(batch: list[tuple[tuple[UOp, str], KernelSource]], device: str) -> None:
+    """Hand ``batch`` (its kernels, and the keys they are kept under) to a compiler thread."""
+    job = _pool[0].submit(_compile_batch, [kernel for _, kernel in batch], device)
+    for index, (key, _) in enumerate(batch):
+        _compiling[key] = (job, index)
 
 
 def run_plan(

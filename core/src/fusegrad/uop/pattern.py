@@ -99,11 +99,15 @@ class UPat:
             return True
         if len(self.src) != len(u.src) and not (self.allow_any_len and len(u.src) >= len(self.src)):
             return False
+        if not (u.op in GroupOp.Commutative and len(u.src) == 2):
+            return _match_srcs(self.src, u.src, captures)
+        # the captures are copied only where a second try (the swapped sources) may need them
+        saved = dict(captures)
         if _match_srcs(self.src, u.src, captures):
             return True
-        if u.op in GroupOp.Commutative and len(u.src) == 2:
-            return _match_srcs(self.src, (u.src[1], u.src[0]), captures)
-        return False
+        captures.clear()
+        captures.update(saved)
+        return _match_srcs(self.src, (u.src[1], u.src[0]), captures)
 
 
 def _both_numbers(a: Any, b: Any) -> bool:
@@ -111,12 +115,12 @@ def _both_numbers(a: Any, b: Any) -> bool:
 
 
 def _match_srcs(pats: tuple[UPat, ...], srcs: tuple[UOp, ...], captures: dict[str, UOp]) -> bool:
-    saved = dict(captures)
-    if all(p.match(s, captures) for p, s in zip(pats, srcs)):
-        return True
-    captures.clear()
-    captures.update(saved)
-    return False
+    """Whether each pattern matches its source (on failure ``captures`` may hold partial
+    entries, as ``UPat.match`` says)."""
+    for pat, src in zip(pats, srcs):
+        if not pat.match(src, captures):
+            return False
+    return True
 
 
 #: a pattern and what to do on a match: a rewrite returns the new UOp or None (no change);
