@@ -121,3 +121,26 @@ def test_panelled_matmuls_compute_the_same_values():
     summed = (t_dy.reshape(3, 24, 64, 1) * t_w.T.reshape(1, 1, 64, 96)).sum(2)
     assert len(summed.schedule()) == 2
     np.testing.assert_allclose(summed.numpy(), dy @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_gradient_is_summed_in_the_weights_layout():
+    """Autograd gives ``w``'s gradient as the transpose of a sum shaped like ``w.T``; the pass
+    moves the permute onto the sum's source, so the gradient is written as ``w`` is laid out
+    and the optimizer reads it row by row."""
+    x = Tensor.rand(4, 8, 16, device="CPU").realize()
+    w = Tensor.rand(16, 24, device="CPU", requires_grad=True).realize()
+    (x @ w).square().sum().backward()
+    nodes = _laid_out(w.grad * 2, CPU)
+    (red,) = [u for u in nodes if u.op is Ops.REDUCE_AXIS and u.shape[-2:] == (16, 24)]
+    assert red.src[0].op is Ops.PERMUTE
+    assert not any(u.op is Ops.PERMUTE and u.shape == (16, 24) for u in nodes)
+    xs = x.numpy().reshape(-1, 16)
+    want = 2 * xs.T @ (2 * (xs @ w.numpy()))
+    np.testing.assert_allclose((w.grad * 2).numpy(), want, rtol=1e-4)
+
+
+def test_a_sum_read_also_unpermuted_is_left_in_its_order():
+    s = _realized(8, 16, 16).sum(0)
+    both = s.T + s  # read through a permute and directly
+    nodes = _laid_out(both, CPU)
+    assert all(u.src[0].op is not Ops.PERMUTE for u in nodes if u.op is Ops.REDUCE_AXIS)

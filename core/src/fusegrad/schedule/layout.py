@@ -58,6 +58,8 @@ def lay_out(
     order = toposort(list(roots))
     if not any(u.op is Ops.REDUCE_AXIS for u in order):
         return roots
+    roots = reduce_in_reading_order(roots, order)
+    order = toposort(list(roots))
     device_of = _devices(roots, devices)
     done: dict[UOp, UOp] = {}
     added: set[UOp] = set()  # reshapes the rules put over a reduction's result
@@ -69,6 +71,61 @@ def lay_out(
                 added.add(new)
         done[u] = new
     return tuple(done[r] for r in roots)
+
+
+def reduce_in_reading_order(roots: tuple[UOp, ...], order: list[UOp]) -> tuple[UOp, ...]:
+    """``roots`` with each reduction that is read only through a permute (``r.T``) computed in
+    the permuted order instead, so that its buffer is written the way it is read.
+
+    Autograd makes a weight's gradient so: ``w.T``'s gradient is a sum over the batch, and ``w``'s
+    is its transpose. The optimizer's updates then read the gradient across rows, one cache
+    line per element (1.3 GFLOP/s for the (256, 768) weight of a GPT layer); the sum itself
+    costs the same in either order, so its output axes are permuted instead (the permute is
+    moved onto the sum's source, where the kernel's loops absorb it).
+    """
+    users: dict[UOp, int] = {}
+    for u in order:
+        for src in u.src:
+            users[src] = users.get(src, 0) + 1
+    done: dict[UOp, UOp] = {}
+    for u in order:
+        new = _rebuilt(u, done, set())
+        if new.op is Ops.PERMUTE and (moved := _permute_into_reduce(u, new, users)) is not None:
+            new = moved
+        done[u] = new
+    return tuple(done[r] for r in roots)
+
+
+def _permute_into_reduce(old: UOp, new: UOp, users: dict[UOp, int]) -> UOp | None:
+    """``new`` (a PERMUTE over reshapes that only add or drop size-1 axes, over a reduction;
+    ``old`` is the same in the original graph, whose nodes ``users`` counts) as a reshape of
+    the reduction of a permuted source; None where the reduction has other readers."""
+    chain = [old.src[0]]
+    while chain[-1].op is Ops.RESHAPE:
+        chain.append(chain[-1].src[0])
+    red = chain[-1]
+    if red.op is not Ops.REDUCE_AXIS or any(users.get(u, 0) != 1 for u in chain):
+        return None
+    if is_symbolic(red.src[0].shape) or is_symbolic(old.shape):
+        return None
+    below = new.src[0]
+    while below.op is Ops.RESHAPE:
+        below = below.src[0]
+    kept = [d for d, n in enumerate(red.shape) if n != 1]  # the reduction's non-1 axes
+    viewed = old.src[0].shape
+    if [red.shape[d] for d in kept] != [n for n in viewed if n != 1]:
+        return None  # a reshape that merges or splits axes: no permutation of the sum's axes
+    rank = {d: i for i, d in enumerate(a for a, n in enumerate(viewed) if n != 1)}
+    wanted = [kept[rank[a]] for a in old.arg if viewed[a] != 1]
+    if wanted == kept:
+        return None
+    source = below.src[0]
+    order = list(range(len(source.shape)))
+    for position, axis in zip(kept, wanted):
+        order[position] = axis
+    permuted = UOp(Ops.PERMUTE, source.dtype, (source,), tuple(order))
+    summed = UOp(Ops.REDUCE_AXIS, below.dtype, (permuted,), below.arg)
+    return _reshape(summed, old.shape)
 
 
 def _rebuilt(u: UOp, done: dict[UOp, UOp], added: set[UOp]) -> UOp:
