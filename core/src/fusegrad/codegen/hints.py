@@ -17,6 +17,8 @@ language's form (``CStyleRenderer.loop_pragmas``):
   gcc packs nothing, so there the tile's vector loop stays SIMD.
 - SIMD for another innermost short loop that reads memory consecutively, and for the innermost
   loop of an elementwise kernel whose reads move by one (or by one every k steps).
+- Nothing (or SIMD) for a tile's loops outside its reduction: setting the accumulators before
+  it, the epilogue after it. Unrolled, they cost gcc most of its time and ran no faster.
 """
 
 from __future__ import annotations
@@ -59,15 +61,13 @@ def _uses_accumulators(body: list[UOp]) -> bool:
     )
 
 
-def _packs_in_registers(loop: UOp, body: list[UOp], in_reduce: bool) -> bool:
+def _packs_in_registers(loop: UOp, body: list[UOp]) -> bool:
     """Whether unrolling ``loop`` leaves code gcc packs into vector registers. An upcast tile
-    inside a reduction always (its rows are the register tile); a lane loop, or the tile's
-    loop after the reduction (where a fused epilogue reads the accumulators), only when its
-    body is short arithmetic. Unrolled, a sum's accumulators live in registers (under ``omp
-    simd`` gcc loads and stores each on every step: a 16M sum ran 10-20% slower); a max or an
-    exp unrolled runs scalar (a softmax row max ran 1.8x slower), and a GELU after a matmul,
-    unrolled over its 8 x 32 tile, took the whole kernel from 96 to 4.6 GFLOP/s."""
-    if loop.arg.kind is AxisKind.UPCAST and in_reduce:
+    always (its rows are the register tile); a lane loop only when its body is short arithmetic.
+    Unrolled, a sum's accumulators live in registers (under ``omp simd`` gcc loads and stores
+    each on every step: a 16M sum ran 10-20% slower); a max or an exp unrolled runs scalar (a
+    softmax row max ran 1.8x slower)."""
+    if loop.arg.kind is AxisKind.UPCAST:
         return True
     if any(u.op in _NOT_PACKED for u in body):
         return False
@@ -98,12 +98,17 @@ def _hint(
     """The hint for ``loop``, whose body is ``body`` (see the module docstring)."""
     innermost = not any(b.op is Ops.RANGE for b in body)
     if loop.arg.kind in _SHORT_LOOPS:
+        around = _reduce_loops_around(loop, spans)
+        if not elementwise and around == 0 and not _opens_a_reduction(body):
+            # the tile's loops before and after its reduction (setting the accumulators, the
+            # epilogue reading them): unrolled, gcc spent most of its time there, and ran them
+            # no faster (a GPT's kernels took 13 s of gcc, 6 s so; a GELU epilogue unrolled
+            # over an 8 x 32 tile even took the matmul from 96 to 4.6 GFLOP/s)
+            return LoopHint.SIMD if innermost and reads_consecutively(loop, body) else LoopHint.NONE
         # a tile inside several reduce loops (a convolution's channels, then its window) stays
         # a loop of vectors: unrolled there, gcc left the whole tile scalar (a conv 8-19x slower)
         if not innermost or (
-            _uses_accumulators(body)
-            and _packs_in_registers(loop, body, _reduce_loops_around(loop, spans) > 0)
-            and _reduce_loops_around(loop, spans) < 2
+            _uses_accumulators(body) and _packs_in_registers(loop, body) and around < 2
         ):
             return LoopHint.UNROLL
         return LoopHint.SIMD if reads_consecutively(loop, body) else LoopHint.NONE
@@ -111,6 +116,10 @@ def _hint(
         # gcc leaves many such loops scalar on its own: a pooling's backward ran 4x slower
         return LoopHint.SIMD
     return LoopHint.NONE
+
+
+def _opens_a_reduction(body: list[UOp]) -> bool:
+    return any(u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE for u in body)
 
 
 def hint_loops(program: list[UOp]) -> list[UOp]:

@@ -2,8 +2,10 @@
 
 ``BEAM=N`` turns it on. The candidates are the heuristic's choice and its neighbours (other
 upcast amounts, another reused axis, lanes or none); the ``N`` fastest of each round are
-widened again, for two rounds. Every candidate is compiled (in parallel), run on buffers of the
-kernel's sizes after a warm-up, and timed as the median of several runs. The winner is never
+widened again, for two rounds. A matmul on a grid device runs tiled (codegen/tiled.py): its
+candidates are tile sizes (threads per group, outputs per thread, both layouts), in one round.
+Every candidate is compiled (in parallel), run on buffers of the kernel's sizes after a
+warm-up, and timed as the median of several runs. The winner is never
 slower than the heuristic's choice, since that is a candidate too; it is cached on disk per
 kernel, device and compiler, so the search runs once.
 """
@@ -19,8 +21,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
+import numpy as np
+
 from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.codegen.opt import MAX_ACCUMULATORS, KernelOpts, _reduce_of, heuristic_opts
+from fusegrad.codegen.tiled import Tiles, tile_options
 from fusegrad.device import Buffer, Runtime
 from fusegrad.helpers import cache_dir, write_atomically
 from fusegrad.uop.ops import Ops, UOp, toposort
@@ -83,21 +88,26 @@ def _time(
     params = sorted(
         {u.arg: u for u in toposort([ast]) if u.op is Ops.PARAM}.values(), key=lambda u: u.arg[0]
     )
-    buffers = [Buffer(device, max(1, p.arg[1]), p.dtype) for p in params]
+    # zeroed: memory as allocated may hold denormal floats, which make the arithmetic that
+    # meets them tens of times slower, so a candidate's time would depend on leftover bytes
+    buffers = [_zeroed(Buffer(device, max(1, p.arg[1]), p.dtype)) for p in params]
     program = rt.program(kernel.name, binary or rt.compiler.compile_cached(kernel.source))
     handles = [b.handle for b in buffers]
     start = time.perf_counter()
-    warm = (
-        program(*handles, global_size=kernel.global_size, wait=True) or time.perf_counter() - start
-    )
+    sizes = {"global_size": kernel.global_size, "local_size": kernel.local_size}
+    warm = program(*handles, **sizes, wait=True) or time.perf_counter() - start
     if warm > give_up:
         return warm
     times = []
     for _ in range(REPEATS):
         start = time.perf_counter()
-        measured = program(*handles, global_size=kernel.global_size, wait=True)
+        measured = program(*handles, **sizes, wait=True)
         times.append(measured if measured else time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _zeroed(buffer: Buffer) -> Buffer:
+    return buffer.copyin(np.zeros(buffer.nbytes, np.uint8))
 
 
 def _cache_path(ast: UOp, device: str, rt: Runtime) -> str:
@@ -105,7 +115,7 @@ def _cache_path(ast: UOp, device: str, rt: Runtime) -> str:
     return os.path.join(cache_dir(), "beam", key + ".json")
 
 
-def _load(path: str) -> KernelOpts | None | bool:
+def _load(path: str) -> KernelOpts | Tiles | None | bool:
     try:
         with open(path) as f:
             data = json.load(f)
@@ -113,6 +123,9 @@ def _load(path: str) -> KernelOpts | None | bool:
         return False
     if data is None:
         return None
+    if "threads" in data:  # a tiled matmul's sizes
+        threads, upcast = tuple(data["threads"]), tuple(data["upcast"])
+        return Tiles(data["rows"], data["cols"], threads, upcast, data["strided"])
     return KernelOpts(
         tuple(data["order"]),
         tuple(tuple(u) for u in data["upcast"]),
@@ -122,25 +135,28 @@ def _load(path: str) -> KernelOpts | None | bool:
     )
 
 
-def _save(path: str, opts: KernelOpts | None) -> None:
+def _save(path: str, opts: KernelOpts | Tiles | None) -> None:
     write_atomically(path, json.dumps(asdict(opts) if opts else None).encode())
 
 
-def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | None:
-    """The fastest loop structure found for ``ast`` on ``device`` (cached on disk)."""
+def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | Tiles | None:
+    """The fastest loop structure (or tile sizes) found for ``ast`` on ``device`` (cached on
+    disk)."""
     path = _cache_path(ast, device, rt)
     if (cached := _load(path)) is not False:
         return cached  # type: ignore[return-value]
     start = time.perf_counter()
-    default = heuristic_opts(ast, rt.renderer)
-    timed: dict[KernelOpts | None, float] = {}
-    frontier: list[KernelOpts | None] = [default]
-    for _ in range(2):
-        todo = [
-            o
-            for o in dict.fromkeys(frontier + [n for f in frontier for n in _neighbours(f, ast)])
-            if o not in timed
+    tiles = tile_options(ast, rt.renderer)
+    default: KernelOpts | Tiles | None = tiles[0] if tiles else heuristic_opts(ast, rt.renderer)
+    timed: dict[KernelOpts | Tiles | None, float] = {}
+    frontier: list[KernelOpts | Tiles | None] = [default]
+    for _ in range(1 if tiles else 2):
+        candidates = tiles or frontier + [
+            n
+            for f in frontier
+            for n in _neighbours(f, ast)  # type: ignore[arg-type]
         ]
+        todo = [o for o in dict.fromkeys(candidates) if o not in timed]
         kernels = [generate(ast, rt.renderer, rt.rules, o) for o in todo]
         # one batch per core, built in parallel (a batch is one compiler process on the CPU)
         cores = os.cpu_count() or 1
