@@ -35,7 +35,7 @@ from bench_core import tinygrad_on_cpu  # noqa: E402  (bench/ is on the path)
 Step = Callable[[np.ndarray], float]
 
 
-def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], int]]:
+def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[int, float]]]:
     from fusegrad import GlobalCounters, Tensor
 
     step = gpt.make_step(gpt.GPT(cfg), jit=jit)
@@ -43,10 +43,11 @@ def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], int]]:
     def run(batch: np.ndarray) -> float:
         return step(Tensor(batch)).item()
 
-    def kernels() -> int:
+    def kernels() -> tuple[int, float]:
+        """Kernels launched in one step, and MB their buffers hold (read or written)."""
         GlobalCounters.reset()
         run(gpt.token_stream(cfg, 1, seed=7)[0])
-        return GlobalCounters.kernel_count
+        return GlobalCounters.kernel_count, GlobalCounters.global_mem / 1e6
 
     return run, kernels
 
@@ -90,7 +91,7 @@ def torch_step(cfg: gpt.Config) -> Step:
     return run
 
 
-def tinygrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], int]]:
+def tinygrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[int, float]]]:
     from tinygrad import Context, GlobalCounters, Tensor, TinyJit
     from tinygrad.nn.optim import AdamW
 
@@ -133,10 +134,11 @@ def tinygrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], int]]:
     def run(batch: np.ndarray) -> float:
         return stepper(Tensor(batch)).item()
 
-    def kernels() -> int:
+    def kernels() -> tuple[int, float]:
+        """Kernels launched in one step, and MB their buffers hold (read or written)."""
         GlobalCounters.reset()
         run(gpt.token_stream(cfg, 1, seed=7)[0])
-        return GlobalCounters.kernel_count
+        return GlobalCounters.kernel_count, GlobalCounters.global_mem / 1e6
 
     return run, kernels
 
@@ -178,10 +180,10 @@ class Figures:
 
     times: dict[str, list[float]] = field(default_factory=dict)
     losses: dict[str, list[float]] = field(default_factory=dict)
-    kernels: dict[str, int] = field(default_factory=dict)
+    kernels: dict[str, tuple[int, float]] = field(default_factory=dict)
 
 
-def contenders(cfg: gpt.Config, kernels: dict[str, int]) -> dict[str, Step]:
+def contenders(cfg: gpt.Config, kernels: dict[str, tuple[int, float]]) -> dict[str, Step]:
     """A fresh step of each contender installed, all from the same weights; ``kernels`` gets
     each one's kernels per step (counted on a step of its own, before)."""
     makers: dict[str, Callable[[], Step]] = {
@@ -240,7 +242,11 @@ def main() -> None:
     ours = statistics.median(times["fusegrad"])
     for name in times:
         t = statistics.median(times[name])
-        count = f"{kernels[name]:5d} kernels/step" if name in kernels else " " * 18
+        count = (
+            f"{kernels[name][0]:4d} kernels {kernels[name][1]:6.1f} MB/step"
+            if name in kernels
+            else " " * 27
+        )
         ratio = t / ours
         print(
             f"  {name:<13s} {t * 1000:8.1f} ms/step  {count}  this / fusegrad eager: {ratio:5.2f}x"
@@ -255,6 +261,12 @@ def main() -> None:
         print(
             f"  largest |fusegrad - torch| loss difference over {warmup + timed} steps: {worst:.2e}"
         )
+    n = sum(a.size for a in gpt.initial_weights(cfg).values())
+    print(
+        f"  the least memory traffic of a step: {n * 4 * 7 / 1e6:.1f} MB (each weight, its Adam "
+        "moments and gradient read once and weights and moments written once; activations "
+        "come on top)"
+    )
     if not args.no_cold:
         for name, maker in (("fusegrad", "fusegrad_step"), ("tinygrad", "tinygrad_step")):
             if name in losses:

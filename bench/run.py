@@ -323,7 +323,8 @@ def gpt_step(quick: bool) -> None:
     figures = measure(gpt.Config(), 3, 4 if quick else 8)
     times = {name: statistics.median(t) for name, t in figures.times.items()}
     report("GPT train step (2x256, T=128)", "ms", 0, times)
-    print(f"{'  kernels/step':<28s} " + "   ".join(f"{n} {c}" for n, c in figures.kernels.items()))
+    counts = (f"{n} {c} ({mb:.0f} MB)" for n, (c, mb) in figures.kernels.items())
+    print(f"{'  kernels/step (MB moved)':<28s} " + "   ".join(counts))
     cold = {name: cold_first_step(f"{name}_step") for name in ("fusegrad", "tinygrad")}
     print(
         f"{'  first step, empty cache':<28s} "

@@ -208,6 +208,9 @@ class TinyJit:
             else:
                 launch.runner(args)
         realize.GlobalCounters.kernel_count += len(self.launches)
+        realize.GlobalCounters.global_mem += sum(
+            launch.runner.mem_bytes for launch in self.launches
+        )
         for a in self.assigned:
             a.tensor.uop, a.tensor._graph = a.after, None
         bounds.queue(self.checks)  # rewritten by the replayed kernels: read at the next read

@@ -101,3 +101,21 @@ def _largest_kernel(*tensors: Tensor) -> tuple[int, str]:
 def test_no_kernel_gives_the_compiler_too_much_work(workload):
     cost, name = _largest_kernel(*workload())
     assert cost <= MAX_KERNEL_COST, f"{name} costs {cost}"
+
+
+def test_global_mem_counts_the_bytes_of_each_kernels_buffers():
+    """Each kernel adds the bytes of the buffers it reads and writes, each buffer once (a
+    broadcast input counts its own size), eager and replayed by TinyJit alike."""
+    from fusegrad import GlobalCounters, Tensor, TinyJit
+
+    a, b = Tensor.rand(1000).realize(), Tensor.rand(1).realize()
+    GlobalCounters.reset()
+    (a + a * b).realize()
+    assert GlobalCounters.kernel_count == 1
+    assert GlobalCounters.global_mem == 1000 * 4 * 2 + 4
+    jit = TinyJit(lambda x: (x * 2).realize())
+    for _ in range(3):
+        jit(a)
+    GlobalCounters.reset()
+    jit(a)
+    assert (GlobalCounters.kernel_count, GlobalCounters.global_mem) == (1, 8000)

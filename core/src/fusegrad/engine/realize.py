@@ -7,6 +7,7 @@ prebuilt runner. No rewrite, no disk, no subprocess.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,12 +33,15 @@ class GlobalCounters:
 
     kernel_count: int = 0
     global_ops: int = 0
+    #: bytes of the buffers the kernels launched read or write (each buffer once per kernel)
+    global_mem: int = 0
     time_sum_s: float = 0.0
     compiles: int = 0
 
     @staticmethod
     def reset() -> None:
         GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.compiles = 0
+        GlobalCounters.global_mem = 0
         GlobalCounters.time_sum_s = 0.0
 
 
@@ -48,6 +52,11 @@ class Runner:
     kernel: KernelSource
     program: Any
     device: str
+
+    @functools.cached_property
+    def mem_bytes(self) -> int:
+        """Bytes of the buffers the kernel reads or writes, each counted once."""
+        return sum(u.arg[1] * u.dtype.itemsize for u in self.kernel.program if u.op is Ops.PARAM)
 
     def __call__(
         self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()
@@ -260,6 +269,7 @@ def run_plan(
                 recording.launched(step.runner, [buffers[s] for s in step.slots])
             GlobalCounters.kernel_count += 1
             GlobalCounters.global_ops += step.runner.kernel.flops
+            GlobalCounters.global_mem += step.runner.mem_bytes
             if timing:
                 _report(step.runner, seconds)
             if listeners:
