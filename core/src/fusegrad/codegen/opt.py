@@ -440,6 +440,8 @@ def _transpose_tile(value: UOp) -> tuple[tuple[int, int], ...]:
     Upcast by ``TRANSPOSE_ROWS``, the axis along which that input is consecutive runs as a
     short inner loop, so each line read serves that many outputs (an optimizer update reading
     a (256, 1024) gradient transposed: 1.29 -> 0.21 ms)."""
+    if not any(u.op is Ops.PERMUTE for u in toposort([value])):
+        return ()  # (no view reorders axes: the lowering below would find nothing)
     shape = value.shape
     nodes = _plain_kernel(value)
     loops = _output_loops(nodes, shape)
