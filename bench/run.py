@@ -1,15 +1,17 @@
 """Every speed workload of the project, fusegrad against the peers installed, in one run.
 
-    python bench/run.py [--quick] [--beam N]
+    python bench/run.py [--quick] [--beam N] [--kernels-only]
 
 Peers: numpy, torch (2.13.0) and tinygrad (0.14.0), each when importable. For each workload it
 prints medians and the ratio of each peer's time to fusegrad's (> 1: fusegrad is faster), plus
 this machine's copy bandwidth and a measured FMA peak, so the figures can be read against the
 hardware. Compile time is excluded (each workload runs once before timing). The MNIST train
 step (batch 128, Adam) is measured as bench/bench_mnist.py does, one step of each side in turn;
-that script also measures the cold first step and peak memory.
+that script also measures the cold first step and peak memory. The GPT step (examples/gpt.py)
+comes from bench/bench_gpt.py, with kernels and MB moved per step and the first step of a fresh
+process; the last line is a matmul on each grid device that runs here, against the CPU backend.
 
-    FUSEGRAD_CPU_ARCH=x86-64-v3 python bench/run.py
+    FUSEGRAD_CPU_ARCH=x86-64-v3 python bench/run.py --kernels-only
 
 builds fusegrad's CPU kernels for another processor than this one (a ``-march`` name; here AVX2
 and FMA without AVX-512), to measure on an AVX-512 machine what most laptops run. The peers
@@ -270,6 +272,12 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes")
     parser.add_argument(
+        "--kernels-only",
+        action="store_true",
+        help="only the single-op workloads (matmul, chain, sum, softmax, attention scores): no "
+        "model steps, no grid devices (e.g. to compare CPU targets with FUSEGRAD_CPU_ARCH)",
+    )
+    parser.add_argument(
         "--beam",
         type=int,
         default=0,
@@ -293,6 +301,8 @@ def main() -> None:
         run_workload(*work, found, repeats)
     if args.beam:
         beam_matmuls(sizes, args.beam, peak, repeats)
+    if args.kernels_only:
+        return
     eager_and_jit(found, repeats)
     mnist_step(repeats)
     gpt_step(args.quick)
