@@ -213,6 +213,11 @@ def contenders(cfg: gpt.Config, kernels: dict[str, tuple[int, float]]) -> dict[s
     return {name: make() for name, make in makers.items()}
 
 
+#: seconds before each step: the previous contender's worker threads busy-wait after its step
+#: (OpenMP's spin), and on a 2-core machine they took a core from the next one's threads
+SETTLE_SECONDS = 0.3
+
+
 def measure(cfg: gpt.Config, warmup: int, timed: int) -> Figures:
     """Steps of every contender in turns, one step each, on the same batches."""
     figures = Figures()
@@ -221,6 +226,7 @@ def measure(cfg: gpt.Config, warmup: int, timed: int) -> Figures:
     figures.losses = {name: [] for name in steps}
     for i, batch in enumerate(gpt.token_stream(cfg, warmup + timed)):
         for name, run in steps.items():
+            time.sleep(SETTLE_SECONDS)
             start = time.perf_counter()
             figures.losses[name].append(run(batch))
             if i >= warmup:
