@@ -121,8 +121,8 @@ def make_step(model: GPT, lr: float = 3e-4, jit: bool = False):
         loss = logits.reshape(-1, model.cfg.vocab).cross_entropy(batch[:, 1:].reshape(-1))
         optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        return loss.realize()
+        optimizer.step(loss)  # the loss in the step's realize: alone, the forward would run again
+        return loss
 
     return TinyJit(step) if jit else step
 

@@ -230,3 +230,26 @@ def test_requires_grad_none_becomes_true_and_buffers_are_realized_with_the_step(
     for t in (bn.running_mean, bn.running_var, bn.num_batches_tracked):
         assert t.uop.op.name in ("BUFFER", "RESHAPE")  # computed by the step, not left lazy
     np.testing.assert_allclose(bn.running_mean.numpy(), [0.2, -0.35], rtol=1e-6)
+
+
+def test_step_realizes_the_loss_with_the_update_without_running_the_forward_again():
+    """``optimizer.step(loss)``: one realize computes the forward once, the update and the loss
+    (from the weights before the update); reading the loss then runs no kernel."""
+    from fusegrad import GlobalCounters, Tensor, nn
+    from fusegrad.nn.state import get_parameters
+
+    Tensor.manual_seed(0)
+    model = nn.Linear(8, 4)
+    opt = nn.optim.SGD(get_parameters(model), lr=0.1)
+    x, y = Tensor.rand(16, 8).realize(), Tensor.randint(16, high=4).realize()
+    w_before = model.weight.numpy()
+    loss = model(x).sparse_categorical_crossentropy(y)
+    loss.backward()
+    opt.step(loss)
+    GlobalCounters.reset()
+    value = loss.item()
+    assert GlobalCounters.kernel_count <= 1  # the labels' bounds check (tensor/bounds.py) only
+    logits = x.numpy() @ w_before.T + (model.bias.numpy() + 0.1 * model.bias.grad.numpy())
+    logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    want = -logp[np.arange(16), y.numpy()].mean()
+    np.testing.assert_allclose(value, want, rtol=1e-5)
