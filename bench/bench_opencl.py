@@ -1,6 +1,6 @@
 """OpenCL (PoCL's CPU device here) against the CPU backend, measured in one run; prints ratios.
 
-    python bench/bench_opencl.py            # matmul 256 and 512, a fused chain, a sum
+    python bench/bench_opencl.py            # matmul 256, 512 and 1024, a fused chain, a sum
     python bench/bench_opencl.py --quick    # fewer repeats
 
 Each workload runs once first (compile, allocate), then the median of the repeats is taken.
@@ -70,7 +70,7 @@ def main() -> None:
     from fusegrad_opencl.device import open_device
 
     print(f"OPENCL is {open_device('OPENCL').describe()}; times include the copy back to the host")
-    for n in (256, 512):
+    for n in (256, 512, 1024):  # 1024: the tiled plan's measure (docs/gpu-codegen.md)
         compare(f"matmul {n}x{n} f32", "GFLOP/s", 2 * n**3 * 1e-9, matmul(n), repeats)
     n = 1 << 22
     compare(f"fused 5-op chain, {n >> 20}M f32", "GB/s", 8 * n * 1e-9, chain(n), repeats)

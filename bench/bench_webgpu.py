@@ -1,12 +1,13 @@
 """WEBGPU against CPU on small matmuls and elementwise chains, measured in one run, as ratios.
 
-    python bench/bench_webgpu.py            # 64..256 matmuls, 64K..1M elementwise
-    python bench/bench_webgpu.py --quick    # the smallest sizes only
+    python bench/bench_webgpu.py            # 64..1024 matmuls, 64K..1M elementwise
+    python bench/bench_webgpu.py --quick    # the smallest sizes and the 1024 matmul only
 
 Times are medians of whole realizes (launch, kernel, and for WEBGPU the wait for the queue), the
 result read back once per repeat so that WEBGPU's asynchronous submits are counted. Compile time
 is excluded: every workload runs once first. Ratios > 1 mean WEBGPU is faster. On a machine
 without a GPU, WEBGPU runs on a software adapter (llvmpipe), so expect ratios well below 1.
+The 1024 matmul is the tiled plan's measure (core's codegen/tiled.py, docs/gpu-codegen.md).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def main() -> None:
     repeats = 3 if args.quick else 7
     renderer = Device["WEBGPU"].renderer
     print(f"WEBGPU: {renderer.adapter}; CPU: the C backend")
-    for n in (64,) if args.quick else (64, 128, 256):
+    for n in (64, 1024) if args.quick else (64, 128, 256, 1024):
         compare(f"matmul {n}x{n} f32", "GFLOP/s", 2 * n**3 * 1e-9, matmul(n), repeats)
     for n in (1 << 16,) if args.quick else (1 << 16, 1 << 20):
         compare(f"5-op chain {n >> 10}K f32", "GB/s", 8 * n * 1e-9, chain(n), repeats)

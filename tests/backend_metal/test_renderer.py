@@ -35,7 +35,7 @@ def test_kernel_renders_with_bindings_and_a_guarded_thread_index(case_id, ast):
     )
     if kernel.global_size is None:
         assert params == buffers and "gid" not in text
-    elif kernel.local_size and "threadgroup_barrier" in text:  # grouped: one group per output
+    elif kernel.local_size and "gidx0" not in text:  # grouped or tiled: an exact launch
         assert (
             params[-1] == "uint3 lid [[thread_position_in_threadgroup]]" and "return;" not in text
         )

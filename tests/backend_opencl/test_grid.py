@@ -90,11 +90,13 @@ def test_a_long_reduction_uses_local_memory_and_a_barrier(cl_device):
     assert total.local_size == (16,) and total.global_size == (16,)
 
 
-def test_a_short_reduction_with_many_outputs_stays_flat(cl_device):
-    """A matmul of 64x64 outputs, 64 each: one work-item per output, no barrier."""
+def test_a_short_reduction_with_many_outputs_runs_tiled(cl_device):
+    """A matmul of 64x64 outputs, 64 each: tiles of outputs (codegen/tiled.py, see
+    test_tiled.py), a register block per work-item, no barrier."""
     a = on_device(np.ones((64, 64), np.float32))
     (kernel,) = kernels(a @ a)
-    assert "barrier" not in kernel.source and "get_global_id(0)" in kernel.source
+    assert "barrier" not in kernel.source and "get_local_id(0)" in kernel.source
+    assert "uidx" in kernel.source  # the register block's loops
 
 
 def test_float16_sum_when_the_device_has_it(cl_device):

@@ -54,7 +54,11 @@ def open_runtime(name: str) -> Runtime:
 
     cl_device = open_device(name)
     renderer = OpenCLRenderer(
-        name, cl_device.extensions, cl_device.max_group_size, cl_device.local_memory_bytes
+        name,
+        cl_device.extensions,
+        cl_device.max_group_size,
+        cl_device.local_memory_bytes,
+        threads_in_lanes=not cl_device.is_cpu,
     )
     program = functools.partial(CLProgram, cl_device)  # the program class, bound to the device
     allocator, compiler = CLAllocator(cl_device), CLCompiler(cl_device)

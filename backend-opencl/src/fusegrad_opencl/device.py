@@ -56,6 +56,12 @@ class CLDevice:
         """Bytes of local memory one work-group may use."""
         return int(self.device.local_mem_size)
 
+    @property
+    def is_cpu(self) -> bool:
+        """Whether the device is the host's processor (PoCL's): its work-items are trips of a
+        loop on each core rather than SIMD lanes."""
+        return bool(self.device.type & cl.device_type.CPU)
+
     def describe(self) -> str:
         """``OPENCL:0 (pthread-AMD EPYC, Portable Computing Language OpenCL 3.0 PoCL ...)``."""
         return f"{self.name} ({self.device.name.strip()}, {self.device.platform.version.strip()})"

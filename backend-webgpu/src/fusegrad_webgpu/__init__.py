@@ -35,7 +35,7 @@ def open_runtime(name: str) -> Runtime:
     from fusegrad_webgpu.renderer import WGSLRenderer
 
     ctx = context()
-    renderer = WGSLRenderer(name, ctx.features, ctx.limits, ctx.adapter_name)
+    renderer = WGSLRenderer(name, ctx.features, ctx.limits, ctx.adapter_name, ctx.on_cpu)
     return Runtime(name, WebGPUAllocator(), renderer, WGSLCompiler(), WebGPUProgram)
 
 

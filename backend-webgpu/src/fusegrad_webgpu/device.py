@@ -97,6 +97,11 @@ class Context:
     def timestamps(self) -> bool:
         return "timestamp-query" in self.features
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the adapter runs shaders on the host's processor (llvmpipe, WARP)."""
+        return str(self.adapter.info.get("adapter_type", "")).upper() == "CPU"
+
     def pipeline(self, source: str, entry: str) -> Any:
         """The compute pipeline of ``source`` (built once per process, one thread at a time: the
         engine compiles a plan's kernels on several threads)."""

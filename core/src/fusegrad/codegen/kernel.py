@@ -6,11 +6,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fusegrad.codegen.decompose import decompose
-from fusegrad.codegen.grid import launch_size, linearize_grouped, lower_grouped, plan_groups
+from fusegrad.codegen.grid import (
+    Groups,
+    launch_size,
+    linearize_grouped,
+    lower_grouped,
+    plan_groups,
+)
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
+from fusegrad.codegen.tiled import Tiles, lower_tiled, plan_tiles
 from fusegrad.codegen.verify import verify_program
 from fusegrad.dtype import dtypes
 from fusegrad.errors import UnsupportedOp
@@ -89,7 +96,7 @@ def generate(
     ast: UOp,
     renderer: Renderer,
     rules: CodegenRules = CORE_RULES,
-    opts: KernelOpts | None | object = _DEFAULT,
+    opts: KernelOpts | Tiles | None | object = _DEFAULT,
 ) -> KernelSource:
     """Turn a kernel AST into source for ``renderer`` (with ``opts``, else the heuristic's).
 
@@ -97,24 +104,22 @@ def generate(
     device's ``Runtime.rules``; core's alone by default), never from the plugin manager.
 
     On a grid device a long reduction may run as one group of threads per output instead
-    (``codegen/grid.py``); ``opts`` (loop structure for loops) does not apply there.
+    (``codegen/grid.py``), and a matmul as tiles of outputs (``codegen/tiled.py``; ``opts``
+    may be ``Tiles`` to choose their sizes); loop structures (``KernelOpts``) do not apply there.
     """
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
     symbolic = bool(graph_variables([ast]))
     wide = _check_index_type(ast, renderer, symbolic)
-    chosen: KernelOpts | None
-    if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
-        chosen = None
-    elif isinstance(opts, KernelOpts) or opts is None:
-        chosen = opts
-    else:  # not given: the heuristic's
-        chosen = heuristic_opts(ast, renderer)
-    grouped = grid and chosen is None and not symbolic and not wide
-    group = plan_groups(ast, renderer) if grouped else None
+    chosen, group, tiles = _plan(ast, renderer, opts, grid and not symbolic and not wide, symbolic)
     if Context.DEBUG >= 4:
-        print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}")
-    graph = lower_grouped(ast, group) if group else lower_kernel(ast, grid=grid, opts=chosen)
+        print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}\ntiles: {tiles}")
+    if tiles is not None:
+        graph = lower_tiled(ast, tiles)
+    elif group is not None:
+        graph = lower_grouped(ast, group)
+    else:
+        graph = lower_kernel(ast, grid=grid, opts=chosen)
     _debug_stage("lowered", graph)
     check_stage(graph, LOWERED)
     graph = _rewrite_stage(SIMPLIFICATION, lambda g: graph_rewrite(g, rules.kernel), graph)
@@ -149,6 +154,25 @@ def generate(
         local_size,
         variables_of(program),
     )
+
+
+def _plan(
+    ast: UOp, renderer: Renderer, opts: object, gridded: bool, symbolic: bool
+) -> tuple[KernelOpts | None, Groups | None, Tiles | None]:
+    """The kernel's shape: a loop structure (``opts``, else the heuristic's), or where it runs on
+    a grid with fixed sizes and 32-bit indices (``gridded``) a grouped reduction, else tiles
+    (only when ``opts`` is not given: None asks for one thread per output). Given ``Tiles``
+    are used as they are."""
+    if isinstance(opts, Tiles):
+        return None, None, opts if gridded else None
+    if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
+        return None, None, None
+    chosen = opts if isinstance(opts, KernelOpts) or opts is None else heuristic_opts(ast, renderer)
+    if not gridded or chosen is not None:
+        return chosen, None, None
+    if (group := plan_groups(ast, renderer)) is not None:
+        return None, group, None
+    return None, None, plan_tiles(ast, renderer) if opts is _DEFAULT else None
 
 
 def _check_index_type(ast: UOp, renderer: Renderer, symbolic: bool) -> bool:

@@ -37,6 +37,15 @@ class Renderer:
     has_local: bool = False
     #: bytes of shared memory one group may use (when ``has_local``)
     local_memory_bytes: int = 0
+    #: a matmul on a grid (``has_local``) runs tiled (codegen/tiled.py): each thread computes a
+    #: block of ``(rows, columns)`` outputs in registers. Larger blocks load less per
+    #: multiply-add but need more registers per thread.
+    tile_upcast: tuple[int, int] = (4, 4)
+    #: neighbouring threads of a group run in the lanes of one SIMD instruction (a GPU's warp,
+    #: llvmpipe): a tiled matmul then gives a thread outputs a group's width apart, so that
+    #: neighbours load neighbouring elements together. False (a CPU's OpenCL, whose threads are
+    #: trips of a loop): a thread's outputs are next to each other, loaded as one vector.
+    threads_in_lanes: bool = True
     #: ALU ops rendered natively; core decomposes the others before rendering
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
     #: math ops the target has only as scalar library calls, which keep its compiler from
