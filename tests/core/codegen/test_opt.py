@@ -326,12 +326,18 @@ def test_conv_channels_fill_two_registers_when_the_batch_is_left_to_split():
 def test_an_elementwise_kernel_reading_a_transposed_input_takes_rows_together():
     """``m * 0.9 + g.T * 0.1`` (an optimizer update of a gradient stored transposed): rows of
     the output run 8 at a time, so each cache line of ``g`` read serves 8 outputs. A broadcast
-    input is no transpose: its kernel keeps plain loops."""
-    m, g = Tensor.rand(64, 32, device="CPU").realize(), Tensor.rand(32, 64, device="CPU").realize()
+    input is no transpose, and rows shorter than 128 are read again while still in cache: their
+    kernels keep plain loops."""
+    m, g = (
+        Tensor.rand(64, 128, device="CPU").realize(),
+        Tensor.rand(128, 64, device="CPU").realize(),
+    )
     (update,) = (m * 0.9 + g.T * 0.1).schedule()
     assert heuristic_opts(update.ast, AVX2) == KernelOpts((0, 1), ((0, 8),))
-    (broadcast,) = (m + Tensor.rand(32, device="CPU").realize()).schedule()
+    (broadcast,) = (m + Tensor.rand(128, device="CPU").realize()).schedule()
     assert heuristic_opts(broadcast.ast, AVX2) == KernelOpts((0, 1))
+    (short,) = (g * 0.9 + m.T * 0.1).schedule()  # rows of 64
+    assert heuristic_opts(short.ast, AVX2) == KernelOpts((0, 1))
     np.testing.assert_allclose(
         (m * 0.9 + g.T * 0.1).numpy(), m.numpy() * 0.9 + g.numpy().T * 0.1, rtol=1e-6
     )
