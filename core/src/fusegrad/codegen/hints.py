@@ -34,6 +34,10 @@ _SHORT_LOOPS = (AxisKind.UPCAST, AxisKind.LANE)
 _NOT_PACKED = frozenset({*GroupOp.Comparison, Ops.WHERE, Ops.MAX})
 #: the most statements an unrolled lane loop may make (lanes x body) before it is left to SIMD
 _UNROLL_STATEMENTS = 512
+#: an epilogue of at most this many ops (a store, a bias) stays unrolled after a matmul's tile:
+#: as a loop it kept the accumulators in memory on AVX2 (a 1024² matmul at 48 instead of 108
+#: GFLOP/s per core)
+_SHORT_EPILOGUE = 16
 
 
 def reads_consecutively(loop: UOp, body: list[UOp], halving: bool = False) -> bool:
@@ -92,6 +96,19 @@ def _reduce_loops_around(loop: UOp, spans: dict[UOp, tuple[int, int]]) -> int:
     return sum(1 for s, e in reduces if s < start and end < e)
 
 
+def _after_a_reduction(loop: UOp, spans: dict[UOp, tuple[int, int]]) -> bool:
+    """Whether ``loop`` comes after a reduce loop has ended (an epilogue, not the set-up)."""
+    start = spans[loop][0]
+    return any(r.arg.kind is AxisKind.REDUCE and e < start for r, (_, e) in spans.items())
+
+
+def _short_arithmetic(body: list[UOp]) -> bool:
+    """Whether the values ``body`` computes (its index arithmetic aside) are a few ops, none
+    that gcc's straight-line vectoriser leaves scalar (a comparison, a select)."""
+    values = [u for u in body if u.op in GroupOp.ALU and not u.src[-1].dtype.is_int]
+    return len(values) <= _SHORT_EPILOGUE and not any(u.op in _NOT_PACKED for u in values)
+
+
 def _hint(
     loop: UOp,
     body: list[UOp],
@@ -103,7 +120,14 @@ def _hint(
     innermost = not any(b.op is Ops.RANGE for b in body)
     if loop.arg.kind in _SHORT_LOOPS:
         around = _reduce_loops_around(loop, spans)
-        if not elementwise and not nested and around == 0 and not _opens_a_reduction(body):
+        if (
+            not elementwise
+            and not nested
+            and around == 0
+            and not _opens_a_reduction(body)
+            and _after_a_reduction(loop, spans)
+            and not _short_arithmetic(body)
+        ):
             # the tile's loops before and after its reduction (setting the accumulators, the
             # epilogue reading them): unrolled, gcc spent most of its time there, and ran them
             # no faster (a GPT's kernels took 13 s of gcc, 6 s so; a GELU epilogue unrolled
