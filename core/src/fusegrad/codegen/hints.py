@@ -115,6 +115,7 @@ def _hint(
     spans: dict[UOp, tuple[int, int]],
     elementwise: bool,
     nested: bool = False,
+    roomy: bool = False,
 ) -> LoopHint:
     """The hint for ``loop``, whose body is ``body`` (see the module docstring)."""
     innermost = not any(b.op is Ops.RANGE for b in body)
@@ -125,15 +126,16 @@ def _hint(
             and not nested
             and around == 0
             and not _opens_a_reduction(body)
-            and _after_a_reduction(loop, spans)
-            and not _short_arithmetic(body)
+            and (roomy or (_after_a_reduction(loop, spans) and not _short_arithmetic(body)))
         ):
             # the tile's loops before and after its reduction (setting the accumulators, the
             # epilogue reading them): unrolled, gcc spent most of its time there, and ran them
             # no faster (a GPT's kernels took 13 s of gcc, 6 s so; a GELU epilogue unrolled
             # over an 8 x 32 tile even took the matmul from 96 to 4.6 GFLOP/s). Not where the
             # reduction is loops in loops (a convolution's channels, then its window): there
-            # the unrolled tile ran 3-8% faster (MNIST's step 2.6 ms on two cores)
+            # the unrolled tile ran 3-8% faster (MNIST's step 2.6 ms on two cores). With 16
+            # vector registers (AVX2) only a long epilogue: as loops, the set-up and a plain
+            # store kept the accumulators in memory (a matmul at 48 instead of 108 GFLOP/s)
             return LoopHint.SIMD if innermost and reads_consecutively(loop, body) else LoopHint.NONE
         # a tile inside several reduce loops (a convolution's channels, then its window) stays
         # a loop of vectors: unrolled there, gcc left the whole tile scalar (a conv 8-19x slower)
@@ -152,15 +154,16 @@ def _opens_a_reduction(body: list[UOp]) -> bool:
     return any(u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE for u in body)
 
 
-def hint_loops(program: list[UOp]) -> list[UOp]:
-    """``program`` with each loop's RANGE carrying its hint (the ops inside rebuilt on it)."""
+def hint_loops(program: list[UOp], roomy: bool = False) -> list[UOp]:
+    """``program`` with each loop's RANGE carrying its hint (the ops inside rebuilt on it).
+    ``roomy``: the target has 32 or more vector registers (see ``_hint``)."""
     spans = loop_spans(program)
     elementwise = not any(u.op is Ops.DEFINE_REG for u in program)
     nested = any(
         loop.arg.kind is AxisKind.REDUCE and _reduce_loops_around(loop, spans) for loop in spans
     )
     hints = {
-        loop: _hint(loop, program[start + 1 : end], spans, elementwise, nested)
+        loop: _hint(loop, program[start + 1 : end], spans, elementwise, nested, roomy)
         for loop, (start, end) in spans.items()
     }
     hints = {loop: hint for loop, hint in hints.items() if hint is not LoopHint.NONE}

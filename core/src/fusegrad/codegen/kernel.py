@@ -86,6 +86,9 @@ def _rewrite_stage(title: str, rewrite: Callable[[UOp], UOp], graph: UOp) -> UOp
 
 
 _DEFAULT = object()
+#: a target with this many vector registers (AVX-512) leaves a register tile's set-up and
+#: epilogue as loops: gcc kept its accumulators in registers all the same
+ROOMY_REGISTERS = 32
 #: the titles of generate's rewriting stages in DEBUG=4's output (docs/architecture.md shows them)
 SIMPLIFICATION = "symbolic simplification (kernel rules)"
 DECOMPOSITION = "decomposition (for what the renderer lacks)"
@@ -130,7 +133,8 @@ def generate(
         print(f"--- {PROGRAM_RULES} ---\nno plugin adds program rules")
     check_stage(graph, DECOMPOSED)
     mulacc = Ops.MULACC in renderer.native_ops
-    program = linearize_grouped(graph, group) if group else linearize(graph, fuse_mulacc=mulacc)
+    roomy = renderer.vector_registers >= ROOMY_REGISTERS  # (codegen/hints.py)
+    program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
     _debug_stage("linear program", program)
     check_stage(program, LINEAR)
     name = kernel_name(ast)

@@ -234,8 +234,8 @@ def _substitute(root: UOp, new: dict[UOp, UOp]) -> UOp:
     return done[root]
 
 
-def linearize(sink: UOp, fuse_mulacc: bool = False) -> list[UOp]:
+def linearize(sink: UOp, fuse_mulacc: bool = False, roomy: bool = False) -> list[UOp]:
     """Order a kernel graph into a program: PARAMs and constants, loops, accumulators, stores,
     each loop with its compiler hint. With ``fuse_mulacc`` a float sum of products accumulates
     with MULACC (one rounding)."""
-    return hint_loops(Linearizer(sink, fuse_mulacc).linearize())
+    return hint_loops(Linearizer(sink, fuse_mulacc).linearize(), roomy)
