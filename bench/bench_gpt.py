@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,14 @@ from bench_core import tinygrad_on_cpu  # noqa: E402  (bench/ is on the path)
 Step = Callable[[np.ndarray], float]
 
 
+def counted(run: Step, cfg: gpt.Config, counters: Any) -> tuple[int, float]:
+    """Kernels one step of ``run`` launches, and MB their buffers hold (read or written), as the
+    library's ``GlobalCounters`` (fusegrad's or tinygrad's: the same fields) count them."""
+    counters.reset()
+    run(gpt.token_stream(cfg, 1, seed=7)[0])
+    return counters.kernel_count, counters.global_mem / 1e6
+
+
 def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[int, float]]]:
     from fusegrad import GlobalCounters, Tensor
 
@@ -43,13 +52,7 @@ def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[
     def run(batch: np.ndarray) -> float:
         return step(Tensor(batch)).item()
 
-    def kernels() -> tuple[int, float]:
-        """Kernels launched in one step, and MB their buffers hold (read or written)."""
-        GlobalCounters.reset()
-        run(gpt.token_stream(cfg, 1, seed=7)[0])
-        return GlobalCounters.kernel_count, GlobalCounters.global_mem / 1e6
-
-    return run, kernels
+    return run, lambda: counted(run, cfg, GlobalCounters)
 
 
 def torch_step(cfg: gpt.Config) -> Step:
@@ -134,13 +137,7 @@ def tinygrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[
     def run(batch: np.ndarray) -> float:
         return stepper(Tensor(batch)).item()
 
-    def kernels() -> tuple[int, float]:
-        """Kernels launched in one step, and MB their buffers hold (read or written)."""
-        GlobalCounters.reset()
-        run(gpt.token_stream(cfg, 1, seed=7)[0])
-        return GlobalCounters.kernel_count, GlobalCounters.global_mem / 1e6
-
-    return run, kernels
+    return run, lambda: counted(run, cfg, GlobalCounters)
 
 
 COLD = """

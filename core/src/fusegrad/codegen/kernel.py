@@ -19,7 +19,7 @@ from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.tiled import Tiles, lower_tiled, plan_tiles
 from fusegrad.codegen.verify import verify_program
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import UnsupportedOp
 from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
@@ -113,8 +113,9 @@ def generate(
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
     symbolic = bool(graph_variables([ast]))
-    wide = _check_index_type(ast, renderer, symbolic)
-    chosen, group, tiles = _plan(ast, renderer, opts, grid and not symbolic and not wide, symbolic)
+    index = _index_type(ast, renderer, symbolic)
+    narrow = index == dtypes.index
+    chosen, group, tiles = _plan(ast, renderer, opts, grid and not symbolic and narrow, symbolic)
     if Context.DEBUG >= 4:
         print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}\ntiles: {tiles}")
     if tiles is not None:
@@ -122,7 +123,7 @@ def generate(
     elif group is not None:
         graph = lower_grouped(ast, group)
     else:
-        graph = lower_kernel(ast, grid=grid, opts=chosen)
+        graph = lower_kernel(ast, grid=grid, opts=chosen, index=index)
     _debug_stage("lowered", graph)
     check_stage(graph, LOWERED)
     graph = _rewrite_stage(SIMPLIFICATION, lambda g: graph_rewrite(g, rules.kernel), graph)
@@ -179,26 +180,24 @@ def _plan(
     return None, None, plan_tiles(ast, renderer) if opts is _DEFAULT else None
 
 
-def _check_index_type(ast: UOp, renderer: Renderer, symbolic: bool) -> bool:
-    """Whether the kernel indexes with 64-bit integers (``codegen/lower.py``'s ``index_type``);
-    refused, before any code is made, where that cannot be rendered: a clear error instead of a
-    kernel that does nothing or writes outside its buffers."""
-    if index_type(ast) == dtypes.index:
-        return False
-    problem = (
-        "its sizes are variables"
-        if symbolic
-        else f"{type(renderer).__name__} has no 64-bit integers"
-        if dtypes.int64 not in renderer.supported_dtypes
-        else None
+def _index_type(ast: UOp, renderer: Renderer, symbolic: bool) -> DType:
+    """The kernel's index type (``codegen/lower.py``'s ``index_type``); a 64-bit one is refused,
+    before any code is made, where it cannot be rendered: a clear error instead of a kernel that
+    does nothing or writes outside its buffers."""
+    index = index_type(ast)
+    if index == dtypes.index:
+        return index
+    if symbolic:
+        problem = "its sizes are variables"
+    elif dtypes.int64 not in renderer.supported_dtypes:
+        problem = f"{type(renderer).__name__} has no 64-bit integers"
+    else:
+        return index
+    raise UnsupportedOp(
+        f"kernel {kernel_name(ast)} works on {INDEX32_LIMIT:,} or more elements, which needs "
+        f"64-bit index arithmetic, and {problem}: split the tensor (e.g. with chunk) and "
+        "work on the parts"
     )
-    if problem is not None:
-        raise UnsupportedOp(
-            f"kernel {kernel_name(ast)} works on {INDEX32_LIMIT:,} or more elements, which needs "
-            f"64-bit index arithmetic, and {problem}: split the tensor (e.g. with chunk) and "
-            "work on the parts"
-        )
-    return True
 
 
 def count_flops(program: list[UOp]) -> int:

@@ -292,8 +292,11 @@ def output_index(
     return tuple(idx), flatten(tuple(idx), shape, index)
 
 
-def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
-    """Lower ``SINK(STORE(PARAM, value))`` to a kernel graph of loops and index arithmetic."""
+def lower_kernel(
+    ast: UOp, grid: bool, opts: KernelOpts | None = None, index: DType | None = None
+) -> UOp:
+    """Lower ``SINK(STORE(PARAM, value))`` to a kernel graph of loops and index arithmetic, in
+    the kernel's ``index`` type (``index_type(ast)`` when not given)."""
     store = ast.src[0]
     out, value = store.src
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
@@ -301,7 +304,7 @@ def lower_kernel(ast: UOp, grid: bool, opts: KernelOpts | None = None) -> UOp:
         (sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1
     )
     work = sym_max(value.size) * per_output
-    lowerer = Lowerer(opts, AxisCounter(index=index_type(ast)))
+    lowerer = Lowerer(opts, AxisCounter(index=index or index_type(ast)))
     idx, flat = output_index(value.shape, grid, opts, work > PARALLEL_WORK, lowerer.axes)
     gate = UOp.const(dtypes.bool, True)
     if grid and isinstance(value.size, UOp):

@@ -58,8 +58,8 @@ def lay_out(
     order = toposort(list(roots))
     if not any(u.op is Ops.REDUCE_AXIS for u in order):
         return roots
-    roots = reduce_in_reading_order(roots, order)
-    order = toposort(list(roots))
+    if (reordered := reduce_in_reading_order(roots, order)) != roots:
+        roots, order = reordered, toposort(list(reordered))
     device_of = _devices(roots, devices)
     done: dict[UOp, UOp] = {}
     added: set[UOp] = set()  # reshapes the rules put over a reduction's result
@@ -123,8 +123,7 @@ def _permute_into_reduce(old: UOp, new: UOp, users: dict[UOp, int]) -> UOp | Non
     order = list(range(len(source.shape)))
     for position, axis in zip(kept, wanted):
         order[position] = axis
-    permuted = UOp(Ops.PERMUTE, source.dtype, (source,), tuple(order))
-    summed = UOp(Ops.REDUCE_AXIS, below.dtype, (permuted,), below.arg)
+    summed = UOp(Ops.REDUCE_AXIS, below.dtype, (_permute(source, tuple(order)),), below.arg)
     return _reshape(summed, old.shape)
 
 
