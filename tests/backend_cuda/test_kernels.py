@@ -12,7 +12,7 @@ import re
 import pytest
 from kernel_corpus import corpus_kernels
 
-from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad_cuda.compiler import NVCCCompiler, NVRTCCompiler, find_nvcc, find_nvrtc
 from fusegrad_cuda.renderer import CUDARenderer
 
@@ -21,13 +21,22 @@ KERNELS = corpus_kernels()
 COMPILERS = {"nvcc": (NVCCCompiler, find_nvcc), "nvrtc": (NVRTCCompiler, find_nvrtc)}
 
 
+def renamed(kernels: list[KernelSource]) -> list[str]:
+    """Each kernel's source, renamed ``k<i>_<name>`` so that they can share a file."""
+    return [k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)]
+
+
 def rendered() -> list[str]:
-    """Each corpus kernel as CUDA C++, renamed ``k<i>_<name>`` so that they can share a file."""
-    out = []
-    for i, (_, ast) in enumerate(KERNELS):
-        kernel = generate(ast, CUDARenderer("CUDA"))
-        out.append(kernel.source.replace(f" {kernel.name}(", f" k{i}_{kernel.name}(", 1))
-    return out
+    """Each corpus kernel as CUDA C++, renamed (``renamed``)."""
+    return renamed([generate(ast, CUDARenderer("CUDA")) for _, ast in KERNELS])
+
+
+def assert_compiles_with_nvcc(kernels: list[KernelSource]) -> None:
+    """Compile ``kernels`` as one translation unit with nvcc for sm_80 (skipped without nvcc)."""
+    if find_nvcc() is None:
+        pytest.skip("nvcc not found on this machine")
+    cubin = NVCCCompiler("sm_80").compile("\n".join(renamed(kernels)))
+    assert cubin[:4] == b"\x7fELF"
 
 
 @pytest.mark.parametrize("tool", list(COMPILERS))
@@ -95,13 +104,7 @@ def test_a_kernel_over_a_variable_takes_it_as_an_int_and_compiles():
     for k in kernels:
         assert re.search(rf"void {k.name}\(.*, int seq\) {{", k.source), k.source
         assert [v.arg[0] for v in k.variables] == ["seq"]
-    if find_nvcc() is None:
-        pytest.skip("nvcc not found on this machine")
-    sources = [
-        k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)
-    ]
-    cubin = NVCCCompiler("sm_80").compile("\n".join(sources))
-    assert cubin[:4] == b"\x7fELF"
+    assert_compiles_with_nvcc(kernels)
 
 
 def test_a_kernel_over_two_to_the_31_elements_counts_threads_in_64_bits_and_compiles():
@@ -116,10 +119,4 @@ def test_a_kernel_over_two_to_the_31_elements_counts_threads_in_64_bits_and_comp
     ]
     assert "long long gidx0 = (long long)blockIdx.x*blockDim.x+threadIdx.x;" in kernels[0].source
     assert "if (gidx0 >= 2147483712) return;" in kernels[0].source
-    if find_nvcc() is None:
-        pytest.skip("nvcc not found on this machine")
-    sources = [
-        k.source.replace(f" {k.name}(", f" k{i}_{k.name}(", 1) for i, k in enumerate(kernels)
-    ]
-    cubin = NVCCCompiler("sm_80").compile("\n".join(sources))
-    assert cubin[:4] == b"\x7fELF"
+    assert_compiles_with_nvcc(kernels)

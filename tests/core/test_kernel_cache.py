@@ -13,6 +13,8 @@ import tempfile
 import textwrap
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,16 @@ def compute(k: float) -> np.ndarray:
     return (Tensor(X, device="CPU") * k + 1).numpy()
 
 
+@contextmanager
+def cache_warnings() -> Iterator[list[str]]:
+    """The messages of the ``KernelCacheWarning``s raised in the block, filled in as it ends."""
+    messages: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield messages
+    messages.extend(str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning))
+
+
 def entries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith(".tmp-"))
 
@@ -91,10 +103,8 @@ def test_a_damaged_entry_is_deleted_with_one_warning_and_compiled_again(cache, d
     (entry,) = entries(cache)
     damage(entry)
     fusegrad.reset_caches()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with cache_warnings() as messages:
         np.testing.assert_array_equal(compute(3), expected)
-    messages = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
     assert len(messages) == 1 and entry.name in messages[0], messages
     assert "compiled again" in messages[0] and "/tmp" not in messages[0]
     # healed: stored again whole, and read back without a warning
@@ -114,11 +124,9 @@ def test_swapped_entries_are_each_deleted_with_a_warning_and_compiled_again(cach
     first.write_bytes(b)
     second.write_bytes(a)
     fusegrad.reset_caches()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with cache_warnings() as messages:
         np.testing.assert_array_equal(compute(3), X * 3 + 1)
         np.testing.assert_array_equal(compute(5), X * 5 + 1)
-    messages = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
     assert len(messages) == 2, messages
     for entry, other in ((first, second), (second, first)):
         (message,) = [m for m in messages if m.startswith(f"kernel cache entry {entry.name}")]
@@ -132,10 +140,8 @@ def test_an_entry_that_checks_out_but_does_not_load_is_evicted_and_compiled_agai
     (entry,) = entries(cache)
     entry.write_bytes(kernel_cache.pack(entry.name, b"not a shared library"))
     fusegrad.reset_caches()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with cache_warnings() as messages:
         np.testing.assert_array_equal(compute(3), X * 3 + 1)
-    messages = [str(w.message) for w in caught if issubclass(w.category, KernelCacheWarning)]
     assert len(messages) == 1 and entry.name in messages[0] and "could not be loaded" in messages[0]
     assert kernel_cache.unpack(entry.name, entry.read_bytes())[0] != b"not a shared library"
 

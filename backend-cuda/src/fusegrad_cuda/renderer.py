@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.renderer.cstyle import CStyleRenderer
-from fusegrad.uop.loops import AxisKind, LoopHint
+from fusegrad.renderer.cstyle import UNROLL_REGISTER_TILES, CStyleRenderer
 from fusegrad.uop.ops import Ops, UOp
 
 #: threads per block; the grid is as many blocks as it takes to cover the output
@@ -39,12 +38,8 @@ class CUDARenderer(CStyleRenderer):
     restrict = "__restrict__"
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "half"}
     nan, infinity = "__int_as_float(0x7fc00000)", "__int_as_float(0x7f800000)"
-    #: a register tile's loops (UPCAST, whatever their hint) unrolled whole: its accumulators
-    #: then live in registers, not in local memory
-    loop_pragmas = {
-        **{(AxisKind.UPCAST, hint): "#pragma unroll" for hint in LoopHint},
-        (AxisKind.LANE, LoopHint.UNROLL): "#pragma unroll",
-    }
+    #: a register tile unrolled whole: its accumulators then live in registers, not local memory
+    loop_pragmas = UNROLL_REGISTER_TILES
 
     def __init__(self, device: str = "", arch: str = "sm_80"):
         super().__init__(device)

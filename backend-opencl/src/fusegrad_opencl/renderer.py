@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.renderer.cstyle import SHORT_TYPE_NAMES, CStyleRenderer
-from fusegrad.uop.loops import AxisKind, LoopHint
+from fusegrad.renderer.cstyle import SHORT_TYPE_NAMES, UNROLL_REGISTER_TILES, CStyleRenderer
 from fusegrad.uop.ops import UOp
 
 #: the extension a device must report before a kernel may use a dtype
@@ -48,12 +47,8 @@ class OpenCLRenderer(CStyleRenderer):
     float32_math_suffix = ""  # OpenCL's math functions are overloaded on every float type
     math_in_float32: frozenset[DType] = frozenset()  # with cl_khr_fp16 they take half too
     int64_suffixes = ("l", "ul")
-    #: a register tile's loops (UPCAST, whatever their hint) unrolled whole, so that each
-    #: accumulator is a register of its own (clang left a 4 x 16 tile's nest rolled: 2x slower)
-    loop_pragmas = {
-        **{(AxisKind.UPCAST, hint): "#pragma unroll" for hint in LoopHint},
-        (AxisKind.LANE, LoopHint.UNROLL): "#pragma unroll",
-    }
+    #: a register tile unrolled whole (clang left a 4 x 16 tile's nest rolled: 2x slower)
+    loop_pragmas = UNROLL_REGISTER_TILES
 
     def __init__(
         self,

@@ -137,6 +137,16 @@ def _widen_by_bits(x: str, dtype: DType) -> str:
     return f"(bitcast<i64>(u64(bitcast<u32>({x}))) - select(0li, 4294967296li, {x} < 0i))"
 
 
+def _atomic_buffers(program: list[UOp]) -> set[UOp]:
+    """The buffers the program changes with atomic ops (packed stores): atomic words."""
+    return {u.src[0].src[0] for u in program if u.op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR)}
+
+
+def _written_buffers(program: list[UOp]) -> set[UOp]:
+    """The buffers the program stores to."""
+    return {u.src[0].src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}
+
+
 class WGSLRenderer(Renderer):
     """Renders a linear program as a WGSL compute shader for one adapter's features and limits."""
 
@@ -294,10 +304,7 @@ class WGSLRenderer(Renderer):
 
     def render_bindings(self, program: list[UOp]) -> list[str]:
         """One storage buffer per PARAM: atomic words for packed stores, read-only for inputs."""
-        atomic = {u.src[0].src[0] for u in program if u.op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR)}
-        written = {
-            u.src[0].src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
-        }
+        atomic, written = _atomic_buffers(program), _written_buffers(program)
         lines = []
         for p in (u for u in program if u.op is Ops.PARAM):
             element = (
@@ -357,10 +364,9 @@ class _Walk:
         self.known: dict[str, tuple[str, int]] = {}
         self._depth = 1
         self.trips: dict[UOp, int] = {}  # the open loops and the trips each makes
-        self.written = {
-            u.src[0].src[0] for u in program if u.op is Ops.STORE and u.src[0].op is Ops.INDEX
-        }
-        self.atomic = {u.src[0].src[0] for u in program if u.op in (Ops.ATOMIC_AND, Ops.ATOMIC_OR)}
+        self.atomic = _atomic_buffers(program)
+        #: the buffers the kernel changes: two reads of one may differ
+        self.changed = _written_buffers(program) | self.atomic
         #: module-scope declarations of the kernel's shared arrays
         self.shared: list[str] = []
 
@@ -536,7 +542,7 @@ class _Walk:
         read = f"atomicLoad(&{src[0]})" if u.src[0].src[0] in self.atomic else src[0]
         if len(src) != 3:  # a buffer the kernel writes may change between two reads
             buffer = u.src[0].src[0]
-            self.let(u, "val", read, reuse=buffer not in self.written | self.atomic)
+            self.let(u, "val", read, reuse=buffer not in self.changed)
             return
         self.names[u] = f"val{len(self.lines)}"
         self.emit(f"var {self.names[u]}: {self.r.type_name(u.dtype)} = {src[2]};")

@@ -101,7 +101,10 @@ def run_compiler_process(
 def _kill(process: subprocess.Popen[str]) -> None:
     """Kill ``process`` and its children (its process group), and wait for it."""
     try:
-        os.killpg(process.pid, signal.SIGKILL) if _POSIX else process.kill()
+        if _POSIX:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
     except OSError:
         pass
     process.communicate()

@@ -89,7 +89,7 @@ class Compiler:
         Each result is stored under its own source's key, and only once it compiled: a source
         that fails stores nothing and leaves the others' entries alone.
         """
-        if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
+        if not self._uses_disk_cache():
             return self.compile_batch(sources)
         keys = [self._cache_key(source) for source in sources]
         stored = [read_entry(key) for key in keys]  # each checked: a bad entry is a miss
@@ -108,13 +108,17 @@ class Compiler:
 
     def evict(self, source: str, why: str) -> bool:
         """Forget the disk cache's entry for ``source`` (it did not load); False if none is kept."""
-        if not self.disk_cache or os.environ.get("FUSEGRAD_DISABLE_CACHE"):
+        if not self._uses_disk_cache():
             return False
         key = self._cache_key(source)
         if not os.path.exists(entry_path(key)):
             return False
         evict(key, why)
         return True
+
+    def _uses_disk_cache(self) -> bool:
+        """Whether results go through the disk cache (read each time: tests turn it off)."""
+        return self.disk_cache and not os.environ.get("FUSEGRAD_DISABLE_CACHE")
 
     def _cache_key(self, source: str) -> str:
         """The sha256 (hex) an entry is stored under: the compiler's identity and the source."""
@@ -171,7 +175,7 @@ class DeviceSpec:
         on in its thread; asked again meanwhile, the answer is the same "no" at once)."""
         waiting = _HUNG_PROBES.get(self.probe)
         if waiting is not None and waiting.is_alive():
-            return _no_answer(self.name)
+            return _no_answer()
         answer: list[str | None] = []
 
         def ask() -> None:
@@ -185,7 +189,7 @@ class DeviceSpec:
         thread.join(_probe_timeout())
         if not answer:
             _HUNG_PROBES[self.probe] = thread
-            return _no_answer(self.name)
+            return _no_answer()
         return answer[0]
 
 
@@ -197,13 +201,15 @@ PROBE_TIMEOUT = 10.0
 
 
 def _probe_timeout() -> float:
+    """``FUSEGRAD_PROBE_TIMEOUT`` in seconds; ``PROBE_TIMEOUT`` when unset or not a number."""
     try:
         return float(os.environ.get("FUSEGRAD_PROBE_TIMEOUT", PROBE_TIMEOUT))
     except ValueError:
         return PROBE_TIMEOUT
 
 
-def _no_answer(name: str) -> str:
+def _no_answer() -> str:
+    """Why a probe still running past its time counts as "unavailable", and what to set."""
     return (
         f"its availability probe did not answer within {_probe_timeout():g} s (a hung driver?); "
         "set FUSEGRAD_PROBE_TIMEOUT to wait longer"

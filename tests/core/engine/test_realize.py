@@ -21,21 +21,23 @@ def exp_sum(scale: float) -> Tensor:
     return ((x * scale).contiguous() * scale).exp().sum()
 
 
-def test_new_kernels_of_a_plan_are_compiled_in_batches(monkeypatch):
-    batches: list[int] = []
+@pytest.fixture
+def batches(monkeypatch) -> list[int]:
+    """The size of each batch the PYTHON compiler is given, in order."""
+    sizes: list[int] = []
     compiler = Device["PYTHON"].compiler
     real = compiler.compile_batch
-    monkeypatch.setattr(compiler, "compile_batch", lambda s: batches.append(len(s)) or real(s))
+    monkeypatch.setattr(compiler, "compile_batch", lambda s: sizes.append(len(s)) or real(s))
+    return sizes
+
+
+def test_new_kernels_of_a_plan_are_compiled_in_batches(batches):
     GlobalCounters.reset()
     assert exp_sum(0.5).item() == pytest.approx(5.0497, rel=1e-4)  # e^.25 + e^.5 + e^.75
     assert batches == [2] and GlobalCounters.compiles == 2
 
 
-def test_a_batch_is_cut_once_it_holds_enough_work(monkeypatch):
-    batches: list[int] = []
-    compiler = Device["PYTHON"].compiler
-    real = compiler.compile_batch
-    monkeypatch.setattr(compiler, "compile_batch", lambda s: batches.append(len(s)) or real(s))
+def test_a_batch_is_cut_once_it_holds_enough_work(batches, monkeypatch):
     monkeypatch.setattr(realize, "BATCH_COST", 1)  # every kernel is work enough
     assert exp_sum(0.75).item() == pytest.approx(10.2412, rel=1e-4)  # e^.5625 + e^1.125 + ...
     assert batches == [1, 1]

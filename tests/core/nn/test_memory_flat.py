@@ -4,6 +4,7 @@ leave no Python objects, UOp nodes or buffers behind (issue 18, item 7)."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -19,6 +20,16 @@ def _live() -> tuple[int, int]:
     """The Python objects the garbage collector tracks, and the live UOp nodes."""
     gc.collect()
     return len(gc.get_objects()), len(ops._NODES)
+
+
+def _kept_by(steps: Callable[[int], None], warm_up: int, measured: int) -> tuple[int, int]:
+    """The Python objects and UOp nodes that ``measured`` more steps leave alive after
+    ``warm_up`` steps have filled the caches."""
+    steps(warm_up)
+    objects, nodes = _live()
+    steps(measured)
+    objects_after, nodes_after = _live()
+    return objects_after - objects, nodes_after - nodes
 
 
 @pytest.mark.parametrize(
@@ -45,12 +56,9 @@ def test_eager_steps_hold_memory_flat(make_opt) -> None:
             opt.step()
             loss.item()  # a realized loss is kept for backward until it dies
 
-    steps(1000)
-    objects, nodes = _live()
-    steps(2000)
-    objects_after, nodes_after = _live()
-    assert objects_after - objects < 200, f"{objects_after - objects} objects kept by 2000 steps"
-    assert nodes_after - nodes < 20, f"{nodes_after - nodes} UOp nodes kept by 2000 steps"
+    objects, nodes = _kept_by(steps, 1000, 2000)
+    assert objects < 200, f"{objects} objects kept by 2000 steps"
+    assert nodes < 20, f"{nodes} UOp nodes kept by 2000 steps"
 
 
 def test_a_hand_written_update_holds_memory_flat() -> None:
@@ -68,10 +76,7 @@ def test_a_hand_written_update_holds_memory_flat() -> None:
             w.assign(w.detach() - 1e-3 * w.grad).realize()
             losses.append(loss.item())
 
-    steps(500)
-    objects, nodes = _live()
-    steps(1500)
-    objects_after, nodes_after = _live()
-    assert objects_after - objects < 200, f"{objects_after - objects} objects kept by 1500 steps"
-    assert nodes_after - nodes < 20, f"{nodes_after - nodes} UOp nodes kept by 1500 steps"
+    objects, nodes = _kept_by(steps, 500, 1500)
+    assert objects < 200, f"{objects} objects kept by 1500 steps"
+    assert nodes < 20, f"{nodes} UOp nodes kept by 1500 steps"
     assert losses[-1] < losses[0]  # and it still learns: the gradient reached w every step

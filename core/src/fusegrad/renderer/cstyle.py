@@ -19,6 +19,13 @@ def _binary(symbol: str) -> Callable[[str, str], str]:
     return lambda a, b: f"({a}{symbol}{b})"
 
 
+#: A GPU C dialect's loop pragmas (CUDA, OpenCL C): a register tile's loops (UPCAST, whatever
+#: their hint) and unrolled lanes unrolled whole, so that each accumulator is a register of its own.
+UNROLL_REGISTER_TILES: dict[tuple[AxisKind, LoopHint], str] = {
+    **{(AxisKind.UPCAST, hint): "#pragma unroll" for hint in LoopHint},
+    (AxisKind.LANE, LoopHint.UNROLL): "#pragma unroll",
+}
+
 #: The short type names OpenCL C and Metal share (``uchar``, ``ulong``...): a GPU renderer's table.
 SHORT_TYPE_NAMES: dict[DType, str] = {
     dtypes.bool: "bool",

@@ -7,6 +7,7 @@ import weakref
 from contextlib import ContextDecorator
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from fusegrad.dtype import DType
 from fusegrad.engine import capture
 from fusegrad.errors import DTypeError, FusegradError, ShapeError
 from fusegrad.gradient import compute_gradient, full_like
@@ -20,6 +21,15 @@ if TYPE_CHECKING:
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
 # realized tensor's buffer node -> the graph that computed it, while gradients are tracked
 REALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def check_differentiable(dtype: DType) -> None:
+    """Only floating-point tensors have gradients, as in PyTorch."""
+    if not dtype.is_float:
+        raise DTypeError(
+            f"only floating-point tensors can require gradients, got {dtype.name}; "
+            "cast it first with .float()"
+        )
 
 
 def _tensor_rule(g: UOp, inputs: tuple[UOp, ...], params: tuple) -> tuple[UOp | None, ...]:
@@ -80,11 +90,8 @@ class AutogradMixin(TensorBase):
             _GRAD_TENSORS.discard(self)
 
     def requires_grad_(self, value: bool = True) -> Self:
-        if value and not self.uop.dtype.is_float:
-            raise DTypeError(
-                f"only floating-point tensors can require gradients, got {self.uop.dtype.name}; "
-                "cast it first with .float()"
-            )
+        if value:
+            check_differentiable(self.uop.dtype)
         self.requires_grad = value
         return self
 

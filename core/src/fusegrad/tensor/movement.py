@@ -39,12 +39,17 @@ ADVANCED_INDEX = (list, tuple, np.ndarray, bool, np.bool_)
 
 
 def _sizes(args: tuple) -> tuple:
-    """The sizes of a reshape, expand or permute: ints, or one sequence of them (a float is
-    refused here, before it reaches the graph)."""
-    out = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
-    if any(isinstance(s, float) for s in out):
-        raise InvalidType(f"sizes must be ints, got {out}; write int(size) for a computed size")
-    return out
+    """The sizes of a reshape, expand or permute: ints, or one sequence of them."""
+    return no_float_sizes(
+        tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+    )
+
+
+def no_float_sizes(sizes: tuple) -> tuple:
+    """``sizes``, if none is a float: one is refused here, before it reaches the graph."""
+    if any(isinstance(s, float) for s in sizes):
+        raise InvalidType(f"sizes must be ints, got {sizes}; write int(size) for a computed size")
+    return sizes
 
 
 def _check_variable_bounds(sizes: set) -> None:

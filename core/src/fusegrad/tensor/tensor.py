@@ -18,7 +18,6 @@ from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_shaped, promote_types, scalar_type, to_dtype
 from fusegrad.engine import realize as engine
 from fusegrad.errors import (
-    DTypeError,
     FusegradError,
     InvalidArgument,
     InvalidType,
@@ -29,12 +28,17 @@ from fusegrad.helpers import prod
 from fusegrad.schedule.kernelize import KernelStep
 from fusegrad.tensor import bounds
 from fusegrad.tensor.aliases import AliasMixin
-from fusegrad.tensor.autograd import _GRAD_TENSORS, REALIZED, AutogradMixin
+from fusegrad.tensor.autograd import _GRAD_TENSORS, REALIZED, AutogradMixin, check_differentiable
 from fusegrad.tensor.functional import FunctionalMixin
 from fusegrad.tensor.index import IndexMixin
 from fusegrad.tensor.join import JoinMixin
 from fusegrad.tensor.math_ops import MathMixin
-from fusegrad.tensor.movement import MovementMixin, _unreshaped, broadcast_shapes
+from fusegrad.tensor.movement import (
+    MovementMixin,
+    _unreshaped,
+    broadcast_shapes,
+    no_float_sizes,
+)
 from fusegrad.tensor.nn_ops import NNMixin
 from fusegrad.tensor.random_ops import RandomMixin
 from fusegrad.tensor.sampling import SamplingMixin
@@ -107,7 +111,7 @@ class Tensor(
                 "numpy array"
             )
         if requires_grad:
-            _check_differentiable(self.dtype)
+            check_differentiable(self.dtype)
 
     def _from_numpy(self, data: Any, dtype: DType | None) -> UOp:
         if isinstance(data, (np.ndarray, np.generic)):  # (np.True_, np.float32(2): their dtype)
@@ -941,24 +945,13 @@ def _device_arg(device: Any) -> str:
     return device
 
 
-def _check_differentiable(dtype: DType) -> None:
-    """Only floating-point tensors have gradients, as in PyTorch."""
-    if not dtype.is_float:
-        raise DTypeError(
-            f"only floating-point tensors can require gradients, got {dtype.name}; "
-            "cast it first with .float()"
-        )
-
-
 def _shape_arg(shape: Any) -> tuple[int, ...]:
     """A creation op's shape: an int, ints, or one sequence of them; negative sizes refused."""
     if isinstance(shape, (int, float)):
         shape = (shape,)
     if len(shape) == 1 and not isinstance(shape[0], (int, float, UOp)):
         shape = shape[0]
-    out = tuple(shape)
-    if any(isinstance(s, float) for s in out):
-        raise InvalidType(f"sizes must be ints, got {out}; write int(size) for a computed size")
+    out = no_float_sizes(tuple(shape))
     if any(not isinstance(s, int) or s < 0 for s in out) and any(
         not isinstance(s, (int, UOp)) or sym_eval(s) < 0 for s in out
     ):  # (bound Variables pass)

@@ -185,16 +185,6 @@ def _mod_meta(a: Meta, b: Meta) -> tuple[float, float, int | None]:
     return (0.0 if b.lo >= 0 else -bound), (0.0 if b.hi <= 0 else bound), 0
 
 
-def np_floordiv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy's floor division, which like fusegrad's gives 0 for an integer x // 0."""
-    return np.floor_divide(a, b)
-
-
-def np_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy's remainder (sign of the divisor), 0 for an integer x % 0 as in fusegrad."""
-    return np.remainder(a, b)
-
-
 def np_index(x: np.ndarray, key: str) -> np.ndarray:
     """``x[key]`` for a basic index written as in Python (``"1:3, ::-1, 0"``)."""
     return np.asarray(eval(f"x[{key}]", {}, {"x": x}))
@@ -241,8 +231,9 @@ OPS: dict[str, OpSpec] = {
         lambda a, b: rounded(min(a.lo, 0.0), max(a.hi, 0.0)),
         "float_binary",
     ),
-    "floordiv": OpSpec("({0} // {1})", np_floordiv, _floordiv_meta, "int_binary"),
-    "mod": OpSpec("({0} % {1})", np_mod, _mod_meta, "int_binary"),
+    # numpy's integer x // 0 and x % 0 are 0, as fusegrad's; its remainder has the divisor's sign
+    "floordiv": OpSpec("({0} // {1})", np.floor_divide, _floordiv_meta, "int_binary"),
+    "mod": OpSpec("({0} % {1})", np.remainder, _mod_meta, "int_binary"),
     "maximum": OpSpec(
         "{0}.maximum({1})",
         np.maximum,
@@ -329,9 +320,14 @@ def with_scalar(name: str, symbol: str) -> OpSpec:
     )
 
 
-for _name, _symbol in (("add", "+"), ("mul", "*"), ("lt", "<"), ("eq", "==")):
-    OPS[f"{_name}_scalar"] = with_scalar(_name, _symbol)
-for _name, _symbol in (("floordiv", "//"), ("mod", "%")):
+for _name, _symbol in (
+    ("add", "+"),
+    ("mul", "*"),
+    ("lt", "<"),
+    ("eq", "=="),
+    ("floordiv", "//"),
+    ("mod", "%"),
+):
     OPS[f"{_name}_scalar"] = with_scalar(_name, _symbol)
 
 
@@ -381,6 +377,7 @@ def step_meta(state: State, step: Step, out: Tensor) -> Meta:
     """The result's meta, or Invalid when the step is outside the safe ranges."""
     spec, srcs = OPS[step.op], [state.metas[s] for s in step.srcs]
     kind = spec.kind.removeprefix("scalar_")  # x + 2 is checked as x + a tensor holding 2
+    args = dict(step.args)
     first = srcs[1] if kind == "where" else srcs[0]
     if kind in KIND_NEEDS_FLOAT and not first.dtype.is_float:
         raise Invalid("float op on a non-float value")
@@ -389,10 +386,9 @@ def step_meta(state: State, step: Step, out: Tensor) -> Meta:
     if kind == "int_binary" and first.dtype.is_float:
         raise Invalid("integer division of floats is not generated (a rounded quotient's floor)")
     if kind in KIND_INDEXED:
-        check_index(srcs[0], srcs[1], dict(step.args).get("dim", 0), kind == "index")
+        check_index(srcs[0], srcs[1], args.get("dim", 0), kind == "index")
     if kind == "compare" and not all(m.exact for m in srcs):
         raise Invalid("comparison of rounded floats could flip")
-    args = dict(step.args)
     if step.op == "cast":
         lo, hi, frac = cast_meta(first, getattr(dtypes, args["to"]))
     else:
