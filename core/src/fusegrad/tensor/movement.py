@@ -183,8 +183,10 @@ class MovementMixin(TensorBase):
         a, b = self._axis(dim0), self._axis(dim1)
         if self.ndim == 0:
             return cast("Tensor", self)
+        if a == b:
+            return cast("Tensor", self)
         order[a], order[b] = order[b], order[a]
-        return self.permute(order)
+        return self._move(Ops.PERMUTE, tuple(order))  # a valid order by construction
 
     @property
     def T(self) -> Tensor:  # noqa: N802

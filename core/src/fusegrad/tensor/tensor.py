@@ -45,7 +45,8 @@ from fusegrad.tensor.sampling import SamplingMixin
 from fusegrad.tensor.scan import ScanMixin
 from fusegrad.tensor.search import SearchMixin
 from fusegrad.tensor.special import SpecialMixin
-from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, sym_eval
+from fusegrad.uop import ops
+from fusegrad.uop.ops import Ops, UOp, broadcast_scalar, is_symbolic, sym_eval
 
 Scalar = int | float | bool
 #: ``Tensor`` has cast methods named int, float and bool: annotations in its body use these
@@ -908,6 +909,8 @@ class Tensor(
             return out.squeeze(-2) if w.ndim > 1 else out.squeeze(-1)
         if w.ndim == 1:
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
+        if (fast := _plain_matmul(x, w)) is not None:
+            return fast
         xe = x.unsqueeze(-2)  # (..., n, 1, k)
         we = w.transpose(-1, -2).unsqueeze(-3)  # (..., 1, m, k): schedule/layout.py finds this
         # in the operands' dtype, as PyTorch (a bool product counts its true terms, as int64)
@@ -915,6 +918,39 @@ class Tensor(
 
     def dot(self, other: Tensor) -> Tensor:
         return self.matmul(other)
+
+
+def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
+    """``x @ w`` built node by node, the same nodes as ``matmul``'s general path makes through
+    unsqueeze, transpose, broadcast, multiply and sum, without re-checking each step: the
+    common case (one dtype, one device, plain int sizes) costs an eager attention step a
+    fifth of the Python time. None where any of that does not hold."""
+    xu, wu = x.uop, w.uop
+    dtype = xu.dtype
+    if wu.dtype != dtype or dtype == dtypes.bool or x.device != w.device:
+        return None
+    xs, ws = xu.shape, wu.shape
+    if ops.VARIABLES_USED and (is_symbolic(xs) or is_symbolic(ws)):
+        return None
+    batch = broadcast_shapes(xs[:-2], ws[:-2])
+    n, k, m = xs[-2], xs[-1], ws[-1]
+    full = batch + (n, m, k)
+    order = tuple(range(len(ws) - 2)) + (len(ws) - 1, len(ws) - 2)
+    xe = _broadcast_node(UOp(Ops.RESHAPE, dtype, (xu,), xs[:-1] + (1, k)), full)
+    we = UOp(Ops.PERMUTE, dtype, (wu,), order)
+    we = _broadcast_node(UOp(Ops.RESHAPE, dtype, (we,), ws[:-2] + (1, m, k)), full)
+    axis = len(full) - 1
+    summed = UOp(Ops.REDUCE_AXIS, dtype, (UOp(Ops.MUL, dtype, (xe, we)),), (Ops.ADD, (axis,)))
+    return x._wrap(UOp(Ops.RESHAPE, dtype, (summed,), full[:-1]), x.device)
+
+
+def _broadcast_node(u: UOp, shape: tuple[int, ...]) -> UOp:
+    """``u`` expanded to ``shape`` as ``Tensor.expand`` does it: leading 1s by a reshape first."""
+    if u.shape == shape:
+        return u
+    if len(u.shape) < len(shape):
+        u = UOp(Ops.RESHAPE, u.dtype, (u,), (1,) * (len(shape) - len(u.shape)) + u.shape)
+    return UOp(Ops.EXPAND, u.dtype, (u,), shape)
 
 
 def _sigmoid_gradient(grad: Tensor, x: Tensor) -> tuple[Tensor]:
