@@ -5,12 +5,15 @@ Each backend's test_tiled.py calls these for its device and adds its own checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
-from fusegrad import Tensor
+from fusegrad import Tensor, caches
 from fusegrad.codegen.kernel import KernelSource, generate
+from fusegrad.codegen.search import beam_search
 from fusegrad.codegen.tiled import Tiles, plan_tiles, tile_options
 from fusegrad.device import Device
 from fusegrad.helpers import context, prod
@@ -127,3 +130,59 @@ def check_integer_matmul_untiled(dev: GridDevice) -> None:
     ast, _ = dev.kernel(t)
     assert plan_tiles(ast, Device[dev.name].renderer) is None
     np.testing.assert_array_equal(t.numpy(), a @ b)
+
+
+# ---- operands staged in shared memory (codegen/staged.py) -------------------------------------
+
+
+@contextmanager
+def staging(dev: GridDevice, on: bool = True) -> Iterator[None]:
+    """Within: ``dev``'s tiled matmuls stage their operands in shared memory (``on``) or not,
+    whatever its renderer's default (kernels compiled before and after are forgotten)."""
+    caches.reset()
+    renderer = Device[dev.name].renderer
+    before = renderer.stage_tiles
+    renderer.stage_tiles = on
+    try:
+        yield
+    finally:
+        renderer.stage_tiles = before
+        caches.reset()
+
+
+def check_staged_case(dev: GridDevice, case: str, barrier: str) -> None:
+    """``case`` computed by a staged plan (two barriers per step of the sum) matches numpy."""
+    with staging(dev):
+        f, shapes = CASES[case]
+        ast, kernel = dev.kernel(f(*(dev.tensor(normal(*s)) for s in shapes)))
+        tiles = plan_tiles(ast, Device[dev.name].renderer)
+        assert tiles is not None and tiles.stage > 0, tiles
+        assert kernel.source.count(barrier) == 2
+        check_case(dev, case)
+
+
+def check_beam_picks_a_correct_plan(dev: GridDevice, tmp_path, monkeypatch) -> Tiles:
+    """BEAM (codegen/search.py) over an odd-sized matmul times staged and unstaged candidates
+    and returns tiles whose kernel computes what numpy does."""
+    monkeypatch.setenv("FUSEGRAD_CACHE", str(tmp_path))
+    a, b = normal(70, 90), normal(90, 100)
+    ast, _ = dev.kernel(dev.tensor(a) @ dev.tensor(b))
+    rt = Device[dev.name]
+    options = tile_options(ast, rt.renderer)
+    assert {o.stage > 0 for o in options} == {True, False}
+    best = beam_search(ast, rt, dev.name, width=2)
+    assert isinstance(best, Tiles) and best in options
+    np.testing.assert_allclose(run_tiles(dev, ast, best, a, b), a @ b, rtol=1e-4, atol=1e-4)
+    return best
+
+
+def run_tiles(dev: GridDevice, ast: UOp, tiles: Tiles, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` by ``ast``'s kernel generated with ``tiles``, launched directly."""
+    rt = Device[dev.name]
+    kernel = generate(ast, rt.renderer, rt.rules, tiles)
+    program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
+    out = dev.tensor(np.zeros((a.shape[0], b.shape[1]), np.float32)).realize()
+    inputs = (out, dev.tensor(a).realize(), dev.tensor(b).realize())
+    handles = [t._buffer().handle for t in inputs]
+    program(*handles, global_size=kernel.global_size, local_size=kernel.local_size, wait=True)
+    return out._buffer().numpy().reshape(a.shape[0], b.shape[1])

@@ -33,7 +33,11 @@ def matmul_ast(n: int, dtype: DType, epilogue: bool = False) -> UOp:
 def test_a_float32_matmul_runs_in_blocks_of_16x16_threads_of_4x4_outputs():
     ast = matmul_ast(1024, dtypes.float32)
     kernel = generate(ast, CUDARenderer("CUDA"))
-    assert plan_tiles(ast, CUDARenderer("CUDA")) == Tiles(0, 1, (16, 16), (4, 4), strided=True)
+    tiles = Tiles(0, 1, (16, 16), (4, 4), strided=True, stage=16)
+    assert plan_tiles(ast, CUDARenderer("CUDA")) == tiles
+    # both operands go through shared memory 16 deep: a fill, a barrier, the sums, a barrier
+    assert kernel.source.count("__shared__ float") == 2
+    assert kernel.source.count("__syncthreads();") == 2
     assert kernel.local_size == (256,) and kernel.global_size == (16 * 16 * 256,)
     upcast = [u for u in kernel.program if u.op is Ops.RANGE and u.arg.kind is AxisKind.UPCAST]
     assert {u.src[0].arg for u in upcast} == {4}

@@ -91,3 +91,13 @@ def test_a_variable_is_a_constant_bound_after_the_buffers():
         params = signature.split(", ")
         buffers = [p for p in params if p.startswith("device ")]
         assert params[len(buffers)] == f"constant int& seq [[buffer({len(buffers)})]]"
+
+
+def test_a_tiled_matmul_stages_its_operands_in_threadgroup_memory():
+    """Both operands are copied a tile at a time into threadgroup memory between two barriers."""
+    a, b = Tensor.empty(256, 256, device="PYTHON"), Tensor.empty(256, 256, device="PYTHON")
+    (ast,) = kernels_of(a @ b)
+    text = generate(ast, MetalRenderer("METAL")).source
+    assert text.count("threadgroup float shared") == 2
+    assert text.count("threadgroup_barrier(mem_flags::mem_threadgroup);") == 2
+    assert "uint3 lid [[thread_position_in_threadgroup]]" in text

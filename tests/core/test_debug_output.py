@@ -74,6 +74,6 @@ def test_the_schedule_says_why_it_cut_each_kernel():
     x = Tensor.ones(4, 4).contiguous().realize()
     steps = (x - x.max(1, keepdim=True)).exp().sum().schedule()
     assert [s.reason for s in steps] == [
-        "a reduce read through an EXPAND or PAD inside another reduce (it would run again)",
+        "a reduce read through an EXPAND, PAD or GATHER inside another reduce (it would run again)",
         "a result asked for (a realized tensor)",
     ]

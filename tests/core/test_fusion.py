@@ -29,7 +29,9 @@ KERNELS = [  # (name, graph built from x (4, 4), w (4, 3), b (3,), expected kern
     ("max_subtract", lambda x, w, b: x - x.max(1, keepdim=True), 2),
     ("reduce_through_expand", lambda x, w, b: x.sum(1, keepdim=True).expand(4, 4) * x, 2),
     ("reduce_used_twice", lambda x, w, b: x.sum(0) * x.sum(0).exp(), 2),
-    ("contiguous_then_more", lambda x, w, b: (x + 1).contiguous() * 2, 2),
+    # one kernel storing both: x + 1 (the buffer asked for) and its double
+    ("contiguous_then_more", lambda x, w, b: (x + 1).contiguous() * 2, 1),
+    ("contiguous_then_transposed", lambda x, w, b: (x + 1).contiguous().T * 2, 2),
     ("reduce_of_reduce", lambda x, w, b: (x.sum(1, keepdim=True) * x).sum(), 2),
     ("softmax", lambda x, w, b: softmax(x), 3),
     ("two_layers", lambda x, w, b: (x @ w).relu() @ w.T, 2),
@@ -201,3 +203,62 @@ def test_a_relu_read_by_many_kernels_beside_a_shared_gradient_gets_a_buffer_too(
     assert buffers == buffers_once + 1  # the ReLU's comparison, computed once
     np.testing.assert_allclose(gx, gx1, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(gw, gw1, rtol=1e-4, atol=1e-4)
+
+
+# ---- kernels with several outputs (schedule/kernelize.py _merged_kernels) ------------------------
+
+
+def test_an_elementwise_result_read_element_for_element_is_stored_by_its_reader(device):
+    """``y = x + 1`` realized (a buffer of its own), read by ``y * 2`` element for element: one
+    kernel computes y once and stores both."""
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    y = (x + 1).contiguous()
+    z = y * 2
+    (step,) = z.schedule()
+    assert step.writes == 2 and len(step.ast.src) == 2
+    Tensor.realize(y, z)
+    np.testing.assert_array_equal(y.numpy(), np.arange(12).reshape(3, 4) + 1)
+    np.testing.assert_array_equal(z.numpy(), (np.arange(12).reshape(3, 4) + 1) * 2)
+
+
+def test_a_result_read_through_a_view_or_by_a_reduce_keeps_its_own_kernel(device):
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    y = (x + 1).contiguous()
+    for out in (y.T * 2, y.sum(1), y[1:] * 2, y.reshape(4, 3) * 2):
+        steps = out.schedule()
+        assert all(s.writes == 1 for s in steps) and len(steps) == 2
+
+
+def test_an_optimizer_updates_a_parameter_and_its_moments_in_one_kernel(device):
+    from fusegrad import nn
+    from fusegrad.nn import optim
+
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal((8, 5)).astype(np.float32)
+    x = Tensor(rng.standard_normal((4, 8)).astype(np.float32), device=device)
+    lin = nn.Linear(8, 5, bias=False)
+    lin.weight = Tensor(w0.T.copy(), device=device, requires_grad=True)
+    opt = optim.Adam([lin.weight], lr=0.1)
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = lin(x).square().mean()
+        loss.backward()
+        Tensor.realize(loss, lin.weight.grad)
+        steps = Tensor.schedule(*opt.schedule_step())
+        # the moments and the weight in one kernel (and one for each step counter's power)
+        assert sorted(s.writes for s in steps) == [1, 1, 3], [s.writes for s in steps]
+        Tensor.realize(*opt.params, *opt.buffers)
+        losses.append(loss.item())
+    tw = torch.tensor(w0.T.copy(), requires_grad=True)
+    topt = torch.optim.Adam([tw], lr=0.1)
+    want = []
+    for _ in range(3):
+        topt.zero_grad()
+        tloss = (torch.tensor(x.numpy()) @ tw.T).square().mean()
+        tloss.backward()
+        topt.step()
+        want.append(tloss.item())
+    np.testing.assert_allclose(losses, want, rtol=1e-5)
+    np.testing.assert_allclose(lin.weight.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-5)

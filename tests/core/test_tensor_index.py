@@ -39,6 +39,134 @@ def test_scatter_errors_as_torch():
         x.scatter(0, Tensor([0, 1]), 1.0)
 
 
+# ---- lookups: one load per element (Ops.GATHER), no comparison against every row --------------
+
+
+def _kernel_asts(t: Tensor) -> list:
+    from fusegrad.schedule.kernelize import KernelStep
+
+    return [s.ast for s in t.schedule() if isinstance(s, KernelStep)]
+
+
+def _ops_in(ast) -> set:
+    from fusegrad.uop.ops import toposort
+
+    return {u.op for u in toposort([ast])}
+
+
+@pytest.mark.parametrize(
+    "shape, dim, index_shape",
+    [
+        ((5, 7), 1, (5, 3)),
+        ((5, 7), 0, (9, 7)),
+        ((4, 6, 33), 2, (4, 6, 40)),
+        ((4, 6, 33), 1, (3, 17, 20)),
+        ((64, 1000), 1, (64, 300)),
+        ((2, 3, 4, 5), 0, (6, 3, 4, 5)),
+    ],
+)
+def test_gather_reads_one_element_per_output_as_torch(device, shape, dim, index_shape):
+    from fusegrad.uop.ops import Ops
+
+    rng = np.random.default_rng(sum(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    index = rng.integers(0, shape[dim], index_shape).astype(np.int32)  # (WebGPU has no int64)
+    out = Tensor(a, device=device).gather(dim, Tensor(index, device=device))
+    (ast,) = _kernel_asts(out)
+    assert Ops.GATHER in _ops_in(ast) and Ops.REDUCE_AXIS not in _ops_in(ast)
+    want = torch.gather(torch.tensor(a), dim, torch.tensor(index).long()).numpy()
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "bool", "uint8"])
+def test_gather_of_integers_and_bools_keeps_the_dtype(device, dtype):
+    rng = np.random.default_rng(3)
+    a = (rng.integers(0, 200, (6, 50)) % (2 if dtype == "bool" else 200)).astype(dtype)
+    index = rng.integers(0, 50, (6, 70)).astype(np.int32)
+    out = Tensor(a, device=device).gather(1, Tensor(index, device=device))
+    assert out.dtype.name == dtype
+    np.testing.assert_array_equal(out.numpy(), np.take_along_axis(a, index, 1))
+
+
+def test_gather_gradient_adds_up_repeated_picks_as_torch(device):
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((5, 8)).astype(np.float32)
+    index = rng.integers(0, 8, (5, 20)).astype(np.int32)  # many repeats
+    weights = rng.standard_normal((5, 20)).astype(np.float32)
+    x = Tensor(a, device=device, requires_grad=True)
+    (x.gather(1, Tensor(index, device=device)) * Tensor(weights, device=device)).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    (torch.gather(tx, 1, torch.tensor(index).long()) * torch.tensor(weights)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ids_shape", [(), (7,), (3, 5)])
+def test_embedding_is_one_lookup_kernel_and_learns_as_torch(device, ids_shape):
+    from fusegrad import nn
+    from fusegrad.uop.ops import Ops
+
+    rng = np.random.default_rng(5)
+    vocab, dim = 5000, 24
+    w = rng.standard_normal((vocab, dim)).astype(np.float32)
+    ids = np.asarray(rng.integers(0, 40, ids_shape), np.int32)  # repeats: gradients add up
+    emb = nn.Embedding(vocab, dim)
+    emb.weight = Tensor(w, device=device, requires_grad=True)
+    out = emb(Tensor(ids, device=device))
+    (ast,) = _kernel_asts(out)
+    assert Ops.GATHER in _ops_in(ast) and Ops.REDUCE_AXIS not in _ops_in(ast)
+    temb = torch.nn.Embedding(vocab, dim)
+    temb.weight.data = torch.tensor(w)
+    want = temb(torch.tensor(ids).long())
+    np.testing.assert_array_equal(out.numpy(), want.detach().numpy())
+    (out * out).sum().backward()
+    (want * want).sum().backward()
+    np.testing.assert_allclose(emb.weight.grad.numpy(), temb.weight.grad.numpy(), rtol=1e-5)
+
+
+def test_a_lookup_of_computed_rows_fuses_the_computation(device):
+    """Rows computed from packed bytes (as a quantized weight is) are computed per element read:
+    one kernel reads the bytes, and no float copy of the table is made."""
+    rng = np.random.default_rng(6)
+    packed = rng.integers(0, 256, (300, 16)).astype(np.uint8)
+    scale = rng.standard_normal((300, 1)).astype(np.float32)
+    table = Tensor(packed, device=device).cast("float32") * Tensor(scale, device=device)
+    ids = rng.integers(0, 300, (9,)).astype(np.int32)
+    out = Tensor(ids, device=device).embedding(table)
+    assert len(_kernel_asts(out)) == 1
+    np.testing.assert_allclose(out.numpy(), (packed.astype(np.float32) * scale)[ids], rtol=1e-6)
+
+
+def test_a_lookup_of_a_reduction_computes_the_reduction_once(device):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((50, 40, 8)).astype(np.float32)
+    table = Tensor(a, device=device).sum(0)  # (40, 8)
+    ids = rng.integers(0, 40, (100,)).astype(np.int32)
+    out = Tensor(ids, device=device).embedding(table)
+    assert len(_kernel_asts(out)) == 2  # the sum, then the lookup of its rows
+    np.testing.assert_allclose(out.numpy(), a.sum(0)[ids], rtol=1e-5, atol=1e-5)
+
+
+def test_advanced_indexing_with_several_index_tensors_is_one_lookup(device):
+    from fusegrad.uop.ops import Ops
+
+    a = np.arange(3 * 4 * 5 * 6, dtype=np.float32).reshape(3, 4, 5, 6)
+    i, j = np.array([[0, 2], [1, -1]]), np.array([1, -3])
+    x = Tensor(a, device=device)
+    for got, want in [(x[i, :, j], a[i, :, j]), (x[:, i, j], a[:, i, j]), (x[i], a[i])]:
+        (ast,) = _kernel_asts(got)
+        assert Ops.GATHER in _ops_in(ast)
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_out_of_range_lookups_never_read_outside_the_table(device):
+    """A bad index is reported after the run, as before; the kernel itself reads in bounds."""
+    from fusegrad.errors import InvalidIndex
+
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    with pytest.raises((InvalidIndex, IndexError, RuntimeError)):
+        x.gather(1, Tensor([[0, 9]], device=device)).numpy()
+
+
 # ---- tensor indexing -----------------------------------------------------------------------------
 
 

@@ -27,6 +27,8 @@ class CUDARenderer(CStyleRenderer):
     has_local = True
     max_group_size = 1024
     local_memory_bytes = 48 * 1024  # without opting in to more, every architecture since sm_20
+    stage_tiles = True  # a tiled matmul's operand tiles go through shared memory
+    warp_size = 32
     special_spellings = {
         "gidx": "{wide}blockIdx.{x}*blockDim.{x}+threadIdx.{x}",
         "group": "blockIdx.{x}",

@@ -31,6 +31,8 @@ class MetalRenderer(CStyleRenderer):
     has_local = True
     max_group_size = 1024
     local_memory_bytes = 32 * 1024  # every Apple GPU family
+    stage_tiles = True  # a tiled matmul's operand tiles go through threadgroup memory
+    warp_size = 32  # a SIMD-group
     special_spellings = {"gidx": "gid.{x}", "group": "tgid.{x}", "lidx": "lid.{x}"}
     local_qualifier = "threadgroup "
     barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"

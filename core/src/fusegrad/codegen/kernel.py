@@ -17,6 +17,7 @@ from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
+from fusegrad.codegen.staged import linearize_staged, lower_staged
 from fusegrad.codegen.tiled import Tiles, lower_tiled, plan_tiles
 from fusegrad.codegen.verify import verify_program
 from fusegrad.dtype import DType, dtypes
@@ -119,7 +120,7 @@ def generate(
     if Context.DEBUG >= 4:
         print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}\ntiles: {tiles}")
     if tiles is not None:
-        graph = lower_tiled(ast, tiles)
+        graph = lower_staged(ast, tiles) if tiles.stage else lower_tiled(ast, tiles)
     elif group is not None:
         graph = lower_grouped(ast, group)
     else:
@@ -135,7 +136,10 @@ def generate(
     check_stage(graph, DECOMPOSED)
     mulacc = Ops.MULACC in renderer.native_ops
     roomy = renderer.vector_registers >= ROOMY_REGISTERS  # (codegen/hints.py)
-    program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
+    if tiles is not None and tiles.stage:
+        program = linearize_staged(graph)
+    else:
+        program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
     _debug_stage("linear program", program)
     check_stage(program, LINEAR)
     name = kernel_name(ast)

@@ -174,6 +174,8 @@ class Lowerer:
             return self._lower_reduce(u, idx, gate)
         if op in (Ops.CONTIGUOUS, Ops.DETACH):
             return self.lower(u.src[0], idx, gate)
+        if op is Ops.GATHER:
+            return self._lower_gather(u, idx, gate)
         if op in GroupOp.ALU or op in (Ops.CAST, Ops.BITCAST):
             src = tuple(self.lower(s, idx, gate) for s in u.src)
             if op in (Ops.IDIV, Ops.MOD) and not u.dtype.is_float:
@@ -211,6 +213,21 @@ class Lowerer:
         )
         value = self.lower(src, inner, gate & valid)
         return valid.where(value, UOp.const(u.dtype, 0))
+
+    def _lower_gather(self, u: UOp, idx: Index, gate: UOp) -> UOp:
+        """The table read where the index says along the gathered axis: the index's element is
+        loaded first and becomes part of the table's address. It is clamped into the axis, so
+        a bad index reads a wrong element rather than outside the buffer (``Tensor.gather``
+        reports bad indices after the run: tensor/bounds.py)."""
+        table, index = u.src
+        n = table.shape[u.arg]
+        at = self.lower(index, idx, gate)
+        at = clamp(at if at.dtype == self.axes.index else at.cast(self.axes.index), 0, n - 1)
+        inner = tuple(
+            at if a == u.arg else self.zero() if s == 1 else i
+            for a, (i, s) in enumerate(zip(idx, table.shape))
+        )
+        return self.lower(table, inner, gate)
 
     def _lower_reduce(self, u: UOp, idx: Index, gate: UOp) -> UOp:
         """A loop per reduced axis (size-1 axes need none) around the value of the source."""
@@ -295,10 +312,11 @@ def output_index(
 def lower_kernel(
     ast: UOp, grid: bool, opts: KernelOpts | None = None, index: DType | None = None
 ) -> UOp:
-    """Lower ``SINK(STORE(PARAM, value))`` to a kernel graph of loops and index arithmetic, in
-    the kernel's ``index`` type (``index_type(ast)`` when not given)."""
-    store = ast.src[0]
-    out, value = store.src
+    """Lower ``SINK(STORE(PARAM, value), ...)`` to a kernel graph of loops and index arithmetic,
+    in the kernel's ``index`` type (``index_type(ast)`` when not given). The stores of a kernel
+    with several outputs (all of one shape: schedule/kernelize.py) share the loops, and the
+    values they have in common are computed once."""
+    out, value = ast.src[-1].src
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
     per_output = max(
         (sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1
@@ -311,6 +329,9 @@ def lower_kernel(
         # threads past the size this launch has load nothing; what they store lands in the
         # spare end of the output, which is allocated for the variables' largest values
         gate = flat.lt(value.size)
-    result = lowerer.lower(value, idx, gate)
-    write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
-    return UOp(Ops.SINK, dtypes.void, (write,))
+    writes = []
+    for store in ast.src:
+        out, value = store.src
+        result = lowerer.lower(value, idx, gate)
+        writes.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result)))
+    return UOp(Ops.SINK, dtypes.void, tuple(writes))

@@ -21,18 +21,19 @@ neighbouring elements, as a GPU's warp wants to) or next to each other (each thr
 short run, which a CPU's compiler turns into vector loads: PoCL's threads are loop trips).
 ``Renderer.threads_in_lanes`` says which the target prefers.
 
-Operands are read from global memory, not staged in shared memory (``DEFINE_LOCAL``) between
-barriers: on the devices measured (PoCL and llvmpipe, both on the processor) kernels staging
-64 x 16 tiles of both operands ran 10-40x (PoCL) and 3-5x (llvmpipe) slower than these
-(docs/gpu-codegen.md). A GPU would gain from staging; that plan is not written yet.
+Operands are read from global memory, or with ``Tiles.stage`` first copied a tile at a time
+into shared memory (``DEFINE_LOCAL``) between barriers (codegen/staged.py): what a GPU wants,
+and the default where the renderer says so (``Renderer.stage_tiles``: CUDA, Metal). On PoCL and
+llvmpipe (processors) staging ran 3-40x slower (docs/gpu-codegen.md); BEAM may still pick it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fusegrad.codegen.lower import Lowerer, clamp, flatten, idx_const
 from fusegrad.codegen.rules import CORE_RULES
+from fusegrad.codegen.staged import reduced_axes, stage_bytes
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
@@ -53,13 +54,15 @@ MAX_BLOCK = 128
 class Tiles:
     """A tiled matmul's launch: output axes ``rows`` (m) and ``cols`` (n); ``threads`` per group
     and ``upcast`` outputs per thread, each as ``(along rows, along cols)``; ``strided``: a
-    thread's outputs lie ``threads`` apart (else next to each other)."""
+    thread's outputs lie ``threads`` apart (else next to each other); ``stage``: the depth
+    (along the sum) of the operand tiles staged in shared memory, 0 for none (codegen/staged.py)."""
 
     rows: int
     cols: int
     threads: tuple[int, int] = (16, 16)
     upcast: tuple[int, int] = (4, 4)
     strided: bool = True
+    stage: int = 0
 
     @property
     def block(self) -> tuple[int, int]:
@@ -133,7 +136,29 @@ def plan_tiles(ast: UOp, renderer: Renderer) -> Tiles | None:
     if (axes := matmul_axes(ast)) is None:
         return None
     threads, upcast, strided = default_sizes(renderer)
-    return fit(Tiles(axes[0], axes[1], threads, upcast, strided), shape, renderer)
+    tiles = fit(Tiles(axes[0], axes[1], threads, upcast, strided), shape, renderer)
+    if tiles is not None and renderer.stage_tiles:
+        return with_stage(tiles, ast, renderer) or tiles
+    return tiles
+
+
+#: how deep (along the sum) the staged tiles of each operand are, tried in this order
+STAGE_DEPTHS = (16, 8)
+
+
+def with_stage(tiles: Tiles, ast: UOp, renderer: Renderer, depth: int = 0) -> Tiles | None:
+    """``tiles`` with its operands staged in shared memory ``depth`` (else the first of
+    ``STAGE_DEPTHS`` that fits) deep, or None where that cannot be: a sum over more than one
+    axis, tiles the group's threads do not fill evenly, more shared memory than the renderer
+    has."""
+    if not renderer.has_local or reduced_axes(ast) != 1:
+        return None
+    for stage in (depth,) if depth else STAGE_DEPTHS:
+        staged = replace(tiles, stage=stage)
+        even = all(b * stage % prod(tiles.threads) == 0 for b in staged.block)
+        if even and stage_bytes(staged) <= renderer.local_memory_bytes:
+            return staged
+    return None
 
 
 def default_sizes(renderer: Renderer) -> tuple[tuple[int, int], tuple[int, int], bool]:
@@ -160,10 +185,8 @@ def fit(tiles: Tiles, shape: tuple[int, ...], renderer: Renderer) -> Tiles | Non
             upcast[i] //= 2
         while threads[i] > 1 and threads[i] * upcast[i] >= 2 * shape[axis]:
             threads[i] //= 2
-    fitted = Tiles(
-        tiles.rows, tiles.cols, (threads[0], threads[1]), (upcast[0], upcast[1]), tiles.strided
-    )
-    if not MIN_THREADS <= prod(fitted.threads) <= renderer.max_group_size:
+    fitted = replace(tiles, threads=(threads[0], threads[1]), upcast=(upcast[0], upcast[1]))
+    if not max(MIN_THREADS, renderer.warp_size) <= prod(fitted.threads) <= renderer.max_group_size:
         return None
     if fitted.groups(shape) > renderer.global_max[0]:
         return None
@@ -177,8 +200,8 @@ BEAM_UPCASTS = ((4, 4), (4, 8), (4, 16), (8, 8), (16, 8), (16, 16), (32, 16))
 
 def tile_options(ast: UOp, renderer: Renderer) -> list[Tiles]:
     """The tile sizes BEAM search times (codegen/search.py): the default plan's first, then
-    ``BEAM_THREADS`` x ``BEAM_UPCASTS`` in both layouts, fitted to the output; [] when the
-    kernel does not run tiled."""
+    ``BEAM_THREADS`` x ``BEAM_UPCASTS`` in both layouts, fitted to the output, then each strided
+    one staged in shared memory where it can be; [] when the kernel does not run tiled."""
     base = plan_tiles(ast, renderer)
     if base is None:
         return []
@@ -189,7 +212,9 @@ def tile_options(ast: UOp, renderer: Renderer) -> list[Tiles]:
                 tiles = Tiles(base.rows, base.cols, threads, upcast, strided)
                 if prod(threads) <= renderer.max_group_size:
                     out.append(fit(tiles, shape, renderer))
-    return [t for t in dict.fromkeys([base, *out]) if t is not None]
+    unstaged = [t for t in dict.fromkeys([replace(base, stage=0), *out]) if t is not None]
+    staged = [with_stage(t, ast, renderer) for t in unstaged if t.strided]
+    return [t for t in dict.fromkeys([base, *unstaged, *staged]) if t is not None]
 
 
 # ---- lowering ---------------------------------------------------------------------------------

@@ -343,12 +343,14 @@ def print_plan(roots: list[UOp], inputs: list[Buffer], plan: Plan) -> None:
     print(f"{len(plan.steps)} step(s); {inputs_text}")
     for i, step in enumerate(plan.steps):
         if isinstance(step, KernelStep):
-            out = step.slots[0]
-            size, dtype, _ = plan.new_slots[out - plan.n_inputs]
-            reads = ", ".join(map(str, step.slots[1:])) or "nothing"
+            writes = []
+            for out in step.slots[: step.writes]:
+                size, dtype, _ = plan.new_slots[out - plan.n_inputs]
+                writes.append(f"slot {out} ({dtype.name}[{size}])")
+            reads = ", ".join(map(str, step.slots[step.writes :])) or "nothing"
             print(
-                f"{i:4d} {kernel_name(step.ast):<16s} {step.device:<6s} writes slot {out} "
-                f"({dtype.name}[{size}]), reads {reads}\n       cut: {step.reason}"
+                f"{i:4d} {kernel_name(step.ast):<16s} {step.device:<6s} writes "
+                f"{', '.join(writes)}, reads {reads}\n       cut: {step.reason}"
             )
         else:
             print(f"{i:4d} {'copy':<20s} writes slot {step.dest}, reads {step.source}")

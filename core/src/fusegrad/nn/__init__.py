@@ -332,11 +332,9 @@ class Embedding:
             raise InvalidArgument(
                 f"Embedding needs integer indices, got {idx.dtype.name}; cast them with .long()"
             )
-        # a one-hot row per index times the table: a gather the backward pass can differentiate
         rows = f"the {self.vocab_size} rows of the embedding"
         bounds.check_later("Embedding", idx, 0, self.vocab_size, rows)
-        hot = idx.unsqueeze(-1) == Tensor.arange(self.vocab_size, device=idx.device)
-        return hot.cast(self.weight.dtype) @ self.weight
+        return idx._rows_of(self.weight)  # one load per element (Ops.GATHER)
 
 
 class Dropout:

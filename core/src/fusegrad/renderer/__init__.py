@@ -46,6 +46,13 @@ class Renderer:
     #: neighbours load neighbouring elements together. False (a CPU's OpenCL, whose threads are
     #: trips of a loop): a thread's outputs are next to each other, loaded as one vector.
     threads_in_lanes: bool = True
+    #: a tiled matmul copies tiles of its operands into shared memory between barriers
+    #: (codegen/staged.py) by default: each element is read from global memory once per group,
+    #: not once per thread. Pays on GPUs; on a processor (PoCL, llvmpipe) it ran 3-40x slower.
+    stage_tiles: bool = False
+    #: threads that run one instruction together (a CUDA warp, a Metal SIMD-group); 1: unknown
+    #: or none. A tiled launch gives a group at least this many threads.
+    warp_size: int = 1
     #: ALU ops rendered natively; core decomposes the others before rendering
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
     #: math ops the target has only as scalar library calls, which keep its compiler from

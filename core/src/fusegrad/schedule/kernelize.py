@@ -11,7 +11,10 @@ Where the cuts go:
   repeats add up: read through an EXPAND many times, or costly and read by three kernels;
 - a reduce fuses with the elementwise ops before and after it, but it gets a buffer of its own
   when it has several consumers, when its consumer reads it through an EXPAND or PAD (the reduce
-  would run again for every repeated element), or when it sits inside another reduce.
+  would run again for every repeated element), or when it sits inside another reduce;
+- an elementwise result that an elementwise kernel of the same shape reads element for element
+  is computed and stored by that kernel too (``_merged_kernels``): one kernel with several
+  outputs, as an optimizer's update of a parameter and its moments is.
 
 Nothing with zero elements is computed (``fold_empty``): a value of size 0 gets an empty buffer
 and no kernel, a reduce over an empty axis is its identity and a pad of an empty source its
@@ -45,14 +48,15 @@ from fusegrad.uop.spec import KERNEL_AST, check_stage
 
 @dataclass
 class KernelStep:
-    """Run kernel ``ast`` with ``slots[i]`` bound to its ``PARAM(i)``; slot ``slots[0]`` is
-    written."""
+    """Run kernel ``ast`` with ``slots[i]`` bound to its ``PARAM(i)``; the first ``writes``
+    slots are written (one per STORE of the kernel), the others read."""
 
     ast: UOp
     slots: tuple[int, ...]
     device: str
     runner: Any = None  # the compiled kernel, attached on first run
     reason: str = ""  # why the graph was cut here (DEBUG=4 prints it with the schedule)
+    writes: int = 1
 
 
 @dataclass
@@ -256,15 +260,18 @@ def _kernel_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
             state |= (
                 2 if node.op is Ops.REDUCE_AXIS else 1 if node.op in (Ops.EXPAND, Ops.PAD) else 0
             )
+            if node.op is Ops.GATHER:  # the table is read anywhere, repeatedly: as through EXPAND
+                stack.extend(((node.src[0], state | 1), (node.src[1], state)))
+                continue
             stack.extend((s, state) for s in node.src)
     return cuts
 
 
 #: why a reduce reached in _kernel_cuts' state gets a buffer: it would run again for each repeat
 _REPEATED_REDUCE = {
-    1: "a reduce read through an EXPAND or PAD (it would run again per repeated element)",
+    1: "a reduce read through an EXPAND, PAD or GATHER (it would run again per repeated read)",
     2: "a reduce inside another reduce (it would run again for each outer element)",
-    3: "a reduce read through an EXPAND or PAD inside another reduce (it would run again)",
+    3: "a reduce read through an EXPAND, PAD or GATHER inside another reduce (it would run again)",
 }
 
 
@@ -352,11 +359,12 @@ def _with_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
     return realize
 
 
-def _kernel_nodes(root: UOp, slot_of: dict[UOp, int]) -> list[UOp]:
-    """The nodes of ``root``'s kernel: stop at realized nodes, which are other kernels' outputs."""
+def _kernel_nodes(roots: list[UOp], slot_of: dict[UOp, int] | set[UOp]) -> list[UOp]:
+    """The nodes of the kernel computing ``roots``: stop at other realized nodes (in
+    ``slot_of``), which are other kernels' outputs."""
     order: list[UOp] = []
     seen: set[UOp] = set()
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    stack: list[tuple[UOp, bool]] = [(r, False) for r in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -364,14 +372,77 @@ def _kernel_nodes(root: UOp, slot_of: dict[UOp, int]) -> list[UOp]:
         elif node not in seen:
             seen.add(node)
             stack.append((node, True))
-            if node is root or node not in slot_of:
+            if node in roots or node not in slot_of:
                 stack.extend((s, False) for s in reversed(node.src) if s not in seen)
     return order
 
 
-def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]]:
-    """The kernel computing ``root``: its inputs become local ``PARAM(i)``; slot ``i`` for each."""
-    slots: list[int] = [slot_of[root]]
+def _merged_kernels(
+    order: list[UOp], realize: set[UOp], device_of: dict[UOp, str]
+) -> dict[UOp, list[UOp]]:
+    """Kernels with several outputs: for each realized node whose kernel also computes and
+    stores others, those others (in order), itself last.
+
+    An elementwise kernel reading an elementwise result of its own shape element for element
+    (no view between) computes that result itself, where the value is at hand, and stores it
+    too: a launch and a round trip through memory fewer. Every other kernel reading the result
+    must come later in the order, since it is now written at the reader's place.
+    """
+    position = {u: i for i, u in enumerate(order)}
+    stops = realize | {u for u in order if u.op is Ops.PARAM}
+    nodes = {u: _kernel_nodes([u], stops) for u in order if u in realize and u.op is not Ops.COPY}
+    readers: dict[UOp, list[UOp]] = {}
+    for u, kernel in nodes.items():
+        for n in kernel:
+            if n is not u and n in nodes:
+                readers.setdefault(n, []).append(u)
+    elementwise = {
+        u
+        for u, kernel in nodes.items()
+        if not _is_empty(u)
+        and not any(n.op is Ops.REDUCE_AXIS for n in kernel if n is u or n not in stops)
+    }
+    group: dict[UOp, list[UOp]] = {}  # leader -> members (itself last)
+    leader: dict[UOp, UOp] = {}
+    for y in order:
+        if y not in elementwise:
+            continue
+        members = [y]
+        for x in _direct_reads(y, nodes[y], stops):
+            if x not in elementwise or leader.get(x, x) is not x or x.shape != y.shape:
+                continue
+            if device_of.get(x) != device_of.get(y):
+                continue
+            taken = group.get(x, [x])
+            others = (r for m in taken for r in readers.get(m, ()) if r is not y and r not in taken)
+            if all(position[r] > position[y] for r in others):
+                for m in taken:
+                    leader[m] = y
+                group.pop(x, None)
+                members = taken + members
+        if len(members) > 1:
+            group[y] = members
+    return group
+
+
+def _direct_reads(y: UOp, kernel: list[UOp], stops: set[UOp]) -> list[UOp]:
+    """The realized nodes ``y``'s kernel reads only element for element: through no view, and
+    not as a gathered table."""
+    direct: dict[UOp, bool] = {}
+    for n in kernel:
+        if n is not y and n in stops:
+            continue
+        for i, s in enumerate(n.src):
+            if s in stops and s.op is not Ops.PARAM:
+                plain = n.op not in GroupOp.Movement and not (n.op is Ops.GATHER and i == 0)
+                direct[s] = direct.get(s, True) and plain
+    return [s for s, plain in direct.items() if plain]
+
+
+def kernel_ast(roots: list[UOp], slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]]:
+    """The kernel computing and storing each of ``roots`` (to ``PARAM(0)``, ``PARAM(1)``, ...):
+    its inputs become the next ``PARAM(i)``s; slot ``i`` for each."""
+    slots: list[int] = [slot_of[r] for r in roots]
     local: dict[int, UOp] = {}
 
     def param(slot: int, dtype: DType, size: sint, shape: tuple) -> UOp:
@@ -384,21 +455,23 @@ def kernel_ast(root: UOp, slot_of: dict[UOp, int]) -> tuple[UOp, tuple[int, ...]
         return p if shape == p.shape else UOp(Ops.RESHAPE, dtype, (p,), shape)
 
     done: dict[UOp, UOp] = {}
-    for u in _kernel_nodes(root, slot_of):
+    for u in _kernel_nodes(roots, slot_of):
         if u.op is Ops.PARAM:
             done[u] = param(u.arg[0], u.dtype, u.arg[1], u.shape)
-        elif u is not root and u in slot_of:
+        elif u not in roots and u in slot_of:
             done[u] = param(slot_of[u], u.dtype, u.size, u.shape)
         elif u.src:
             done[u] = u.replace(src=tuple(done.get(s, s) for s in u.src))
         else:
             done[u] = u
-    value = done[root]
-    if value.op is Ops.CONTIGUOUS:
-        value = value.src[0]
-    out = UOp(Ops.PARAM, root.dtype, (), (0, sym_max(root.size)))
-    store = UOp(Ops.STORE, root.dtype, (out, value))
-    return UOp(Ops.SINK, root.dtype, (store,)), tuple(slots)
+    stores = []
+    for i, root in enumerate(roots):
+        value = done[root]
+        if value.op is Ops.CONTIGUOUS:
+            value = value.src[0]
+        out = UOp(Ops.PARAM, root.dtype, (), (i, sym_max(root.size)))
+        stores.append(UOp(Ops.STORE, root.dtype, (out, value)))
+    return UOp(Ops.SINK, roots[-1].dtype, tuple(stores)), tuple(slots)
 
 
 def make_plan(
@@ -419,6 +492,8 @@ def make_plan(
     n_inputs = len(slot_devices)
     slot_of: dict[UOp, int] = {u: u.arg[0] for u in order if u.op is Ops.PARAM}
     device_of = _assign_devices(roots, devices, realize, slot_devices)
+    groups = _merged_kernels(order, realize, device_of)
+    merged = {m for members in groups.values() for m in members[:-1]}
     new_slots: list[tuple[int, DType, str]] = []
     steps: list[KernelStep | CopyStep] = []
     for u in order:
@@ -426,25 +501,27 @@ def make_plan(
             continue
         slot_of[u] = n_inputs + len(new_slots)
         new_slots.append((sym_max(u.size), u.dtype, device_of[u]))  # fits every variable value
-        if _is_empty(u):  # nothing to compute or copy: the empty buffer is the value
+        if _is_empty(u) or u in merged:  # nothing to compute, or computed by a later kernel
             continue
         if u.op is Ops.COPY:
             steps.append(CopyStep(slot_of[u], slot_of[u.src[0]]))
             continue
-        ast, slots = kernel_ast(u, slot_of)
+        outs = groups.get(u, [u])
+        ast, slots = kernel_ast(outs, slot_of)
         check_stage(ast, KERNEL_AST)
-        _check_devices(u, slots, device_of[u], n_inputs, slot_devices, new_slots)
-        steps.append(KernelStep(ast, slots, device_of[u], reason=why.get(u, "")))
+        _check_devices(slots[len(outs) :], device_of[u], n_inputs, slot_devices, new_slots)
+        reason = "; ".join(dict.fromkeys(why.get(m, "") for m in outs))
+        steps.append(KernelStep(ast, slots, device_of[u], reason=reason, writes=len(outs)))
     outputs = [slot_of[r] for r in roots]
     memory = plan_memory(steps, new_slots, n_inputs, set(outputs))
     return Plan(steps, new_slots, outputs, n_inputs, memory=memory)
 
 
-def _slots_of(step: KernelStep | CopyStep) -> tuple[int, tuple[int, ...]]:
-    """The slot a step writes and the slots it reads."""
+def _slots_of(step: KernelStep | CopyStep) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The slots a step writes and the slots it reads."""
     if isinstance(step, CopyStep):
-        return step.dest, (step.source,)
-    return step.slots[0], step.slots[1:]
+        return (step.dest,), (step.source,)
+    return step.slots[: step.writes], step.slots[step.writes :]
 
 
 def plan_memory(
@@ -463,12 +540,13 @@ def plan_memory(
     free: dict[tuple, list[int]] = {}
     pieces = 0
     for i, step in enumerate(steps):
-        written, read = _slots_of(step)
-        key = new_slots[written - n_inputs]
-        if (pool := free.get(key)) and written not in outputs:
-            memory[written - n_inputs] = pool.pop()
-        else:
-            memory[written - n_inputs], pieces = pieces, pieces + 1
+        writes, read = _slots_of(step)
+        for written in writes:
+            key = new_slots[written - n_inputs]
+            if (pool := free.get(key)) and written not in outputs:
+                memory[written - n_inputs] = pool.pop()
+            else:
+                memory[written - n_inputs], pieces = pieces, pieces + 1
         for slot in set(read):
             if slot >= n_inputs and slot not in outputs and last_read.get(slot) == i:
                 free.setdefault(new_slots[slot - n_inputs], []).append(memory[slot - n_inputs])
@@ -497,8 +575,8 @@ def _assign_devices(roots, devices, realize, slot_devices) -> dict[UOp, str]:
     return device_of
 
 
-def _check_devices(u, slots, device, n_inputs, slot_devices, new_slots) -> None:
-    for slot in slots[1:]:
+def _check_devices(reads, device, n_inputs, slot_devices, new_slots) -> None:
+    for slot in reads:
         where = slot_devices[slot] if slot < n_inputs else new_slots[slot - n_inputs][2]
         if where != device:
             raise FusegradError(

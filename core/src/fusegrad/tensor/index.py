@@ -27,6 +27,7 @@ from fusegrad.helpers import prod
 from fusegrad.tensor import bounds
 from fusegrad.tensor.base import TensorBase, is_tensor
 from fusegrad.tensor.movement import ADVANCED_INDEX, _check_variable_bounds, broadcast_shapes
+from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -373,8 +374,20 @@ class IndexMixin(TensorBase):
         x = self.shrink([None if i == dim else (0, s) for i, s in enumerate(index.shape)])
         n = self.shape[dim]
         bounds.check_later("gather", index, 0, n, f"dim {dim} (size {n})")
-        mask = index.unsqueeze(-1) == type(self).arange(n, device=self.device)
-        return self._pick(mask, x._along(dim, index.shape))
+        return x._gathered(dim, index)
+
+    def _gathered(self, axis: int, index: Tensor) -> Tensor:
+        """``out[p] = self[p with p[axis] = index[p]]``, one load per element (``Ops.GATHER``):
+        ``index`` has this tensor's rank, and off ``axis`` this tensor is as long as it or 1.
+        Indices must be in ``[0, self.shape[axis])`` (a bad one reads a clamped element; callers
+        report it with ``bounds.check_later``). The gradient is a scatter-add."""
+        if self.shape[axis] == 0 or index.numel() == 0:  # nothing to read (or an error reported)
+            return type(self).zeros(index.shape, dtype=self.dtype, device=self.device)
+        node = UOp(Ops.GATHER, self.dtype, (self.uop, index.uop), axis)
+        out = self._wrap(node, self.device)
+        if not self.dtype.is_float:
+            return out
+        return out.detach()._with_gradient(_gather_gradient, (cast("Tensor", self), index), (axis,))
 
     def _scatter_parts(
         self, dim: int, index: Tensor, src: Tensor | float
@@ -561,9 +574,15 @@ class IndexMixin(TensorBase):
         vocab = weight.shape[0]
         what = f"the {vocab} rows of the weight"
         bounds.check_later("embedding", cast("Tensor", self), 0, vocab, what)
-        mask = self.unsqueeze(-1) == type(self).arange(vocab, device=self.device)  # (..., V)
-        rows = mask.reshape(mask.shape + (1,) * (weight.ndim - 1))
-        return weight._pick(rows, weight.reshape((1,) * self.ndim + weight.shape), axis=self.ndim)
+        return self._rows_of(weight)
+
+    def _rows_of(self, weight: Tensor) -> Tensor:
+        """``embedding`` without the bounds check (the caller made its own)."""
+        rest = weight.shape[1:]
+        ids = self.reshape(self.shape or (1,))  # (..., T)
+        table = weight.reshape((1,) * (ids.ndim - 1) + weight.shape)  # (1.., V, *rest)
+        index = ids.reshape(ids.shape + (1,) * len(rest)).expand(ids.shape + rest)
+        return table._gathered(ids.ndim - 1, index).reshape(self.shape + rest)
 
     # ---- tensor indexing -------------------------------------------------------------------------
 
@@ -642,23 +661,21 @@ class IndexMixin(TensorBase):
                 f"with shapes {shapes}"
             ) from None
         rest = [i for i in range(self.ndim) if i not in axes]
-        x = self.permute(rest + axes)  # (*R, *N)
         nb, nr, nk = len(bshape), len(rest), len(axes)
-        x = x.reshape((1,) * nb + x.shape)
-        mask: Tensor | None = None
-        for j, (a, idx) in enumerate(picks):
+        # the picked axes as one, indexed by the flat position the indices give together
+        picked = prod(self.shape[a] for a in axes)
+        x = self.permute(rest + axes).reshape(tuple(self.shape[r] for r in rest) + (picked,))
+        flat: Tensor | None = None
+        for a, idx in picks:
             n = self.shape[a]
             bounds.check_later("indexing", idx, -n, n, f"dim {a} (size {n})")
             idx = idx._broadcast_to(bshape) if idx.shape != bshape else idx
             idx = (idx < 0).where(idx + n, idx)
-            hot_shape = [1] * nk
-            hot_shape[j] = n
-            hot = idx.reshape(bshape + (1,) * (nr + nk)) == type(self).arange(
-                n, device=self.device
-            ).reshape((1,) * (nb + nr) + tuple(hot_shape))
-            mask = hot if mask is None else mask & hot
-        assert mask is not None  # (picks is not empty)
-        out = self._pick(mask, x, axis=tuple(range(nb + nr, nb + nr + nk)))  # (*B, *R)
+            flat = idx if flat is None else flat * n + idx
+        assert flat is not None  # (picks is not empty)
+        table = x.reshape((1,) * nb + x.shape)  # (1.., *R, picked)
+        index = flat.reshape(bshape + (1,) * (nr + 1)).expand(bshape + x.shape[:-1] + (1,))
+        out = table._gathered(nb + nr, index).reshape(bshape + x.shape[:-1])  # (*B, *R)
         adjacent = axes == list(range(axes[0], axes[0] + nk))
         if adjacent and axes[0] > 0:
             order = (
@@ -793,3 +810,16 @@ def _einsum_diagonals(t: Tensor, labels: list[str]) -> tuple[Tensor, list[str]]:
         t = t.diagonal(0, a, b)  # (the diagonal becomes the last axis)
         labels = [x for i, x in enumerate(labels) if i not in (a, b)] + [c]
     return t, labels
+
+
+def _gather_gradient(g: Tensor, table: Tensor, index: Tensor, axis: int) -> tuple[Tensor, None]:
+    """The gradient of ``table._gathered(axis, index)``: each element of ``g`` added into the
+    table element it was read from (and summed over the axes the table was broadcast along)."""
+    n = table.shape[axis]
+    hits = index.unsqueeze(-1) == type(g).arange(n, device=g.device)  # index.shape + (n,)
+    # a product, not a select: summed over the index's positions it is a matmul of the one-hot
+    # rows with the gradient, which runs as one (an embedding's backward)
+    spread = hits.cast(g.dtype) * g.unsqueeze(-1)
+    broadcast = [a for a, (t, i) in enumerate(zip(table.shape, index.shape)) if t == 1 != i]
+    summed = spread.sum(tuple([axis, *broadcast]), keepdim=True)
+    return summed.transpose(axis, -1).squeeze(-1).cast(table.dtype), None

@@ -24,6 +24,10 @@ class Ops(Enum):
     CONTIGUOUS = auto()  # forces a buffer to exist here
     COPY = auto()  # arg: target device name
     DETACH = auto()  # cuts gradients; no-op for values
+    # src: (table, index); arg: axis. out[p] = table[p with p[axis] = index[p]], shape of index;
+    # on the other axes the table is as long as the index or 1 (read at 0): a lookup with no
+    # one-hot comparison, one load per element (embeddings, gather)
+    GATHER = auto()
     # src: (value, *inputs); arg: (rule, params). The value is src[0]; its gradient is not taken
     # through src[0]'s graph but given by ``rule(g, inputs, params)`` (see gradient.py). The
     # scheduler drops the node (schedule/kernelize.py ``abstract``).

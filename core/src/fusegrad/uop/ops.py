@@ -389,6 +389,8 @@ def _shape_of(u: UOp) -> tuple[int, ...]:
         return ()
     if op in (Ops.RESHAPE, Ops.EXPAND):
         return arg
+    if op is Ops.GATHER:
+        return u.src[1].shape
     src = u.src[0].shape
     if op is Ops.PERMUTE:
         return tuple(src[i] for i in arg)

@@ -161,6 +161,20 @@ def reduce_axis_arg(arg: object) -> bool:
     return isinstance(arg, tuple) and len(arg) == 2 and arg[0] in REDUCE_OPS and _ints(arg[1])
 
 
+def gathered(u: UOp) -> str | None:
+    """A GATHER's index is an integer array with the table's rank, its ``axis`` an axis of the
+    table, and on every other axis the table as long as the index or 1."""
+    table, index = u.src
+    if type(u.arg) is not int or not 0 <= u.arg < len(table.shape):
+        return f"its arg {u.arg!r} is not an axis of the table {table.shape}"
+    if not index.dtype.is_int or len(index.shape) != len(table.shape):
+        return f"its index ({index.dtype.name}, {index.shape}) is not an int array of its rank"
+    pairs = enumerate(zip(table.shape, index.shape))
+    if any(a != u.arg and t not in (i, 1) for a, (t, i) in pairs):
+        return f"its table {table.shape} does not match its index {index.shape} off axis {u.arg}"
+    return None
+
+
 def variable_arg(arg: object) -> bool:
     """``(name, min, max)`` of a DEFINE_VAR."""
     return isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str) and _ints(arg[1:])
@@ -252,6 +266,7 @@ MOVEMENT: dict[Ops, tuple[Check, ...]] = {
 KERNEL: dict[Ops, tuple[Check, ...]] = {
     **ALU,
     Ops.PARAM: (n_src(0), BUFFER_ARG),
+    Ops.DEFINE_LOCAL: (n_src(0), BUFFER_ARG),  # a staged matmul's tiles (codegen/staged.py)
     Ops.RANGE: (
         n_src(1),
         dtype_is(*INDEX_TYPES),
@@ -295,8 +310,9 @@ SPEC: dict[str, dict[Ops, tuple[Check, ...]]] = {
         Ops.REDUCE_AXIS: (n_src(1), src_dtype(0), arg_is("(ADD or MAX, axes)", reduce_axis_arg)),
         Ops.CONTIGUOUS: (n_src(1), src_dtype(0)),
         Ops.DETACH: (n_src(1), src_dtype(0)),
+        Ops.GATHER: (n_src(2), src_dtype(0), gathered),
         Ops.STORE: (n_src(2), src_op(0, {Ops.PARAM}), stored_dtype),
-        Ops.SINK: (n_src(1), all_src_op({Ops.STORE})),
+        Ops.SINK: (n_src(1, 1 << 16), all_src_op({Ops.STORE})),
     },
     LOWERED: KERNEL,
     DECOMPOSED: _decomposed(KERNEL),

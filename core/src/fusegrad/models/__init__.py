@@ -1,0 +1,1 @@
+"""Pretrained models built from their files: a BERT sentence encoder, a Llama-family LM."""
