@@ -7,6 +7,7 @@ import pytest
 
 import fusegrad.engine.realize as realize
 from fusegrad import GlobalCounters, Tensor
+from fusegrad.device import Device
 
 
 def inputs(device: str, *shapes: tuple[int, ...]) -> list[Tensor]:
@@ -26,17 +27,20 @@ KERNELS = [  # (name, graph built from x (4, 4), w (4, 3), b (3,), expected kern
     ("reduce_then_elementwise", lambda x, w, b: ((x + 1).sum() * 2).exp(), 1),
     ("reduce_of_view", lambda x, w, b: x.T[::-1, 1:].sum(0), 1),
     ("contiguous", lambda x, w, b: (x + 1).contiguous(), 1),
-    ("max_subtract", lambda x, w, b: x - x.max(1, keepdim=True), 2),
-    ("reduce_through_expand", lambda x, w, b: x.sum(1, keepdim=True).expand(4, 4) * x, 2),
+    # a reduction over the last axis read back along it: one row kernel where the device runs
+    # loops (CPU: schedule/kernelize.py _row_reads), a kernel for it on a grid
+    ("max_subtract", lambda x, w, b: x - x.max(1, keepdim=True), (2, 1)),
+    ("reduce_through_expand", lambda x, w, b: x.sum(1, keepdim=True).expand(4, 4) * x, (2, 1)),
+    ("reduce_through_expand_axis_0", lambda x, w, b: x.sum(0, keepdim=True).expand(4, 4) * x, 2),
     ("reduce_used_twice", lambda x, w, b: x.sum(0) * x.sum(0).exp(), 2),
     # one kernel storing both: x + 1 (the buffer asked for) and its double
     ("contiguous_then_more", lambda x, w, b: (x + 1).contiguous() * 2, 1),
     ("contiguous_then_transposed", lambda x, w, b: (x + 1).contiguous().T * 2, 2),
     ("reduce_of_reduce", lambda x, w, b: (x.sum(1, keepdim=True) * x).sum(), 2),
-    ("softmax", lambda x, w, b: softmax(x), 3),
+    ("softmax", lambda x, w, b: softmax(x), (3, 1)),
     ("two_layers", lambda x, w, b: (x @ w).relu() @ w.T, 2),
-    ("matmul_minus_rowmax", lambda x, w, b: (x @ w) - (x @ w).max(1, keepdim=True), 3),
-    ("softmax_of_matmul", lambda x, w, b: softmax(x @ w), 4),
+    ("matmul_minus_rowmax", lambda x, w, b: (x @ w) - (x @ w).max(1, keepdim=True), (3, 2)),
+    ("softmax_of_matmul", lambda x, w, b: softmax(x @ w), (4, 2)),
 ]
 
 
@@ -44,6 +48,8 @@ KERNELS = [  # (name, graph built from x (4, 4), w (4, 3), b (3,), expected kern
 def test_kernel_count(device, name, build, expected):
     x, w, b = inputs(device, (4, 4), (4, 3), (3,))
     out = build(x, w, b)
+    if isinstance(expected, tuple):  # (on a grid, on a device that runs loops)
+        expected = expected[Device[device].renderer.grid_dims is None]
     assert len(out.schedule()) == expected
     GlobalCounters.reset()
     out.realize()
@@ -262,3 +268,55 @@ def test_an_optimizer_updates_a_parameter_and_its_moments_in_one_kernel(device):
         want.append(tloss.item())
     np.testing.assert_allclose(losses, want, rtol=1e-5)
     np.testing.assert_allclose(lin.weight.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+# ---- row kernels (schedule/kernelize.py _row_reads, codegen/opt.py row_opts) ---------------------
+
+
+def _np_softmax(a: np.ndarray) -> np.ndarray:
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _np_layernorm(a: np.ndarray) -> np.ndarray:
+    m = a.mean(-1, keepdims=True)
+    return (a - m) / np.sqrt(((a - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+
+ROW_CASES = [
+    ("softmax", lambda x: x.softmax(-1), _np_softmax),
+    ("log_softmax", lambda x: x.log_softmax(-1), lambda a: np.log(_np_softmax(a))),
+    ("layernorm", lambda x: x.layernorm(), _np_layernorm),
+    (
+        "rmsnorm",
+        lambda x: x * ((x * x).mean(-1, keepdim=True) + 1e-6).rsqrt(),
+        lambda a: a / np.sqrt((a * a).mean(-1, keepdims=True) + 1e-6),
+    ),
+]
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (2, 3, 130), (1, 4096), (64, 100)])
+@pytest.mark.parametrize("name, build, reference", ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_a_row_kernel_computes_each_rows_reductions_once_per_row(name, build, reference, shape):
+    """On a device that runs loops, a softmax or a norm over the last axis is one kernel: per
+    row, each reduction once (in vector lanes), then the row's elements."""
+    from fusegrad.schedule.kernelize import KernelStep
+
+    a = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32) * 3
+    out = build(Tensor(a, device="CPU"))
+    steps = [s for s in out.schedule() if isinstance(s, KernelStep)]
+    assert len(steps) == 1
+    np.testing.assert_allclose(out.numpy(), reference(a), rtol=1e-5, atol=1e-5)
+
+
+def test_a_reduction_read_across_rows_is_no_row_kernel():
+    """A sum over the rows (axis 0) read back along them, or a row sum read through a transpose,
+    keeps its own kernel: each element would need another row's reduction."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    x = Tensor(a, device="CPU")
+    for out, want in [
+        (x - x.sum(0, keepdim=True), a - a.sum(0, keepdims=True)),
+        (x.T - x.sum(1, keepdim=True).T, a.T - a.sum(1, keepdims=True).T),
+    ]:
+        assert len(out.schedule()) == 2
+        np.testing.assert_allclose(out.numpy(), want)

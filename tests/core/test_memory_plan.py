@@ -12,13 +12,13 @@ def test_dead_intermediates_share_memory(device):
     x = Tensor(np.arange(16, dtype=np.float32).reshape(4, 4), device=device)
     y = x
     for _ in range(4):  # each step: a reduce (own buffer) broadcast back: a chain of kernels
-        y = (y - y.max(1, keepdim=True)).contiguous()
+        y = (y - y.max(0, keepdim=True)).contiguous()
     plan = plan_for([y.uop], [device])
     assert len(plan.steps) == 8
     assert len(set(plan.memory)) < len(plan.memory)  # some slots share memory
     expected = x.numpy()
     for _ in range(4):
-        expected = expected - expected.max(1, keepdims=True)
+        expected = expected - expected.max(0, keepdims=True)
     np.testing.assert_allclose(y.numpy(), expected)
 
 

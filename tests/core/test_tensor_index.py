@@ -88,6 +88,15 @@ def test_gather_of_integers_and_bools_keeps_the_dtype(device, dtype):
     np.testing.assert_array_equal(out.numpy(), np.take_along_axis(a, index, 1))
 
 
+def test_gather_along_an_axis_of_one_broadcasts_its_gradient_back(device):
+    a = np.array([[1.5], [2.5]], np.float32)  # gathered along axis 1, of size 1
+    x = Tensor(a, device=device, requires_grad=True)
+    out = x.gather(1, Tensor(np.zeros((2, 3), np.int32), device=device))
+    (out * Tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=device)).sum().backward()
+    np.testing.assert_array_equal(out.numpy(), np.repeat(a, 3, 1))
+    np.testing.assert_array_equal(x.grad.numpy(), [[3.0], [12.0]])
+
+
 def test_gather_gradient_adds_up_repeated_picks_as_torch(device):
     rng = np.random.default_rng(4)
     a = rng.standard_normal((5, 8)).astype(np.float32)

@@ -57,6 +57,8 @@ class Linearizer:
         self.order = toposort([sink])
         self.used = ranges_used(self.order)
         self.reduces = [u for u in self.order if u.op is Ops.REDUCE]
+        #: for each REDUCE, the REDUCEs its value reads (their results, not their loops)
+        self.needs = {red: set(toposort([red.src[0]])) & set(self.reduces) for red in self.reduces}
         self.reduce_loops = {r for red in self.reduces for r in red.src[1:]}
         loops = sorted(
             (u for u in self.order if u.op is Ops.RANGE and u not in self.reduce_loops),
@@ -125,13 +127,21 @@ class Linearizer:
             [u for u in before if not (self.used[u] & self.reduce_loops)],
             self.used,
         )
-        results = {red: self.place_reduce(red, number) for number, red in enumerate(self.reduces)}
+        results: dict[UOp, Callable[[dict[UOp, UOp]], UOp]] = {}
+        for number, red in enumerate(self.reduces):
+            # a reduction over another's result (a row kernel's variance about its mean) reads
+            # that result where it is: the earlier reduction's accumulator
+            earlier = {r: results[r]({}) for r in results if r in self.needs[red]}
+            red = _substitute(red, earlier) if earlier else red
+            results[self.reduces[number]] = self.place_reduce(red, number)
         self.place_rest(results)
         self.close(self.outer)
         return self.program
 
     def place_reduce(self, red: UOp, number: int) -> Callable[[dict[UOp, UOp]], UOp]:
         """Emit the accumulator and loops of one REDUCE; return how to read its result."""
+        if red not in self.used:  # (a REDUCE reading an earlier one's accumulator)
+            self.used = {**self.used, **ranges_used(toposort([red]))}
         value = red.src[0]
         loops = [r for r in red.src[1:] if r.arg.kind is not AxisKind.LANE]
         lanes = [r for r in red.src[1:] if r.arg.kind is AxisKind.LANE]

@@ -318,8 +318,12 @@ def lower_kernel(
     values they have in common are computed once."""
     out, value = ast.src[-1].src
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
-    per_output = max(
-        (sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1
+    # (a row kernel's reductions run once per row: a pass over the output each)
+    rows = [r for r in reduced if r.src[0].shape == value.shape]
+    per_output = (
+        len(rows) + 1
+        if rows
+        else max((sym_max(r.src[0].size) // max(sym_max(r.size), 1) for r in reduced), default=1)
     )
     work = sym_max(value.size) * per_output
     lowerer = Lowerer(opts, AxisCounter(index=index or index_type(ast)))

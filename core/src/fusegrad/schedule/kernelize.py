@@ -226,18 +226,75 @@ def _below_views(u: UOp) -> UOp:
     return u
 
 
-def _kernel_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
+def _row_reads(root: UOp, realize: set[UOp]) -> set[UOp]:
+    """The EXPANDs and reductions of a row kernel rooted at ``root``, or an empty set.
+
+    A row kernel computes an output of shape (..., n) from reductions over its last axis, read
+    back along that axis: a softmax (``exp(x - max) / sum``), a layernorm (the mean, the
+    variance about it, then each element normalised). Each reduction is then needed once per
+    row, however many elements of the row read it: the kernel computes it once per row, before
+    the row's elements (codegen/opt.py ``row_opts``), and needs no buffer for it. So every
+    reduction must sum over the last axis of an array of the output's shape, and be read only
+    through an EXPAND along that axis (with elementwise work between); a view over anything
+    holding a reduction, or any other reduction, makes it no row kernel.
+    """
+    shape = root.shape
+    if len(shape) == 0 or shape[-1] == 1 or is_symbolic(shape) or root.op is Ops.REDUCE_AXIS:
+        return set()
+    row = (len(shape) - 1,)
+    found: set[UOp] = set()
+    stack, seen = [(root, True)], set()
+    while stack:
+        node, full = stack.pop()
+        if (node, full) in seen or node.op in (Ops.PARAM, Ops.CONST):
+            continue
+        if node is not root and node in realize:
+            continue
+        seen.add((node, full))
+        if node.op is Ops.REDUCE_AXIS:
+            if full or node.arg[1] != row or node.src[0].shape != shape:
+                return set()
+            found.add(node)
+            stack.append((node.src[0], True))
+        elif node.op is Ops.EXPAND and full and node.src[0].shape == shape[:-1] + (1,):
+            found.add(node)  # (its shape is the output's: elementwise work sits above)
+            stack.append((node.src[0], False))
+        elif node.op in GroupOp.Movement or node.op is Ops.GATHER:
+            if _holds_reduce(node, realize):
+                return set()
+        else:
+            stack.extend((s, full) for s in node.src)
+    return found if any(u.op is Ops.REDUCE_AXIS for u in found) else set()
+
+
+def _holds_reduce(node: UOp, realize: set[UOp]) -> bool:
+    """Whether computing ``node`` runs a reduction (one that has no buffer of its own)."""
+    stack, seen = [node], set()
+    while stack:
+        u = stack.pop()
+        if u in seen or u.op is Ops.PARAM or (u in realize and u is not node):
+            continue
+        seen.add(u)
+        if u.op is Ops.REDUCE_AXIS:
+            return True
+        stack.extend(u.src)
+    return False
+
+
+def _kernel_cuts(realize: set[UOp], why: dict[UOp, str], rows: bool = False) -> set[UOp]:
     """Nodes that must be cut off from the kernels of ``realize`` to avoid repeated work.
 
     A REDUCE reached through an EXPAND/PAD (state bit 1) or inside a REDUCE (bit 2) would run
     again for every repeated element; so would elementwise work read through an EXPAND when the
-    repeats add up (a convolution reads each input element once per filter tap).
+    repeats add up (a convolution reads each input element once per filter tap). With ``rows``
+    (every device runs loops), a row kernel keeps its reductions (``_row_reads``).
     """
     cuts: set[UOp] = set()
     work, seen = [r for r in realize if r.op is not Ops.COPY], set()
     while work:
         kernel_root = work.pop()
         stack = [(kernel_root, 0)]
+        in_row = _row_reads(kernel_root, realize | cuts) if rows else set()
         while stack:
             node, state = stack.pop()
             if node is not kernel_root and (
@@ -247,6 +304,9 @@ def _kernel_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
             if (node, state) in seen:
                 continue
             seen.add((node, state))
+            if node in in_row:  # computed once per row, before the row: nothing repeats
+                stack.extend((s, state) for s in node.src)
+                continue
             if node.op is Ops.REDUCE_AXIS and state:
                 cuts.add(node)
                 work.append(node)
@@ -339,22 +399,23 @@ def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> se
 
 
 def find_realizes(
-    roots: list[UOp], order: list[UOp], why: dict[UOp, str] | None = None
+    roots: list[UOp], order: list[UOp], why: dict[UOp, str] | None = None, rows: bool = False
 ) -> set[UOp]:
     """The nodes that must be written to a buffer; everything else fuses into its consumer.
-    ``why`` receives, for each, the first reason found for cutting the graph there."""
+    ``why`` receives, for each, the first reason found for cutting the graph there. ``rows``:
+    row kernels keep their reductions (every device the graph runs on loops over outputs)."""
     why = {} if why is None else why
-    realize = _with_cuts(_forced_realizes(roots, order, why), why)
+    realize = _with_cuts(_forced_realizes(roots, order, why), why, rows)
     for _ in range(SHARED_WORK_ROUNDS):  # a buffer chosen leaves its sources to other kernels
         if not (shared := _shared_work(realize, order, why) - realize):
             break
-        realize = _with_cuts(realize | shared, why)
+        realize = _with_cuts(realize | shared, why, rows)
     return realize
 
 
-def _with_cuts(realize: set[UOp], why: dict[UOp, str]) -> set[UOp]:
+def _with_cuts(realize: set[UOp], why: dict[UOp, str], rows: bool = False) -> set[UOp]:
     """``realize`` and the cuts its kernels need, until no kernel needs another."""
-    while added := (_kernel_cuts(realize, why) | _shared_reduces(realize, why)) - realize:
+    while added := (_kernel_cuts(realize, why, rows) | _shared_reduces(realize, why)) - realize:
         realize = realize | added
     return realize
 
@@ -488,7 +549,10 @@ def make_plan(
     if capabilities is not None and (laid := lay_out(roots, devices, capabilities)) != roots:
         roots, order = laid, toposort(list(laid))
     why: dict[UOp, str] = {}
-    realize = find_realizes(list(roots), order, why)
+    loops = capabilities is not None and all(
+        capabilities(d).grid_dims is None for d in {*devices, *slot_devices}
+    )
+    realize = find_realizes(list(roots), order, why, rows=loops)
     n_inputs = len(slot_devices)
     slot_of: dict[UOp, int] = {u: u.arg[0] for u in order if u.op is Ops.PARAM}
     device_of = _assign_devices(roots, devices, realize, slot_devices)

@@ -820,6 +820,7 @@ def _gather_gradient(g: Tensor, table: Tensor, index: Tensor, axis: int) -> tupl
     # a product, not a select: summed over the index's positions it is a matmul of the one-hot
     # rows with the gradient, which runs as one (an embedding's backward)
     spread = hits.cast(g.dtype) * g.unsqueeze(-1)
-    broadcast = [a for a, (t, i) in enumerate(zip(table.shape, index.shape)) if t == 1 != i]
+    pairs = enumerate(zip(table.shape, index.shape))
+    broadcast = [a for a, (t, i) in pairs if t == 1 != i and a != axis]
     summed = spread.sum(tuple([axis, *broadcast]), keepdim=True)
     return summed.transpose(axis, -1).squeeze(-1).cast(table.dtype), None
