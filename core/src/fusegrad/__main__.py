@@ -15,6 +15,7 @@ from typing import Any
 import fusegrad
 from fusegrad.device import PARTS, Device, DeviceSpec
 from fusegrad.errors import FusegradError
+from fusegrad.models.chat import add_chat_command
 from fusegrad.plugin.hookspecs import BACKEND_API_VERSION
 from fusegrad.plugin.manager import PluginInfo, PluginManager, plugins
 
@@ -217,6 +218,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     devices.add_argument("--json", action="store_true", help="print machine-readable JSON")
     devices.set_defaults(run=devices_command)
+    add_chat_command(commands)
     return parser
 
 

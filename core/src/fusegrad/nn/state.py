@@ -21,6 +21,7 @@ import numpy as np
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import FileFormatError, StateDictError
 from fusegrad.helpers import prod
+from fusegrad.nn.gguf import gguf_load as gguf_load  # re-exported: fusegrad.nn.state.gguf_load
 from fusegrad.nn.host import host_array, tensor_from_host
 from fusegrad.nn.torch_checkpoint import torch_load
 from fusegrad.tensor import Tensor

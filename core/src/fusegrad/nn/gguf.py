@@ -1,0 +1,434 @@
+"""GGUF files (llama.cpp's format): metadata, and tensors that stay quantized on the device.
+
+A quantized tensor is loaded as its raw blocks, a ``uint8`` Tensor of shape ``(blocks, bytes)``,
+exactly as in the file. What ``gguf_load`` returns for it is a lazy float32 expression over those
+bytes (bit operations, fp16 scales through ``bitcast``, arithmetic), so the scheduler fuses the
+dequantization into whatever reads the weight: ``x @ w.T`` is one kernel that reads the packed
+bytes, and no float32 copy of the weights is ever made (but see the layout pass: a right operand
+of 65,536 weights or more is copied into float32 panels; ``quantized_linear`` is not). Realizing
+such a tensor on its own would make that copy; the model code never does.
+
+``quantized_linear(x, packed, kind, shape)`` is the fast form of ``x @ w.T``: per group of
+weights sharing a scale, ``scale * (q . x) + offset * sum(x)``, so scales are decoded once per
+group, not once per weight (a matrix-vector product about 10x faster on CPU).
+
+The file is memory-mapped and its header parsed here (see "the file" below); each tensor's bytes
+are copied once to the device, and their pages dropped from the resident set right after.
+
+Block layouts (llama.cpp's ``ggml-common.h``): every block starts or ends with fp16 scales; 4- and
+5-bit weights keep weights ``0..15`` of a 32-block in the low nibbles and ``16..31`` in the high.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from fusegrad.dtype import dtypes
+from fusegrad.errors import FileFormatError
+from fusegrad.tensor import Tensor
+
+__all__ = [
+    "GGUF_TYPES",
+    "dequantize",
+    "gguf_load",
+    "gguf_metadata",
+    "gguf_read",
+    "quantized_linear",
+]
+
+
+# The per-block values (scales, mins, high bits) are read from bytes expanded to the weights'
+# shape first, so each weight recomputes its scale from the packed bytes: computed once per
+# block and then expanded, the scheduler would give them a buffer of their own (kernelize's
+# "elementwise work read through an EXPAND") instead of fusing them into the matmul.
+
+
+def _spread(
+    b: Tensor, start: int, stop: int, view: tuple[int, ...], shape: tuple[int, ...]
+) -> Tensor:
+    """Bytes ``start:stop`` of each block, viewed as ``view`` and expanded to ``shape``."""
+    return b[:, start:stop].reshape(view).expand(shape)
+
+
+def _f16(b: Tensor, at: int, shape: tuple[int, ...]) -> Tensor:
+    """The fp16 scale at byte ``at`` of each block, as float32, expanded to ``shape``."""
+    view = (shape[0],) + (1,) * (len(shape) - 1)
+    lo = _spread(b, at, at + 1, view, shape).cast(dtypes.uint32)
+    hi = _spread(b, at + 1, at + 2, view, shape).cast(dtypes.uint32)
+    return _half_to_float(lo | (hi << 8))
+
+
+def _half_to_float(h: Tensor) -> Tensor:
+    """IEEE half-precision bits (in uint32) -> their float32 value, exactly, with integer ops
+    only, so devices without float16 (WebGPU without shader-f16) decode scales too.
+
+    A normal half ``(s, e, m)`` is the float32 ``(s, e + 112, m << 13)`` (exponent biases 15
+    and 127); infinities and NaNs (``e == 31``) keep an all-ones exponent; subnormals and zeros
+    (``e == 0``) are ``m * 2**-24``."""
+    sign, exponent, mantissa = h >> 15, (h >> 10) & 31, h & 1023
+    wide = (exponent == 31).where(255, exponent + 112).cast(dtypes.uint32)
+    normal = ((sign << 31) | (wide << 23) | (mantissa << 13)).bitcast(dtypes.float32)
+    small = mantissa.cast(dtypes.float32) * 2.0**-24 * (1 - 2 * sign.cast(dtypes.float32))
+    return (exponent == 0).where(small, normal)
+
+
+def _shifts(*shape: int, step: int) -> Tensor:
+    """``0, step, 2*step, ...`` along the axis of ``shape`` that is not 1, as uint8."""
+    n = max(shape)
+    return (Tensor.arange(n, dtype=dtypes.uint8) * step).reshape(shape)
+
+
+def _high_bits(qh: Tensor) -> Tensor:
+    """``(blocks, 4)`` bytes of a 5-bit block's high bits -> ``(blocks, 32)`` 0/1: bit j of the
+    little-endian uint32 belongs to weight j."""
+    blocks = qh.shape[0]
+    bits = qh.reshape(blocks, 4, 1).expand(blocks, 4, 8) >> _shifts(1, 1, 8, step=1)
+    return (bits & 1).reshape(blocks, 32)
+
+
+def _planes(qs: Tensor, high: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``(blocks, 16)`` bytes -> the low nibbles (weights 0-15) and the high ones (16-31) as
+    ``(blocks, 1, 16)`` uint8, with the 5th bits ``high`` ``(blocks, 32)`` (0/1) when given."""
+    low, top = qs & 15, qs >> 4
+    if high is not None:
+        low, top = low | (high[:, :16] << 4), top | (high[:, 16:] << 4)
+    return low.reshape(-1, 1, 16), top.reshape(-1, 1, 16)
+
+
+# Each block type's unpacker returns the parts of ``w = scale * q + offset`` per group of weights
+# that share a scale (32, or 16 in Q6_K): ``q``, the small integers as float32, as "planes" whose
+# concatenation on the last axis is ``q`` ``(blocks, groups, size)`` (two planes of 16 for
+# 4- and 5-bit blocks: each a plain mask or shift of the same bytes, so a dot product needs no
+# shuffling), and ``scale`` and ``offset`` (or None) ``(blocks, groups, width)``. ``width`` is 1
+# for ``quantized_linear`` (a scale per group), or ``size`` for ``dequantize``, whose scales are
+# then computed from bytes already expanded to each weight, so that they fuse (see above). The
+# float operations are gguf's (numpy), in its order, so both dequantize to the same bits.
+
+Parts = tuple[tuple[Tensor, ...], Tensor, Tensor | None]
+
+
+def _floats(planes: tuple[Tensor, ...], minus: int = 0) -> tuple[Tensor, ...]:
+    return tuple(
+        p.cast(dtypes.float32) - minus if minus else p.cast(dtypes.float32) for p in planes
+    )
+
+
+def _q4_0(b: Tensor, width: int) -> Parts:
+    return _floats(_planes(b[:, 2:18]), 8), _f16(b, 0, (b.shape[0], 1, width)), None
+
+
+def _q4_1(b: Tensor, width: int) -> Parts:
+    shape = (b.shape[0], 1, width)
+    return _floats(_planes(b[:, 4:20])), _f16(b, 0, shape), _f16(b, 2, shape)
+
+
+def _q5_0(b: Tensor, width: int) -> Parts:
+    planes = _planes(b[:, 6:22], _high_bits(b[:, 2:6]))
+    return _floats(planes, 16), _f16(b, 0, (b.shape[0], 1, width)), None
+
+
+def _q5_1(b: Tensor, width: int) -> Parts:
+    shape = (b.shape[0], 1, width)
+    planes = _floats(_planes(b[:, 8:24], _high_bits(b[:, 4:8])))
+    return planes, _f16(b, 0, shape), _f16(b, 2, shape)
+
+
+def _q8_0(b: Tensor, width: int) -> Parts:
+    q = b[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32).reshape(-1, 1, 32)
+    return (q,), _f16(b, 0, (b.shape[0], 1, width)), None
+
+
+def _k_scales(b: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """The 8 six-bit scales and mins packed in bytes 4-15 of a K-block, ``(blocks, 8, width)``.
+
+    Sub-blocks 0-3 keep theirs in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7
+    in the nibbles of bytes 8-11, with their top 2 bits in the top bits of bytes 0-7.
+    """
+    shape = (b.shape[0], 4, width)
+    view = (b.shape[0], 4, 1)
+    low, mid, high = (_spread(b, 4 + i, 8 + i, view, shape) for i in (0, 4, 8))
+    scales = (low & 63).cat((high & 15) | ((low >> 6) << 4), dim=1)
+    mins = (mid & 63).cat((high >> 4) | ((mid >> 6) << 4), dim=1)
+    return scales.cast(dtypes.float32), mins.cast(dtypes.float32)
+
+
+def _k_nibbles(qs: Tensor) -> Tensor:
+    """A K-block's 128 bytes -> ``(blocks, 8, 32)``: 4 chunks of 32 bytes, each the low
+    nibbles of one sub-block then the high nibbles of the next."""
+    blocks = qs.shape[0]
+    chunks = qs.reshape(blocks, 4, 1, 32).expand(blocks, 4, 2, 32) >> _shifts(1, 1, 2, 1, step=4)
+    return (chunks & 15).reshape(blocks, 8, 32)
+
+
+def _k_parts(b: Tensor, q: Tensor, width: int) -> Parts:
+    """``d * scale`` and ``-(dmin * min)`` of each sub-block, for the ``(blocks, 8, 32)`` values
+    ``q`` of K-blocks."""
+    shape = (b.shape[0], 8, width)
+    scales, mins = _k_scales(b, width)
+    return (q.cast(dtypes.float32),), _f16(b, 0, shape) * scales, -(_f16(b, 2, shape) * mins)
+
+
+def _q4_k(b: Tensor, width: int) -> Parts:
+    return _k_parts(b, _k_nibbles(b[:, 16:144]), width)
+
+
+def _q5_k(b: Tensor, width: int) -> Parts:
+    # bit j of high-bit byte l belongs to weight l of sub-block j
+    blocks = b.shape[0]
+    high = b[:, 16:48].reshape(blocks, 1, 32).expand(blocks, 8, 32) >> _shifts(1, 8, 1, step=1)
+    return _k_parts(b, _k_nibbles(b[:, 48:176]) | ((high & 1) << 4), width)
+
+
+def _q6_k(b: Tensor, width: int) -> Parts:
+    """Two halves of 128 weights; weight ``32k + l`` of a half takes a nibble of low byte
+    ``l + 32 (k % 2)`` (high nibble when ``k >= 2``), bits ``2k, 2k+1`` of high byte ``l``;
+    its group of 16 (int8 scale) is ``16 (half) + 2k + l // 16``."""
+    blocks = b.shape[0]
+    ql = b[:, 0:128].reshape(blocks, 2, 1, 2, 32).expand(blocks, 2, 2, 2, 32)
+    low = ((ql >> _shifts(1, 1, 2, 1, 1, step=4)) & 15).reshape(blocks, 2, 4, 32)
+    qh = b[:, 128:192].reshape(blocks, 2, 1, 32).expand(blocks, 2, 4, 32)
+    high = (qh >> _shifts(1, 1, 4, 1, step=2)) & 3
+    q = ((low | (high << 4)).cast(dtypes.float32) - 32).reshape(blocks, 16, 16)
+    shape = (blocks, 16, width)
+    scales = _spread(b, 192, 208, (blocks, 16, 1), shape).bitcast(dtypes.int8)
+    return (q,), scales.cast(dtypes.float32) * _f16(b, 208, shape), None
+
+
+#: GGUF's type number -> (name, weights per block, bytes per block, the block unpacker).
+GGUF_TYPES: dict[int, tuple[str, int, int, Callable[[Tensor, int], Parts] | None]] = {
+    0: ("F32", 1, 4, None),
+    1: ("F16", 1, 2, None),
+    30: ("BF16", 1, 2, None),
+    2: ("Q4_0", 32, 18, _q4_0),
+    3: ("Q4_1", 32, 20, _q4_1),
+    6: ("Q5_0", 32, 22, _q5_0),
+    7: ("Q5_1", 32, 24, _q5_1),
+    8: ("Q8_0", 32, 34, _q8_0),
+    12: ("Q4_K", 256, 144, _q4_k),
+    13: ("Q5_K", 256, 176, _q5_k),
+    14: ("Q6_K", 256, 210, _q6_k),
+}
+
+
+def _kind(kind: int) -> tuple[str, int, int, Callable[[Tensor, int], Parts] | None]:
+    if kind not in GGUF_TYPES:
+        raise FileFormatError(
+            f"GGUF tensor type {kind} is not supported; known: "
+            + ", ".join(name for name, *_ in GGUF_TYPES.values())
+        )
+    return GGUF_TYPES[kind]
+
+
+def dequantize(packed: Tensor, kind: int, shape: tuple[int, ...]) -> Tensor:
+    """The float32 values of ``packed`` (a tensor of GGUF type ``kind``), lazily, in ``shape``.
+
+    ``packed`` holds the file's bytes as uint8 (any shape with the right byte count); for F16
+    it is float16 and for BF16 the raw uint16 bits. Nothing is computed until a consumer is.
+    """
+    name, _, block_bytes, unpack = _kind(kind)
+    if name == "F32":
+        return packed.reshape(shape)
+    if name == "F16":
+        return packed.reshape(shape).cast(dtypes.float32)
+    if name == "BF16":  # a bfloat16 is the top half of a float32
+        return (packed.reshape(shape).cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
+    assert unpack is not None
+    blocks = packed.reshape(-1, block_bytes)
+    planes, scale, offset = unpack(blocks, 16 if name == "Q6_K" else 32)
+    q = planes[0].cat(*planes[1:], dim=-1) if len(planes) > 1 else planes[0]
+    w = scale * q if offset is None else scale * q + offset
+    return w.reshape(shape)
+
+
+def quantized_linear(x: Tensor, packed: Tensor, kind: int, shape: tuple[int, int]) -> Tensor:
+    """``x @ w.T`` for ``x`` ``(T, k)`` and a GGUF weight ``w`` ``(m, k)``, without making ``w``.
+
+    Per group of ``g`` weights sharing a scale: ``scale * (q . x) + offset * sum(x)``. The
+    scales are read and converted once per group instead of once per weight, which makes a
+    matrix-vector product several times faster; the partial dot products ``(T, m, k/g)`` are
+    a kernel of their own (a reduce inside a reduce), still never a float32 copy of ``w``.
+    Unquantized weights take the plain matmul.
+    """
+    name, per_block, block_bytes, unpack = _kind(kind)
+    m, k = shape
+    if unpack is None:
+        return x @ dequantize(packed, kind, shape).T
+    t = x.shape[0]
+    planes, scale, offset = unpack(packed.reshape(-1, block_bytes), 1)
+    size = planes[0].shape[2]
+    groups = k // (size * len(planes))
+    xg = x.reshape(t, 1, groups, len(planes), size)
+    products = [xg[:, :, :, i] * p.reshape(1, m, groups, size) for i, p in enumerate(planes)]
+    dots = sum(products[1:], products[0]).sum(-1) * scale.reshape(1, m, groups)
+    if offset is not None:
+        dots = dots + xg.sum((-2, -1)) * offset.reshape(1, m, groups)
+    return dots.sum(-1)
+
+
+# ---- the file: header, metadata, tensor table ----------------------------------------------------
+#
+# GGUF v2/v3, little-endian: "GGUF", uint32 version, uint64 tensor count, uint64 key count; the
+# keys (a string, a uint32 type, a value); the tensor table (a name, uint32 dims, uint64 sizes
+# innermost first, uint32 type, uint64 offset); then the tensors' bytes from the next multiple of
+# ``general.alignment`` (32). Strings are a uint64 length and UTF-8 bytes. The header is read
+# here rather than with ``gguf.GGUFReader``, which keeps a numpy view per field and per string:
+# for a 49,152-token vocabulary that takes seconds and about 150 MiB, more than the model.
+
+#: metadata value types -> struct format (8: string, 9: array, handled apart)
+_SCALARS = {
+    0: "B",
+    1: "b",
+    2: "H",
+    3: "h",
+    4: "I",
+    5: "i",
+    6: "f",
+    7: "?",
+    10: "Q",
+    11: "q",
+    12: "d",
+}
+
+
+class _Header:
+    """A cursor over the bytes of a GGUF file's header."""
+
+    def __init__(self, data: Any):
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str) -> Any:
+        value = struct.unpack_from("<" + fmt, self.data, self.at)[0]
+        self.at += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        n = self.take("Q")
+        text = bytes(self.data[self.at : self.at + n]).decode("utf-8", errors="replace")
+        self.at += n
+        return text
+
+    def value(self, kind: int) -> Any:
+        if kind == 8:
+            return self.string()
+        if kind == 9:
+            item, n = self.take("I"), self.take("Q")
+            if item in _SCALARS and item != 7:  # a numeric array in one read
+                values = np.frombuffer(self.data, "<" + _SCALARS[item], n, self.at)
+                self.at += values.nbytes
+                return values.tolist()
+            return [self.value(item) for _ in range(n)]
+        if kind not in _SCALARS:
+            raise ValueError(f"unknown metadata value type {kind} at byte {self.at}")
+        return self.take(_SCALARS[kind])
+
+
+def _parse(path: str | os.PathLike) -> tuple[dict[str, Any], list[tuple], np.ndarray]:
+    """The metadata, the tensor table ``(name, kind, shape, start, bytes)`` and the file's bytes
+    (memory-mapped), with a ``FileFormatError`` for anything that is not a whole GGUF file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    try:
+        return _parse_bytes(data)
+    except (ValueError, struct.error, UnicodeDecodeError) as e:
+        raise FileFormatError(
+            f"{path} is not a readable GGUF file: {e}; is it complete, and a .gguf file?"
+        ) from None
+
+
+def _parse_bytes(data: np.ndarray) -> tuple[dict[str, Any], list[tuple], np.ndarray]:
+    header = _Header(data)
+    magic = bytes(data[:4])
+    if magic != b"GGUF":
+        raise ValueError(f"it starts with {magic!r}, not b'GGUF'")
+    header.at = 4
+    version, tensor_count, key_count = header.take("I"), header.take("Q"), header.take("Q")
+    if version not in (2, 3):
+        raise ValueError(f"GGUF version {version}; fusegrad reads versions 2 and 3")
+    metadata = {}
+    for _ in range(key_count):
+        key = header.string()
+        metadata[key] = header.value(header.take("I"))
+    table = []
+    for _ in range(tensor_count):
+        name, dims = header.string(), header.take("I")
+        sizes = [header.take("Q") for _ in range(dims)]
+        kind, offset = header.take("I"), header.take("Q")
+        table.append((name, kind, tuple(reversed(sizes)), offset))
+    align = int(metadata.get("general.alignment", 32))
+    base = -(-header.at // align) * align
+    tensors = []
+    for name, kind, shape, offset in table:
+        per_block, block_bytes = GGUF_TYPES[kind][1:3] if kind in GGUF_TYPES else (1, 0)
+        size = int(np.prod(shape, dtype=np.int64)) // per_block * block_bytes
+        if base + offset + size > len(data):
+            raise ValueError(f"tensor {name!r} ends past the end of the file")
+        tensors.append((name, kind, shape, base + offset, size))
+    return metadata, tensors, data
+
+
+def gguf_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The key/value metadata of a GGUF file (``llama.block_count``, ``tokenizer.ggml.tokens``)."""
+    return _parse(path)[0]
+
+
+def _packed(data: np.ndarray, kind: int, device: str | None) -> Tensor:
+    """The file's bytes of one tensor, on the device, in the dtype ``dequantize`` expects."""
+    name = GGUF_TYPES[kind][0] if kind in GGUF_TYPES else "?"
+    host = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}.get(name, np.uint8)
+    return Tensor(np.ascontiguousarray(data).view(host).reshape(-1), device=device).realize()
+
+
+def gguf_read(
+    path: str | os.PathLike, device: str | None = None
+) -> tuple[dict[str, Any], dict[str, tuple[Tensor, int, tuple[int, ...], np.ndarray]]]:
+    """The metadata of a GGUF file and, for each tensor, ``(packed, kind, shape, host)``: its
+    bytes on ``device`` (as ``dequantize`` takes them), its GGUF type number, its shape in
+    PyTorch's order, and the file's bytes of it (a memory-mapped view, valid while held)."""
+    metadata, table, data = _parse(path)
+    tensors = {}
+    for name, kind, shape, start, size in table:
+        if kind not in GGUF_TYPES:
+            raise FileFormatError(
+                f"{path}: tensor {name!r} has GGUF type {kind}, which fusegrad cannot "
+                "dequantize; supported: " + ", ".join(n for n, *_ in GGUF_TYPES.values())
+            )
+        host = data[start : start + size]
+        tensors[name] = (_packed(host, kind, device), kind, shape, host)
+        _forget(data, start, size)
+    return metadata, tensors
+
+
+def _forget(data: np.ndarray, start: int, size: int) -> None:
+    """Drop the file pages of bytes ``start:start+size`` from this process's resident set (they
+    are copied to the device now), so that loading never holds the file twice."""
+    mapped = getattr(data, "_mmap", None)
+    page = mmap.PAGESIZE
+    first, last = -(-start // page) * page, (start + size) // page * page
+    if mapped is not None and hasattr(mmap, "MADV_DONTNEED") and last > first:
+        mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+def gguf_load(
+    path: str | os.PathLike, device: str | None = None, packed: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metadata and the tensors of a GGUF file, the tensors in PyTorch's shape order.
+
+    Each tensor's bytes are copied once from the memory-mapped file to ``device``; quantized
+    ones stay packed there and come back as lazy dequantizing expressions (see the module
+    docstring). With ``packed=True`` each value is instead ``(packed, kind, shape)``: the raw
+    tensor, its GGUF type number and its shape, for callers that index the blocks themselves
+    and call ``dequantize`` on what they pick.
+    """
+    metadata, entries = gguf_read(path, device)
+    tensors = {
+        name: (raw, kind, shape) if packed else dequantize(raw, kind, shape)
+        for name, (raw, kind, shape, _) in entries.items()
+    }
+    return metadata, tensors

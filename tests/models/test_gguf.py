@@ -1,0 +1,121 @@
+"""GGUF reading and dequantization, checked against the gguf package's own numpy code."""
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf")
+
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+
+from fusegrad import Tensor, dtypes  # noqa: E402
+from fusegrad.errors import FileFormatError  # noqa: E402
+from fusegrad.nn.gguf import _half_to_float, gguf_metadata, quantized_linear  # noqa: E402
+from fusegrad.nn.state import gguf_load  # noqa: E402
+
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+#: where the fp16 scales sit in a block of the types gguf cannot quantize (random blocks)
+SCALE_BYTES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+SHAPE = (8, 512)
+
+
+def raw_blocks(kind: Q, rng: np.random.Generator) -> np.ndarray:
+    """Bytes of a ``SHAPE`` tensor of type ``kind``: quantized by gguf where it can, else random
+    blocks with finite fp16 scales."""
+    if kind.name not in SCALE_BYTES:
+        return gguf.quants.quantize(rng.standard_normal(SHAPE).astype(np.float32), kind)
+    per_block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+    blocks = SHAPE[0] * SHAPE[1] // per_block
+    raw = rng.integers(0, 256, (blocks, block_bytes), dtype=np.uint8)
+    for at in SCALE_BYTES[kind.name]:
+        raw[:, at : at + 2] = rng.uniform(-1, 1, (blocks, 1)).astype(np.float16).view(np.uint8)
+    return raw.reshape(SHAPE[0], -1)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """A GGUF file with one ``SHAPE`` tensor per type, and gguf's dequantization of each."""
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("gguf") / "types.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("test.answer", 42)
+    expected = {}
+    for name in TYPES:
+        kind = Q[name]
+        raw = raw_blocks(kind, rng)
+        writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=kind)
+        expected[name] = gguf.quants.dequantize(raw, kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path, expected
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_dequantization_equals_gguf_numpy(written, name):
+    path, expected = written
+    metadata, tensors = gguf_load(path)
+    assert metadata["test.answer"] == 42 and tensors[name].shape == SHAPE
+    np.testing.assert_array_equal(tensors[name].numpy(), expected[name])
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_1", "Q8_0", "Q4_K", "Q6_K"])
+def test_quantized_linear_equals_matmul_with_the_dequantized_weight(written, name):
+    path, expected = written
+    _, tensors = gguf_load(path, packed=True)
+    raw, kind, shape = tensors[name]
+    x = np.random.default_rng(1).standard_normal((3, SHAPE[1])).astype(np.float32)
+    got = quantized_linear(Tensor(x), raw, kind, shape).numpy()
+    np.testing.assert_allclose(got, x @ expected[name].T, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q6_K"])
+def test_a_matmul_with_a_quantized_weight_is_one_kernel_reading_its_bytes(written, name):
+    path, expected = written
+    _, tensors = gguf_load(path)
+    x = Tensor(np.ones((1, SHAPE[1]), np.float32)).realize()
+    out = x @ tensors[name].T
+    kernels = out.schedule()
+    assert len(kernels) == 1
+    params = [u.dtype for u in kernels[0].ast.toposort() if u.op.name == "PARAM"]
+    assert dtypes.uint8 in params
+    np.testing.assert_allclose(out.numpy(), expected[name].sum(1)[None], rtol=1e-5, atol=1e-3)
+
+
+def test_a_truncated_file_is_a_clear_error(written, tmp_path):
+    path, _ = written
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(FileFormatError, match="not a readable GGUF file"):
+        gguf_load(cut)
+
+
+def test_a_file_of_another_format_is_a_clear_error(tmp_path):
+    other = tmp_path / "model.safetensors"
+    other.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      " + bytes(64))
+    with pytest.raises(FileFormatError, match="not a readable GGUF file"):
+        gguf_load(other)
+
+
+def test_the_metadata_reads_as_the_gguf_package_reads_it(written):
+    path, _ = written
+    reader = gguf.GGUFReader(str(path))
+    expected = {}
+    for key, field in reader.fields.items():
+        if not key.startswith("GGUF."):
+            value = field.contents()
+            expected[key] = value.tolist() if isinstance(value, np.ndarray) else value
+    assert gguf_metadata(path) == expected
+    _, tensors = gguf_load(path, packed=True)
+    assert {name: shape for name, (_, _, shape) in tensors.items()} == {
+        t.name: tuple(reversed(t.shape.tolist())) for t in reader.tensors
+    }
+
+
+def test_every_half_precision_scale_decodes_exactly_without_float16():
+    bits = np.arange(1 << 16, dtype=np.uint32)
+    got = _half_to_float(Tensor(bits)).numpy()
+    expected = bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    nan = np.isnan(expected)
+    np.testing.assert_array_equal(got.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
+    assert np.isnan(got[nan]).all()
