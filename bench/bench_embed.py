@@ -69,8 +69,10 @@ def torch_encoder(folder: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]
             ctx = f.scaled_dot_product_attention(q, k, v, attn_mask=keep)
             ctx = ctx.transpose(1, 2).reshape(batch, length, -1)
             x = ln(x + dense(ctx, a + "output.dense"), a + "output.LayerNorm")
-            x = ln(x + dense(f.gelu(dense(x, p + "intermediate.dense")), p + "output.dense"),
-                   p + "output.LayerNorm")
+            x = ln(
+                x + dense(f.gelu(dense(x, p + "intermediate.dense")), p + "output.dense"),
+                p + "output.LayerNorm",
+            )
         pooled = (x * mask_t[..., None]).sum(1) / mask_t.sum(1, keepdim=True).clamp(min=1e-9)
         return f.normalize(pooled, dim=-1).numpy()
 

@@ -16,6 +16,13 @@ import fusegrad
 from fusegrad.device import PARTS, Device, DeviceSpec
 from fusegrad.errors import FusegradError
 from fusegrad.models.chat import add_chat_command
+
+try:  # the `onnx` command needs the onnx package (pip install fusegrad[onnx])
+    from fusegrad.nn.onnx_cli import add_onnx_command
+
+    ONNX_MISSING = ""
+except ImportError as missing:
+    ONNX_MISSING = str(missing)
 from fusegrad.plugin.hookspecs import BACKEND_API_VERSION
 from fusegrad.plugin.manager import PluginInfo, PluginManager, plugins
 
@@ -202,6 +209,16 @@ def devices_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def onnx_missing(args: argparse.Namespace) -> int:
+    """``fusegrad onnx`` without the onnx package: say how to get it."""
+    print(
+        f"fusegrad onnx needs the onnx package ({ONNX_MISSING}); "
+        "install it with: pip install 'fusegrad[onnx]'",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The command line: ``fusegrad <command> [options]``."""
     parser = argparse.ArgumentParser(
@@ -219,6 +236,12 @@ def make_parser() -> argparse.ArgumentParser:
     devices.add_argument("--json", action="store_true", help="print machine-readable JSON")
     devices.set_defaults(run=devices_command)
     add_chat_command(commands)
+    if not ONNX_MISSING:
+        add_onnx_command(commands)
+    else:
+        onnx = commands.add_parser("onnx", help="run an ONNX model (needs fusegrad[onnx])")
+        onnx.add_argument("rest", nargs=argparse.REMAINDER)
+        onnx.set_defaults(run=onnx_missing)
     return parser
 
 

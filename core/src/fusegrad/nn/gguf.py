@@ -4,8 +4,9 @@ A quantized tensor is loaded as its raw blocks, a ``uint8`` Tensor of shape ``(b
 exactly as in the file. What ``gguf_load`` returns for it is a lazy float32 expression over those
 bytes (bit operations, fp16 scales through ``bitcast``, arithmetic), so the scheduler fuses the
 dequantization into whatever reads the weight: ``x @ w.T`` is one kernel that reads the packed
-bytes, and no float32 copy of the weights is ever made (but see the layout pass: a right operand
-of 65,536 weights or more is copied into float32 panels; ``quantized_linear`` is not). Realizing
+bytes, and no float32 copy of the weights is kept (the layout pass copies a right operand of
+65,536 weights or more into temporary float32 panels when 8 rows or more read it: a prompt's
+GEMM; ``quantized_linear`` never does). Realizing
 such a tensor on its own would make that copy; the model code never does.
 
 ``quantized_linear(x, packed, kind, shape)`` is the fast form of ``x @ w.T``: per group of

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.helpers import prod
-from fusegrad.uop.ops import GroupOp, Ops, UOp, is_symbolic, toposort
+from fusegrad.uop.ops import Ops, UOp, is_symbolic, toposort
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +200,8 @@ def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
     if is_symbolic(w.shape) or prod(w.shape) < PANEL_ELEMENTS or m % p or m == p:
         return None
     # a few rows (a language model's decode step) read w about once anyway: the copy would cost
-    # as much as it saves; and a copy of w computed from narrower data (a quantized weight,
-    # dequantized as it is read) would be a float copy several times larger than that data
-    if prod(red.src[0].shape[:-2]) < PANEL_ROWS or _computed_from_narrower(w):
+    # as much as it saves (and for a quantized weight it would be a float copy of it)
+    if prod(red.src[0].shape[:-2]) < PANEL_ROWS:
         return None
     panels = _reshape(w, (k, m // p, p))
     panels = _permute(UOp(Ops.CONTIGUOUS, w.dtype, (_permute(panels, (1, 0, 2)),)), (1, 0, 2))
@@ -237,8 +236,6 @@ def panel_columns_operand(red: UOp, caps: Capabilities) -> UOp | None:
     columns = [d for d, s in enumerate(shape) if a_src.shape[d] == 1 < s and b_src.shape[d] == s]
     rows = prod(s for d, s in enumerate(shape) if b_src.shape[d] == 1 < s)
     if len(columns) != 1 or columns[0] == k or b_src.shape[k] == 1 or rows < PANEL_ROWS:
-        return None
-    if _computed_from_narrower(b_src):  # (see panel_right_operand)
         return None
     (m,) = columns
     p = 2 * caps.vector_bytes // b_src.dtype.itemsize
@@ -322,14 +319,6 @@ def _views_down(u: UOp, ops: tuple[Ops, ...]) -> tuple[list[UOp], UOp]:
         chain.append(u)
         u = u.src[0]
     return chain, u
-
-
-def _computed_from_narrower(w: UOp) -> bool:
-    """Whether ``w`` is computed (not only viewed) from a buffer of a narrower dtype."""
-    nodes = toposort([w])
-    computed = any(u.op in GroupOp.ALU for u in nodes)
-    narrowest = min((u.dtype.itemsize for u in nodes if u.op is Ops.PARAM), default=0)
-    return computed and narrowest < w.dtype.itemsize
 
 
 def _matmul_operand(red: UOp) -> tuple[list[UOp], UOp] | None:

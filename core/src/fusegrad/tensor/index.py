@@ -102,7 +102,7 @@ class IndexMixin(TensorBase):
 
     # ---- joining and splitting -------------------------------------------------------------------
 
-    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    def cat(self: Any, *others: Tensor, dim: int = 0) -> Tensor:  # (self may be a list)
         """Join tensors along ``dim``: each is padded into place and the pads are added. Called
         as ``a.cat(b, c)``, ``Tensor.cat(a, b, c)`` or ``Tensor.cat([a, b, c])``.
 
@@ -144,7 +144,7 @@ class IndexMixin(TensorBase):
         assert out is not None  # (tensors is not empty)
         return out.cast(dtype)
 
-    def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
+    def stack(self: Any, *others: Tensor, dim: int = 0) -> Tensor:  # (self may be a list)
         """Join tensors of one shape along a new axis ``dim``. Called as ``a.stack(b, c)``,
         ``Tensor.stack(a, b, c)`` or ``Tensor.stack([a, b, c])``.
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from fusegrad.device import Device
 from fusegrad.dtype import DType, dtypes
 from fusegrad.engine.realize import GlobalCounters
 from fusegrad.tensor import Tensor
@@ -59,13 +60,17 @@ FUSION: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 
 @pytest.mark.parametrize("name", FUSION)
 def test_fusion(conformance_device, name: str):
-    """The same graph makes as many kernels on the device as on the oracle, and launches them."""
+    """The same graph makes as many kernels on the device as on the oracle (fewer where the
+    device runs loops: its row kernels keep a softmax's reductions, schedule/kernelize.py), and
+    the device launches exactly the kernels its schedule has."""
     build = FUSION[name]
     arrays = [random_array(f32, (4, 4), -2, 2, key=name), random_array(f32, (4, 3), -2, 2, key=1)]
     inputs = {d: [make(a, f32, d) for a in arrays] for d in (conformance_device, ORACLE)}
-    expected = len(build(*inputs[ORACLE]).schedule())
+    oracle = len(build(*inputs[ORACLE]).schedule())
     out = build(*inputs[conformance_device])
-    assert len(out.schedule()) == expected
+    expected = len(out.schedule())
+    loops = Device[conformance_device].renderer.grid_dims is None
+    assert expected <= oracle if loops else expected == oracle
     GlobalCounters.reset()
     out.realize()
     assert GlobalCounters.kernel_count == expected

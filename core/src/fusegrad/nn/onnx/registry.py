@@ -68,7 +68,35 @@ class Node:
     #: the host value of input i when it is known without running a kernel (an initializer or a
     #: Constant's output), else None; shape-like inputs (Reshape's shape, Slice's starts) use it
     known: Callable[[int], np.ndarray | None] | None = None
+    #: ONNX element types of the inputs and outputs as the model declares or onnx infers them
+    #: (0 where unknown): a narrow type (float8, int4...) travels as uint8 codes, so this is the
+    #: only place that says which one
+    input_types: list[int] = field(default_factory=list)
+    output_types: list[int] = field(default_factory=list)
 
     def attr(self, key: str, default: Any = None) -> Any:
         """Attribute ``key`` (ints, floats, strings, lists, numpy arrays for tensors)."""
         return self.attrs.get(key, default)
+
+    def input_type(self, i: int) -> int:
+        return self.input_types[i] if i < len(self.input_types) else 0
+
+    def output_type(self, i: int) -> int:
+        return self.output_types[i] if i < len(self.output_types) else 0
+
+    def host(self, i: int, value: Any) -> np.ndarray | None:
+        """The host value of input ``i`` (``value`` is what the op received): the folded
+        constant when the runner knows it, else the Tensor read back (a device sync; fine for
+        shape-like inputs, which are small). None for an absent input."""
+        if value is None:
+            return None
+        known = self.known(i) if self.known is not None else None
+        if known is not None:
+            return known
+        return value if isinstance(value, np.ndarray) else value.numpy()
+
+    def ints(self, i: int, value: Any, attr: str | None = None) -> list[int] | None:
+        """Input ``i`` as a list of ints, or attribute ``attr`` where an older opset had it."""
+        if value is None:
+            return None if attr is None or self.attr(attr) is None else list(self.attr(attr))
+        return [int(v) for v in np.asarray(self.host(i, value)).reshape(-1)]

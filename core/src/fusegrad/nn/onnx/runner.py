@@ -1,0 +1,363 @@
+"""``OnnxRunner``: an ONNX model as one lazy fusegrad graph.
+
+Building a runner parses the model (with the ``onnx`` package), turns every node into a
+``Node`` and checks that each op, in every subgraph too, has an implementation at the model's
+opset: an unsupported op is an ``OnnxUnsupported`` now, not halfway through a run. A call
+walks the nodes in order, calling each op's Tensor code: nothing runs until the caller reads an
+output, so ops fuse across node boundaries, and the call works under ``TinyJit``.
+
+Values are Tensors, lists of Tensors (sequences), None (an absent optional) or numpy arrays of
+strings (fusegrad has no string dtype). Alongside, the runner keeps the host value of each
+name it can know without running a kernel: initializers, Constant outputs, input shapes and
+the small integer arithmetic on them (Shape -> Gather -> Concat -> Reshape chains), which it
+folds on the host (``folding.py``); an op reads these through ``Node.known``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections import ChainMap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import inliner
+
+from fusegrad.device import Device
+from fusegrad.errors import FileFormatError, InvalidArgument
+from fusegrad.nn.onnx import dtypes as onnx_dtypes
+from fusegrad.nn.onnx.errors import OnnxUnsupported
+from fusegrad.nn.onnx.folding import fold
+from fusegrad.nn.onnx.registry import DEFAULT_DOMAIN, OPS, Node, lookup
+from fusegrad.nn.onnx.values import (
+    Value,
+    ValueSpec,
+    attribute_value,
+    bind_input,
+    load_model,
+    sparse_value,
+    tensor_value,
+)
+from fusegrad.tensor import Tensor
+
+
+@dataclass
+class Step:
+    """A node ready to run: the op's function, its Node, its input names and subgraphs."""
+
+    fn: Any
+    node: Node
+    inputs: list[str]
+    subgraphs: dict[str, Graph] = field(default_factory=dict)
+    #: device -> the Tensors of a node without inputs (a Constant) folded on the host: made
+    #: once, not on every call (some exporters keep every weight in a Constant)
+    constants: dict[str, list[Value]] = field(default_factory=dict)
+
+
+class Graph:
+    """A graph (the model's or a subgraph) with its nodes checked and ready to run."""
+
+    def __init__(
+        self,
+        proto: onnx.GraphProto,
+        opsets: dict[str, int],
+        outer: set[str],
+        path: str,
+        types: dict[str, int],
+    ):
+        self.name = proto.name or path
+        self.types = types
+        self.initializers = {t.name: tensor_value(t) for t in proto.initializer}
+        for sparse in proto.sparse_initializer:
+            self.initializers[sparse.values.name] = sparse_value(sparse)
+        self.inputs = [ValueSpec.of(i) for i in proto.input if i.name not in self.initializers]
+        self.defaults = [i.name for i in proto.input if i.name in self.initializers]
+        self.outputs = [ValueSpec.of(o) for o in proto.output]
+        defined = set(outer) | {i.name for i in proto.input} | set(self.initializers)
+        steps = [self._step(n, i, opsets, defined, path) for i, n in enumerate(proto.node)]
+        #: every name a node here or in a subgraph reads (a subgraph may read the outer scope)
+        self.reads = {name for s in steps for name in s.inputs if name}
+        self.reads |= {name for s in steps for g in s.subgraphs.values() for name in g.reads}
+        self.steps = live_steps(steps, {o.name for o in self.outputs})
+        for out in self.outputs:
+            if out.name not in defined:
+                raise FileFormatError(
+                    f"graph {self.name!r} outputs {out.name!r}, which no node, input or "
+                    "initializer defines: the model is truncated or broken; export it again"
+                )
+
+    def _step(
+        self,
+        proto: onnx.NodeProto,
+        index: int,
+        opsets: dict[str, int],
+        defined: set[str],
+        path: str,
+    ) -> Step:
+        node_name = proto.name or f"{proto.op_type}_{index}"
+        where = f"{path}/{node_name}" if path else node_name
+        domain = DEFAULT_DOMAIN if proto.domain in ("", "ai.onnx") else proto.domain
+        if domain not in opsets:
+            raise OnnxUnsupported(
+                f"node {where!r} ({proto.op_type}) is in domain {proto.domain!r}, which the model "
+                f"does not import (it imports {', '.join(repr(d) for d in opsets)}); the model is "
+                "broken: export it again"
+            )
+        opset = opsets[domain]
+        fn = lookup(domain, proto.op_type, opset)
+        if fn is None:
+            raise OnnxUnsupported(unsupported_message(where, domain, proto.op_type, opset))
+        for name in proto.input:
+            if name and name not in defined:
+                raise FileFormatError(
+                    f"node {where!r} ({proto.op_type}) reads {name!r}, which no earlier node, "
+                    "input or initializer defines: the model is truncated or not sorted; "
+                    "export it again"
+                )
+        attrs = {a.name: attribute_value(a) for a in proto.attribute}
+        node = Node(node_name, proto.op_type, domain, opset, attrs, list(proto.output))
+        node.input_types = [self.types.get(name, 0) for name in proto.input]
+        node.output_types = [self.types.get(name, 0) for name in proto.output]
+        step = Step(fn, node, list(proto.input))
+        inner = defined | set(proto.output)
+        for a in proto.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                step.subgraphs[a.name] = Graph(
+                    a.g, opsets, defined, f"{where}/{a.name}", self.types
+                )
+        check = CHECKS.get((domain, proto.op_type))
+        problem = check(node) if check is not None else None
+        if problem:
+            raise OnnxUnsupported(f"node {where!r} ({proto.op_type}, opset {opset}): {problem}")
+        defined |= inner
+        return step
+
+
+def live_steps(steps: list[Step], wanted: set[str]) -> list[Step]:
+    """The steps an output depends on, in order: a node whose outputs nothing reads (an
+    exporter's leftover, a Shape of an unused value) is never run."""
+    needed, live = set(wanted), []
+    for step in reversed(steps):
+        if needed.intersection(step.node.outputs):
+            live.append(step)
+            needed.update(name for name in step.inputs if name)
+            needed.update(name for g in step.subgraphs.values() for name in g.reads)
+    return live[::-1]
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """name -> ONNX element type of every value the model declares or onnx can infer, in the
+    graph and its subgraphs (a sequence or optional gives its element's type)."""
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 (inference is a help only: declared types remain)
+        pass
+    types: dict[str, int] = {}
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for t in graph.initializer:
+            types[t.name] = t.data_type
+        for info in [*graph.input, *graph.value_info, *graph.output]:
+            spec = ValueSpec.of(info)
+            if spec.elem_type:
+                types[info.name] = spec.elem_type
+        for node in graph.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for g in a.graphs:
+                    walk(g)
+
+    walk(model.graph)
+    return types
+
+
+#: (domain, op_type) -> a build-time check of a Node's attributes: a message naming the
+#: unsupported attribute and the alternative, or None. Ops register theirs with ``onnx_check``.
+CHECKS: dict[tuple[str, str], Any] = {}
+
+
+def onnx_check(op_type: str, domain: str = DEFAULT_DOMAIN) -> Any:
+    """Register a build-time check for ``op_type``: ``fn(node) -> str | None``."""
+
+    def register(fn: Any) -> Any:
+        CHECKS[(domain, op_type)] = fn
+        return fn
+
+    return register
+
+
+def unsupported_message(where: str, domain: str, op_type: str, opset: int) -> str:
+    """Why ``op_type`` cannot run, and the nearest thing that can."""
+    versions = [since for since, _ in OPS.get((domain, op_type), [])]
+    if versions:
+        return (
+            f"node {where!r}: {op_type} is implemented from opset {min(versions)} on, the model "
+            f"uses opset {opset}; convert it with onnx.version_converter.convert_version(model, "
+            f"{min(versions)})"
+        )
+    names = sorted(op for d, op in OPS if d == domain)
+    close = difflib.get_close_matches(op_type, names, n=3)
+    domain_text = f"domain {domain!r}" if domain else "the ai.onnx domain"
+    if not names:
+        return (
+            f"node {where!r}: {op_type} is in {domain_text}, which fusegrad does not implement "
+            f"(it implements {', '.join(sorted({repr(d or 'ai.onnx') for d, _ in OPS}))}); "
+            "replace the node with standard ONNX ops"
+        )
+    hint = f"the closest supported ops are {', '.join(close)}" if close else "no similar op exists"
+    return (
+        f"node {where!r}: {op_type} (opset {opset}, {domain_text}) is not supported; {hint}; "
+        "see docs/onnx.md for the list, or rewrite the node with supported ops"
+    )
+
+
+class OnnxRunner:
+    """Run an ONNX model: ``OnnxRunner(path_or_bytes_or_proto)({"x": array})`` -> outputs.
+
+    >>> import onnx.helper as h
+    >>> g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+    ...     [h.make_tensor_value_info("x", 1, [2])], [h.make_tensor_value_info("y", 1, [2])])
+    >>> OnnxRunner(h.make_model(g))({"x": np.array([-1.0, 2.0], np.float32)})["y"].tolist()
+    [0.0, 2.0]
+    """
+
+    def __init__(
+        self, model: str | os.PathLike | bytes | onnx.ModelProto, device: str | None = None
+    ):
+        self.model = load_model(model)
+        if self.model.functions:
+            self.model = inliner.inline_local_functions(self.model)
+        self.opsets = {
+            (DEFAULT_DOMAIN if o.domain == "ai.onnx" else o.domain): o.version
+            for o in self.model.opset_import
+        }
+        self.device = Device.canonicalize(device) if device else Device.DEFAULT
+        self.graph = Graph(self.model.graph, self.opsets, set(), "", value_types(self.model))
+        self._weights: dict[str, Tensor] = {}
+
+    @property
+    def inputs(self) -> list[ValueSpec]:
+        """The inputs the model declares (initializers excluded)."""
+        return self.graph.inputs
+
+    @property
+    def outputs(self) -> list[ValueSpec]:
+        return self.graph.outputs
+
+    def __call__(self, inputs: Mapping[str, Any] | None = None, **more: Any) -> dict[str, Value]:
+        """Build the outputs' lazy graph for ``inputs`` (name -> numpy array, Tensor, list or
+        None); return name -> Tensor (list for a sequence, None for an empty optional)."""
+        given = {**(inputs or {}), **more}
+        previous = Device.DEFAULT
+        Device.DEFAULT = self.device  # the tensors ops create (constants, ranges) go there too
+        try:
+            env, known = self._bind_inputs(given)
+            outs = run_graph(self.graph, env, known)
+        finally:
+            Device.DEFAULT = previous
+        return dict(zip([o.name for o in self.graph.outputs], outs))
+
+    def _bind_inputs(self, given: dict[str, Any]) -> tuple[dict[str, Value], dict[str, np.ndarray]]:
+        names = {i.name for i in self.graph.inputs} | set(self.graph.defaults)
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise InvalidArgument(
+                f"the model has no input named {', '.join(map(repr, unknown))}; its inputs are "
+                f"{', '.join(repr(i.name) for i in self.graph.inputs) or 'none'}"
+            )
+        env: dict[str, Value] = {}
+        known: dict[str, np.ndarray] = {}
+        for name, array in self.graph.initializers.items():
+            if name not in given:
+                env[name] = self._weight(name, array)
+                known[name] = array
+        for spec in self.graph.inputs:
+            env[spec.name] = bind_input(spec, given, self.device)
+        for name in self.graph.defaults:
+            if name in given:
+                env[name] = bind_input(ValueSpec(name, "tensor"), given, self.device)
+        return env, known
+
+    def _weight(self, name: str, array: np.ndarray) -> Value:
+        if array.dtype == object:
+            return array
+        if name not in self._weights:
+            self._weights[name] = onnx_dtypes.host_tensor(array, self.device)
+        return self._weights[name]
+
+
+def run_graph(
+    graph: Graph, env: Mapping[str, Value], known: Mapping[str, np.ndarray]
+) -> list[Value]:
+    """Run ``graph``'s nodes over ``env`` (its inputs and the outer scope's names); return the
+    values of its outputs."""
+    scope: ChainMap[str, Value] = ChainMap({}, env)  # type: ignore[arg-type]
+    consts: ChainMap[str, np.ndarray] = ChainMap({}, known)  # type: ignore[arg-type]
+    for step in graph.steps:
+        args = [scope[name] if name else None for name in step.inputs]
+        step.node.known = _known_reader(step.inputs, consts)
+        step.node.run_subgraph = _subgraph_runner(step, scope, consts)
+        host = fold(step.node, args, step.node.known)
+        if host is not None:
+            consts.update(zip(step.node.outputs, host))
+            outs = _host_values(step, host, _device(args))
+        else:
+            outs = split_outputs(step.node, step.fn(step.node, *args))
+        for name, value in zip(step.node.outputs, outs):
+            if name:
+                scope[name] = value
+    return [scope[o.name] for o in graph.outputs]
+
+
+def _host_values(step: Step, arrays: list[np.ndarray], device: str) -> list[Value]:
+    """Folded host arrays as the values ops see: Tensors, or numpy arrays of strings."""
+    if not step.inputs and device in step.constants:
+        return step.constants[device]
+    outs = [a if a.dtype == object else onnx_dtypes.host_tensor(a, device) for a in arrays]
+    if not step.inputs:
+        step.constants[device] = outs
+    return outs
+
+
+def _device(args: list[Value]) -> str:
+    for a in args:
+        if isinstance(a, Tensor):
+            return a.device
+    return Device.DEFAULT
+
+
+def split_outputs(node: Node, result: Any) -> list[Value]:
+    """An op's result as one value per output: with one output the result is that output (a
+    list is a sequence); with several, a tuple or list of them (trailing ones may be missing)."""
+    if len(node.outputs) == 1:
+        return [result[0] if isinstance(result, tuple) else result]
+    return list(result)
+
+
+def _known_reader(names: list[str], consts: Mapping[str, np.ndarray]) -> Any:
+    def known(i: int) -> np.ndarray | None:
+        return consts.get(names[i]) if i < len(names) and names[i] else None
+
+    return known
+
+
+def _subgraph_runner(
+    step: Step, scope: Mapping[str, Value], consts: Mapping[str, np.ndarray]
+) -> Any:
+    def run_subgraph(attr: str, inputs: list[Value]) -> list[Value]:
+        graph = step.subgraphs[attr]
+        bound = dict(zip([i.name for i in graph.inputs], inputs))
+        inner_known = ChainMap(dict(graph.initializers), consts)  # type: ignore[arg-type]
+        weights = {n: _weight_tensor(a) for n, a in graph.initializers.items()}
+        inner = ChainMap(bound, weights, scope)  # type: ignore[arg-type]
+        return run_graph(graph, inner, inner_known)
+
+    return run_subgraph
+
+
+def _weight_tensor(array: np.ndarray) -> Value:
+    return array if array.dtype == object else onnx_dtypes.host_tensor(array)

@@ -1,0 +1,297 @@
+"""Op variants that onnx's node conformance cases leave out (older opsets, rarer attributes),
+checked against onnx's reference evaluator (or onnxruntime where the reference lacks them) on
+small one-node models: recurrent layers, Resize/Upsample, control flow, STFT, GridSample."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from fusegrad.nn.onnx import OnnxRunner  # noqa: E402
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def model(
+    nodes: list,
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    opset: int,
+    inits: dict[str, np.ndarray] | None = None,
+) -> onnx.ModelProto:
+    info = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        for k, v in inputs.items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        info,
+        [helper.make_tensor_value_info(o, F, None) for o in outputs],
+        [onnx.numpy_helper.from_array(v, k) for k, v in (inits or {}).items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], reference: str = "onnx") -> None:
+    if reference == "onnx":
+        want = ReferenceEvaluator(m).run(None, feeds)
+    else:
+        ort = pytest.importorskip("onnxruntime")
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, feeds
+        )
+    got = list(OnnxRunner(m)(feeds).values())
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-4, atol=1e-5)
+
+
+def randn(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"clip": 0.5},
+        {"input_forget": 1},
+        {"direction": "bidirectional", "activations": ["Sigmoid", "Tanh", "Tanh"] * 2},
+    ],
+)
+def test_lstm_attributes(attrs: dict) -> None:
+    h = 3
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    inits = {"W": randn(dirs, 4 * h, 2), "R": randn(dirs, 4 * h, h), "B": randn(dirs, 8 * h)}
+    node = helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=h, **attrs)
+    check(
+        model([node], {"x": randn(4, 2, 2)}, ["y", "yh", "yc"], 14, inits),
+        {"x": randn(4, 2, 2)},
+        reference="ort",
+    )
+
+
+@pytest.mark.parametrize("before", [0, 1])
+def test_gru_linear_before_reset(before: int) -> None:
+    h = 3
+    inits = {"W": randn(1, 3 * h, 2), "R": randn(1, 3 * h, h), "B": randn(1, 6 * h)}
+    node = helper.make_node(
+        "GRU", ["x", "W", "R", "B"], ["y", "yh"], hidden_size=h, linear_before_reset=before
+    )
+    x = randn(5, 2, 2)
+    check(model([node], {"x": x}, ["y", "yh"], 14, inits), {"x": x}, reference="ort")
+
+
+def test_rnn_sequence_lens_reverse() -> None:
+    h = 4
+    inits = {
+        "W": randn(1, h, 3),
+        "R": randn(1, h, h),
+        "B": randn(1, 2 * h),
+        "L": np.array([3, 1], np.int32),
+    }
+    node = helper.make_node(
+        "RNN", ["x", "W", "R", "B", "L"], ["y", "yh"], hidden_size=h, direction="reverse"
+    )
+    x = randn(3, 2, 3)
+    check(model([node], {"x": x}, ["y", "yh"], 14, inits), {"x": x}, reference="ort")
+
+
+def test_resize_opset10_and_upsample_opset7() -> None:
+    x = randn(1, 2, 3, 4)
+    scales = np.array([1, 1, 2, 1.5], np.float32)
+    resize = helper.make_node("Resize", ["x", "s"], ["y"], mode="nearest")
+    check(model([resize], {"x": x}, ["y"], 10, {"s": scales}), {"x": x}, reference="ort")
+    upsample = helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])
+    check(model([upsample], {"x": x}, ["y"], 7), {"x": x}, reference="ort")
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias_downscale(mode: str) -> None:
+    x = randn(1, 1, 9, 7)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode=mode, antialias=1)
+    check(
+        model([node], {"x": x}, ["y"], 18, {"s": np.array([1, 1, 0.45, 0.6], np.float32)}), {"x": x}
+    )
+
+
+def test_loop_without_iterations_keeps_state() -> None:
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["c"], ["c_out"]),
+            helper.make_node("Add", ["v", "v"], ["v_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", F, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v_out", F, [2]),
+        ],
+    )
+    inits = {"n": np.array(0, np.int64), "t": np.array(True)}
+    node = helper.make_node("Loop", ["n", "t", "x"], ["y"], body=body)
+    x = randn(2)
+    check(model([node], {"x": x}, ["y"], 16, inits), {"x": x})
+    inits["n"] = np.array(3, np.int64)
+    check(model([node], {"x": x}, ["y"], 16, inits), {"x": x})
+
+
+def test_stft_complex_input() -> None:
+    signal = randn(1, 32, 2)
+    node = helper.make_node("STFT", ["x", "step", "", "len"], ["y"], onesided=0)
+    inits = {"step": np.array(6, np.int64), "len": np.array(8, np.int64)}
+    check(model([node], {"x": signal}, ["y"], 17, inits), {"x": signal})
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_gridsample_cubic_paddings(padding: str) -> None:
+    x, grid = randn(1, 2, 4, 5), RNG.uniform(-1.3, 1.3, (1, 3, 6, 2)).astype(np.float32)
+    node = helper.make_node("GridSample", ["x", "g"], ["y"], mode="cubic", padding_mode=padding)
+    check(model([node], {"x": x, "g": grid}, ["y"], 20), {"x": x, "g": grid})
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "named"),
+    [
+        ("Resize", {"mode": "bicubic"}, "mode='bicubic'"),
+        ("GridSample", {"padding_mode": "wrap"}, "padding_mode='wrap'"),
+        ("Conv", {"auto_pad": "SAME"}, "auto_pad='SAME'"),
+    ],
+)
+def test_bad_attribute_fails_when_built(op: str, attrs: dict, named: str) -> None:
+    """An unsupported attribute value is an OnnxUnsupported naming it when the runner is
+    built, before any input is given."""
+    from fusegrad.nn.onnx import OnnxUnsupported
+
+    inputs = {"Resize": ["x", "", "s"], "GridSample": ["x", "g"], "Conv": ["x", "w"]}[op]
+    node = helper.make_node(op, inputs, ["y"], **attrs)
+    feeds = {"x": randn(1, 1, 4, 4), "g": randn(1, 2, 2, 2), "w": randn(1, 1, 3, 3)}
+    used = {k: v for k, v in feeds.items() if k in inputs}
+    m = model([node], used, ["y"], 20, {"s": np.ones(4, np.float32)} if op == "Resize" else None)
+    with pytest.raises(OnnxUnsupported, match=named):
+        OnnxRunner(m)
+
+
+def test_upsample_bilinear_opset7() -> None:
+    x = randn(1, 1, 3, 4)
+    node = helper.make_node("Upsample", ["x"], ["y"], mode="linear", scales=[1.0, 1.0, 2.0, 2.0])
+    check(model([node], {"x": x}, ["y"], 7), {"x": x}, reference="ort")
+
+
+def test_batchnorm_opset7_per_element() -> None:
+    """spatial=0 (opsets 7 and 8): one scale, bias, mean and variance per element."""
+    x = randn(2, 3, 2, 2)
+    inits = {k: RNG.uniform(0.5, 1.5, (3, 2, 2)).astype(np.float32) for k in "sbmv"}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=0)
+    check(model([node], {"x": x}, ["y"], 7, inits), {"x": x}, reference="ort")
+
+
+def test_dropout_opset7_mask_has_the_input_type() -> None:
+    x = randn(3, 4)
+    node = helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.3)
+    m = model([node], {"x": x}, ["y", "mask"], 7)
+    got = OnnxRunner(m)({"x": x})
+    assert got["mask"].dtype == got["y"].dtype
+    np.testing.assert_array_equal(got["y"].numpy(), x)
+    np.testing.assert_array_equal(got["mask"].numpy(), np.ones_like(x))
+
+
+def test_if_on_an_input_value_replays_right_under_tinyjit() -> None:
+    """A condition computed from the inputs: TinyJit's replays must still take the branch each
+    input asks for (both branches run, ``where`` picks)."""
+    from fusegrad import Tensor, TinyJit
+
+    def branch(name: str, factor: float) -> onnx.GraphProto:
+        k = helper.make_tensor(f"k{name}", F, [], [factor])
+        return helper.make_graph(
+            [helper.make_node("Mul", ["x", f"k{name}"], [f"y{name}"])],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"y{name}", F, [3])],
+            [k],
+        )
+
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node(
+            "If", ["c"], ["y"], then_branch=branch("a", 2.0), else_branch=branch("b", 3.0)
+        ),
+    ]
+    m = model(nodes, {"x": np.zeros(3, np.float32)}, ["y"], 16, {"zero": np.zeros((), np.float32)})
+    runner = OnnxRunner(m)
+    jitted = TinyJit(lambda x: runner({"x": x})["y"].realize())
+    for i in range(6):
+        x = (np.arange(3, dtype=np.float32) + 1) * (1 if i % 2 else -1)
+        want = x * (2.0 if x.sum() > 0 else 3.0)
+        np.testing.assert_allclose(jitted(Tensor(x)).numpy(), want)
+
+
+def test_value_dependent_output_is_refused_under_tinyjit() -> None:
+    """NonMaxSuppression's output length depends on the boxes: a TinyJit capture would replay
+    the first call's selection, so it is a clear JitError instead."""
+    from fusegrad import Tensor, TinyJit
+    from fusegrad.errors import JitError
+
+    boxes, scores = RNG.uniform(0, 1, (1, 4, 4)).astype(np.float32), randn(1, 1, 4)
+    node = helper.make_node("NonMaxSuppression", ["b", "s", "n"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("b", F, [1, 4, 4]),
+            helper.make_tensor_value_info("s", F, [1, 1, 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [onnx.numpy_helper.from_array(np.array([2], np.int64), "n")],
+    )
+    runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]))
+    assert runner({"b": boxes, "s": scores})["y"].shape[1] == 3  # fine without TinyJit
+    jitted = TinyJit(lambda b, s: runner({"b": b, "s": s})["y"].realize())
+    with pytest.raises(JitError, match="NonMaxSuppression.*without TinyJit"):
+        for _ in range(3):
+            jitted(Tensor(boxes), Tensor(scores))
+
+
+@pytest.mark.parametrize(
+    ("shape", "kernel", "attrs"),
+    [
+        ((1, 6, 9, 11), (3, 3), {"pads": [1, 1, 1, 1]}),
+        ((2, 4, 12, 10), (5, 5), {"strides": [2, 2], "pads": [2, 1, 2, 3]}),
+        ((1, 5, 13, 9), (3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+        ((1, 5, 13, 9), (3, 3), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+        ((1, 3, 17), (4,), {"strides": [3]}),
+    ],
+)
+def test_depthwise_conv(shape: tuple, kernel: tuple, attrs: dict) -> None:
+    """Depthwise convolutions take the shifted-slices path: strides, dilations, asymmetric
+    and automatic padding, a bias, 1-d."""
+    channels = shape[1]
+    inits = {"w": randn(channels, 1, *kernel), "b": randn(channels)}
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=channels, **attrs)
+    x = randn(*shape)
+    check(model([node], {"x": x}, ["y"], 13, inits), {"x": x}, reference="ort")
+
+
+@pytest.mark.parametrize(
+    ("shape", "kernel", "attrs"),
+    [
+        ((1, 3, 4, 5), (2, 2), {"strides": [2, 2]}),
+        ((2, 2, 3, 3), (3, 2), {"strides": [3, 2], "pads": [1, 0, 1, 1]}),
+        ((1, 4, 6), (3,), {"strides": [3], "output_padding": [1]}),
+    ],
+)
+def test_conv_transpose_kernel_equal_to_stride(shape: tuple, kernel: tuple, attrs: dict) -> None:
+    """Non-overlapping transposed convolutions take the matmul-and-reshuffle path."""
+    inits = {"w": randn(shape[1], 5, *kernel), "b": randn(5)}
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    x = randn(*shape)
+    check(model([node], {"x": x}, ["y"], 13, inits), {"x": x}, reference="ort")

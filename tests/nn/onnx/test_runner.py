@@ -1,0 +1,209 @@
+"""``OnnxRunner`` end to end, its errors for bad models and bad inputs, the ``fusegrad onnx``
+command, and the generated ops table of docs/onnx.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from fusegrad.errors import DTypeError, FileFormatError, InvalidArgument, ShapeError  # noqa: E402
+from fusegrad.nn.onnx import OnnxRunner, OnnxUnsupported  # noqa: E402
+from fusegrad.nn.onnx.docs import BEGIN, END, ops_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def mlp_model(opset: int = 17) -> onnx.ModelProto:
+    """x [batch, 4] -> relu(x @ w + b) [batch, 3], and the shape of x as a second output."""
+    w = helper.make_tensor("w", F, [4, 3], np.arange(12, dtype=np.float32) / 10)
+    b = helper.make_tensor("b", F, [3], [0.5, -1.0, 0.0])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Add", ["xw", "b"], ["y0"]),
+        helper.make_node("Relu", ["y0"], ["y"]),
+        helper.make_node("Shape", ["x"], ["s"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", F, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("y", F, ["batch", 3]),
+            helper.make_tensor_value_info("s", I64, [2]),
+        ],
+        [w, b],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_runs_from_proto_bytes_and_path(tmp_path: Path) -> None:
+    model = mlp_model()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    want = np.maximum(
+        x @ (np.arange(12, dtype=np.float32).reshape(4, 3) / 10)
+        + np.array([0.5, -1.0, 0.0], np.float32),
+        0,
+    )
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model, path)
+    for source in (model, model.SerializeToString(), path, str(path)):
+        out = OnnxRunner(source)({"x": x})
+        assert list(out) == ["y", "s"]  # the graph's output order
+        np.testing.assert_allclose(out["y"].numpy(), want, rtol=1e-6)
+        assert out["s"].tolist() == [2, 4] and out["s"].dtype.name == "int64"
+
+
+def test_unsupported_op_is_refused_when_built_with_the_closest_op() -> None:
+    model = mlp_model()
+    model.graph.node[2].op_type = "Reluu"
+    model.graph.node[2].name = "act"
+    with pytest.raises(OnnxUnsupported) as e:
+        OnnxRunner(model)
+    text = str(e.value)
+    assert "'act'" in text and "Reluu" in text and "opset 17" in text and "Relu" in text
+
+
+def test_truncated_file_is_a_clear_error(tmp_path: Path) -> None:
+    data = mlp_model().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FileFormatError, match="truncated"):
+        OnnxRunner(path)
+
+
+def test_unknown_domain_is_refused() -> None:
+    model = mlp_model()
+    model.graph.node[2].domain = "com.example"
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(OnnxUnsupported, match="com.example"):
+        OnnxRunner(model)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "error", "words"),
+    [
+        ({"x": np.zeros((2, 5), np.float32)}, ShapeError, "shape [2, 5]"),
+        ({"x": np.zeros((2, 4), np.float64)}, DTypeError, "astype"),
+        ({}, InvalidArgument, "missing required input 'x'"),
+        ({"x": np.zeros((2, 4), np.float32), "z": np.zeros(1)}, InvalidArgument, "no input named"),
+    ],
+)
+def test_bad_inputs_are_clear_errors(inputs: dict, error: type, words: str) -> None:
+    with pytest.raises(error) as e:
+        OnnxRunner(mlp_model())(inputs)
+    assert words in str(e.value)
+
+
+def test_sequences_and_optionals_in_and_out() -> None:
+    seq = helper.make_tensor_sequence_value_info("seq", F, None)
+    nodes = [
+        helper.make_node("SequenceLength", ["seq"], ["n"]),
+        helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=0),
+        helper.make_node("SequenceInsert", ["seq", "cat"], ["longer"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "seq",
+        [seq],
+        [
+            helper.make_tensor_value_info("n", I64, []),
+            helper.make_tensor_value_info("cat", F, None),
+            helper.make_tensor_sequence_value_info("longer", F, None),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = OnnxRunner(model)({"seq": [np.ones(2, np.float32), np.zeros(3, np.float32)]})
+    assert out["n"].item() == 2
+    assert out["cat"].tolist() == [1, 1, 0, 0, 0]
+    assert [t.shape for t in out["longer"]] == [(2,), (3,), (5,)]
+
+
+def test_onnx_command(tmp_path: Path) -> None:
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp_model(), path)
+    np.save(tmp_path / "x.npy", np.ones((3, 4), np.float32))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fusegrad",
+            "onnx",
+            str(path),
+            "--input",
+            f"x={tmp_path / 'x.npy'}",
+            "--bench",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "MatMul x1" in run.stdout and "parameters: 15" in run.stdout
+    assert "y: shape [3, 3] float32" in run.stdout and "s: shape [2] int64" in run.stdout
+    assert "kernels" in run.stdout and "bench: median" in run.stdout
+    random = subprocess.run(
+        [sys.executable, "-m", "fusegrad", "onnx", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert random.returncode == 0 and "y: shape [1, 3]" in random.stdout  # batch = 1
+
+
+def test_docs_table_matches_the_registry() -> None:
+    text = (ROOT / "docs" / "onnx.md").read_text()
+    table = text.partition(BEGIN)[2].partition(END)[0].strip()
+    assert table == ops_table(), (
+        "docs/onnx.md's ops table is stale: run "
+        "`python -m fusegrad.nn.onnx.docs --write docs/onnx.md`"
+    )
+
+
+def test_runs_under_tinyjit_and_with_a_variable_batch() -> None:
+    from fusegrad import Tensor, TinyJit
+    from fusegrad.engine.realize import GlobalCounters
+    from fusegrad.uop.ops import Variable
+
+    model = mlp_model()
+    del model.graph.output[1]  # the shape output: a symbolic batch has no host value
+    runner = OnnxRunner(model)
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    b = np.array([0.5, -1.0, 0.0], np.float32)
+    step = TinyJit(lambda x: runner({"x": x})["y"].realize())
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = rng.standard_normal((2, 4)).astype(np.float32)
+        np.testing.assert_allclose(step(Tensor(x)).numpy(), np.maximum(x @ w + b, 0), rtol=1e-5)
+    batch = Variable("batch", 1, 16)
+    compiles = []
+    for n in (3, 7, 5):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        before = GlobalCounters.compiles
+        out = runner({"x": Tensor(x).reshape(batch.bind(n), 4)})["y"].numpy()
+        compiles.append(GlobalCounters.compiles - before)
+        np.testing.assert_allclose(out, np.maximum(x @ w + b, 0), rtol=1e-5)
+    assert compiles[1:] == [0, 0], compiles  # one kernel set serves every batch size
+
+
+def test_unsupported_attribute_value_is_refused_when_built() -> None:
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode="mirror", name="pad0")
+    graph = helper.make_graph(
+        [node],
+        "pad",
+        [helper.make_tensor_value_info("x", F, [2])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [helper.make_tensor("p", I64, [2], [1, 1])],
+    )
+    with pytest.raises(OnnxUnsupported, match="'pad0'.*mode='mirror'.*reflect"):
+        OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
