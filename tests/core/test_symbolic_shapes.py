@@ -153,6 +153,20 @@ def test_a_variable_prefix_of_a_larger_buffer(device):
     assert GlobalCounters.compiles == before
 
 
+def test_a_prefix_of_a_buffer_adds_to_a_tensor_bound_to_the_same_length(device):
+    """``full[:seq]`` has size ``seq`` (not ``seq - 0``): it meets a tensor reshaped to ``seq``
+    (a KV cache's first rows and the step's new ones)."""
+    seq = Variable("seq", 1, 16)
+    cache = np.random.default_rng(4).standard_normal((16, 4)).astype(np.float32)
+    full = Tensor(cache, device=device).realize()
+    for n in LENGTHS:
+        bound = seq.bind(n)
+        prefix = full.shrink(((0, bound), None))
+        assert prefix.shape[0] is bound
+        new = Tensor(np.ones((n, 4), np.float32), device=device).reshape(bound, 4)
+        np.testing.assert_allclose((prefix + new).sum(0).numpy(), (cache[:n] + 1).sum(0), 1e-5)
+
+
 def test_beam_leaves_a_kernel_over_a_variable_as_it_is():
     from fusegrad import context
 

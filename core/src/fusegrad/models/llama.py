@@ -193,9 +193,7 @@ class Block:
         the first ``length`` rows of the updated cache."""
         written = write.sum(2, keepdim=True) > 0
         cache.assign(written.where(write @ new, cache))
-        # (the reshape names the shrunk size `length`, not the expression `length - 0`)
-        b, _, width = cache.shape
-        return cache.shrink((None, (0, length), None)).reshape(b, length, width)
+        return cache.shrink((None, (0, length), None))
 
     def _attend(self, q: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
         """Grouped-query attention of ``q`` ``(B, T, heads, d)`` over ``(B, L, kv_heads*d)``

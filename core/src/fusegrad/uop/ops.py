@@ -396,8 +396,8 @@ def _shape_of(u: UOp) -> tuple[int, ...]:
         return tuple(src[i] for i in arg)
     if op is Ops.PAD:
         return tuple(s + b + a for s, (b, a) in zip(src, arg))
-    if op is Ops.SHRINK:
-        return tuple(e - b for b, e in arg)
+    if op is Ops.SHRINK:  # (a shrink from 0 keeps its end as the size: `n`, not `n - 0`)
+        return tuple(e if type(b) is int and b == 0 else e - b for b, e in arg)
     if op is Ops.REDUCE_AXIS:
         return tuple(1 if i in arg[1] else s for i, s in enumerate(src))
     if op is Ops.STORE:
