@@ -207,3 +207,15 @@ def test_unsupported_attribute_value_is_refused_when_built() -> None:
     )
     with pytest.raises(OnnxUnsupported, match="'pad0'.*mode='mirror'.*reflect"):
         OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+
+
+def test_the_command_without_the_onnx_package_says_how_to_install_it():
+    """Without the extra, `fusegrad devices` still works and `fusegrad onnx` names the fix."""
+    code = (
+        "import sys; sys.modules['onnx'] = None\n"
+        "from fusegrad.__main__ import main\n"
+        "sys.exit(main(['onnx', 'model.onnx']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "pip install 'fusegrad[onnx]'" in done.stderr
