@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
+from bench_core import median_seconds  # (bench/ is on the path)
 
 WORDS = (
     "the a model learns fast slow compiler kernel tensor river city music bright dark "
@@ -79,14 +78,11 @@ def torch_encoder(folder: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]
     return encode
 
 
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn(), fn()  # compile and capture (fusegrad's TinyJit replays from the third call)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def warm_median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """``bench_core.median_seconds`` after one more call: fusegrad's TinyJit compiles on the
+    first call and captures on the second, replaying from the third."""
+    fn()
+    return median_seconds(fn, repeats)
 
 
 def measure(threads: int, batch: int, words: int, repeats: int) -> None:
@@ -104,8 +100,8 @@ def measure(threads: int, batch: int, words: int, repeats: int) -> None:
         return theirs(*ours.tokenize(batch_sentences))
 
     diff = np.abs(ours(batch_sentences) - run_torch()).max()
-    fusegrad_s = median_seconds(lambda: ours(batch_sentences), repeats)
-    torch_s = median_seconds(run_torch, repeats)
+    fusegrad_s = warm_median_seconds(lambda: ours(batch_sentences), repeats)
+    torch_s = warm_median_seconds(run_torch, repeats)
     length = ours.tokenize(batch_sentences)[0].shape[1]
     print(
         f"{threads} thread(s), batch {batch} x {length} tokens   fusegrad {batch / fusegrad_s:8.1f}"

@@ -309,6 +309,13 @@ def output_index(
     return tuple(idx), flatten(tuple(idx), shape, index)
 
 
+def row_reductions(value: UOp) -> list[UOp]:
+    """The reductions of a row kernel (schedule/kernelize.py ``_row_reads``), which all reduce
+    arrays of the output's own shape over its last axis; [] for any other kernel."""
+    reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
+    return reduced if reduced and all(r.src[0].shape == value.shape for r in reduced) else []
+
+
 def lower_kernel(
     ast: UOp, grid: bool, opts: KernelOpts | None = None, index: DType | None = None
 ) -> UOp:
@@ -319,7 +326,7 @@ def lower_kernel(
     out, value = ast.src[-1].src
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
     # (a row kernel's reductions run once per row: a pass over the output each)
-    rows = [r for r in reduced if r.src[0].shape == value.shape]
+    rows = row_reductions(value)
     per_output = (
         len(rows) + 1
         if rows

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusegrad.codegen.lower import KernelOpts, lower_kernel  # (KernelOpts: what lowering follows)
+from fusegrad.codegen.lower import (  # (KernelOpts: what lowering follows)
+    KernelOpts,
+    lower_kernel,
+    row_reductions,
+)
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
@@ -474,10 +478,9 @@ def row_opts(value: UOp, regs: RegisterBudget) -> KernelOpts | None:
     reduction runs once, in vector lanes, then one loop over the row's elements (an upcast of
     the whole last axis; the linearizer places it after the reductions, and it runs as SIMD).
     """
-    reduces = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
-    shape = value.shape
-    if not reduces or any(r.src[0].shape != shape for r in reduces):
+    if not (reduces := row_reductions(value)):
         return None
+    shape = value.shape
     last = len(shape) - 1
     lanes = _lanes(reduces[0], regs)
     return KernelOpts(tuple(range(last)), ((last, shape[last]),), lanes)

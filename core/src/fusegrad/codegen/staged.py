@@ -32,22 +32,11 @@ from __future__ import annotations
 from fusegrad.codegen.hints import hint_loops
 from fusegrad.codegen.linearize import Linearizer, _index, _substitute
 from fusegrad.codegen.lower import Lowerer, clamp, flatten, idx_const
+from fusegrad.codegen.tiled import Tiles, group_index
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind
 from fusegrad.uop.ops import Ops, UOp, toposort
-
-
-def reduced_axes(ast: UOp) -> int:
-    """How many axes of size > 1 the kernel's one sum runs over (staging needs exactly 1)."""
-    value = ast.src[0].src[1]
-    reduce = next(u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS)
-    return sum(1 for a in reduce.arg[1] if reduce.src[0].shape[a] != 1)
-
-
-def stage_bytes(tiles, itemsize: int = 4) -> int:
-    """Bytes of shared memory the staged ``tiles`` use (both operand tiles)."""
-    return (tiles.block[0] + tiles.block[1]) * tiles.stage * max(itemsize, 4)
 
 
 def _product(reduce: UOp) -> UOp:
@@ -60,7 +49,7 @@ def _product(reduce: UOp) -> UOp:
     return product
 
 
-def lower_staged(ast: UOp, tiles) -> UOp:
+def lower_staged(ast: UOp, tiles: Tiles) -> UOp:
     """Lower ``SINK(STORE(PARAM, value))`` as a staged tiled matmul: the output's STORE and the
     two STOREs that fill the shared tiles (linearised by ``StagedLinearizer``)."""
     out, value = ast.src[0].src
@@ -73,20 +62,9 @@ def lower_staged(ast: UOp, tiles) -> UOp:
     spots = tuple(
         UOp(Ops.SPECIAL, dtypes.index, (), (f"spot{i}", b)) for i, b in enumerate(tiles.block)
     )
-    blocks = tuple(-(-shape[a] // b) for a, b in zip((tiles.rows, tiles.cols), tiles.block))
-    block_of = {tiles.cols: group % blocks[1], tiles.rows: (group // blocks[1]) % blocks[0]}
-    rest, idx = group // (blocks[0] * blocks[1]), []
-    for d, size in reversed(list(enumerate(shape))):
-        if d in block_of:
-            i = 0 if d == tiles.rows else 1
-            position = block_of[d] * tiles.block[i] + spots[i]
-            idx.append(clamp(position, 0, size - 1) if size % tiles.block[i] else position)
-        elif size > 1:
-            idx.append(rest % size)
-            rest = rest // size
-        else:
-            idx.append(idx_const(0))
-    index = tuple(reversed(idx))
+    index = group_index(
+        tiles, shape, group, lambda i, block, size: _spot(tiles, i, block, spots[i], size)
+    )
     result = lowerer.lower(value, index, UOp.const(dtypes.bool, True))
     reduce = next(u for u in toposort([result]) if u.op is Ops.REDUCE)
     (k_loop,), product = reduce.src[1:], _product(reduce)
@@ -117,7 +95,13 @@ def lower_staged(ast: UOp, tiles) -> UOp:
     return UOp(Ops.SINK, dtypes.void, (write, *fills))
 
 
-def _in_block(tiles, i: int, thread: UOp, up: UOp) -> UOp:
+def _spot(tiles: Tiles, i: int, block: UOp, spot: UOp, size: int) -> UOp:
+    """Output index along rows (``i`` 0) or columns (1) of position ``spot`` in the block."""
+    position = block * tiles.block[i] + spot
+    return clamp(position, 0, size - 1) if size % tiles.block[i] else position
+
+
+def _in_block(tiles: Tiles, i: int, thread: UOp, up: UOp) -> UOp:
     """Position in the group's block along rows (``i`` 0) or columns (1) of a thread's
     ``up``-th output (strided: ``threads`` apart; else next to each other)."""
     count, upcast = tiles.threads[i], tiles.upcast[i]

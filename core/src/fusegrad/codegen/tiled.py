@@ -29,11 +29,11 @@ llvmpipe (processors) staging ran 3-40x slower (docs/gpu-codegen.md); BEAM may s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from fusegrad.codegen.lower import Lowerer, clamp, flatten, idx_const
 from fusegrad.codegen.rules import CORE_RULES
-from fusegrad.codegen.staged import reduced_axes, stage_bytes
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
@@ -142,6 +142,18 @@ def plan_tiles(ast: UOp, renderer: Renderer) -> Tiles | None:
     return tiles
 
 
+def reduced_axes(ast: UOp) -> int:
+    """How many axes of size > 1 the kernel's one sum runs over (staging needs exactly 1)."""
+    value = ast.src[0].src[1]
+    reduce = next(u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS)
+    return sum(1 for a in reduce.arg[1] if reduce.src[0].shape[a] != 1)
+
+
+def stage_bytes(tiles: Tiles, itemsize: int = 4) -> int:
+    """Bytes of shared memory the staged ``tiles`` use (both operand tiles)."""
+    return (tiles.block[0] + tiles.block[1]) * tiles.stage * max(itemsize, 4)
+
+
 #: how deep (along the sum) the staged tiles of each operand are, tried in this order
 STAGE_DEPTHS = (16, 8)
 
@@ -232,25 +244,38 @@ def lower_tiled(ast: UOp, tiles: Tiles) -> UOp:
     count = tiles.groups(shape)
     group = UOp(Ops.SPECIAL, dtypes.index, (), ("group0", count)) if count > 1 else idx_const(0)
     in_group = (thread // tiles.threads[1], thread % tiles.threads[1])
+    index = group_index(
+        tiles,
+        shape,
+        group,
+        lambda i, block, size: _position(tiles, i, block, in_group[i], ups[i], size),
+    )
+    result = lowerer.lower(value, index, UOp.const(dtypes.bool, True))
+    flat = flatten(index, shape)
+    write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
+    return UOp(Ops.SINK, dtypes.void, (write,))
+
+
+def group_index(
+    tiles: Tiles, shape: tuple[int, ...], group: UOp, position: Callable[[int, UOp, int], UOp]
+) -> tuple[UOp, ...]:
+    """The output index a thread of group ``group`` works at: ``position(i, block, size)`` along
+    the rows (``i`` 0) and columns (1) of its block, the other axes from the group number
+    (``group0 = ((others * row blocks) + row block) * column blocks + column block``)."""
     blocks = tuple(-(-shape[a] // b) for a, b in zip((tiles.rows, tiles.cols), tiles.block))
-    # group0 = ((others * row blocks) + row block) * column blocks + column block
     block_of = {tiles.cols: group % blocks[1], tiles.rows: (group // blocks[1]) % blocks[0]}
     rest = group // (blocks[0] * blocks[1])
     idx: list[UOp] = []
     for d, size in reversed(list(enumerate(shape))):
         if d in block_of:
             i = 0 if d == tiles.rows else 1
-            idx.append(_position(tiles, i, block_of[d], in_group[i], ups[i], size))
+            idx.append(position(i, block_of[d], size))
         elif size > 1:
             idx.append(rest % size)
             rest = rest // size
         else:
             idx.append(idx_const(0))
-    index = tuple(reversed(idx))
-    result = lowerer.lower(value, index, UOp.const(dtypes.bool, True))
-    flat = flatten(index, shape)
-    write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result))
-    return UOp(Ops.SINK, dtypes.void, (write,))
+    return tuple(reversed(idx))
 
 
 def _position(tiles: Tiles, i: int, block: UOp, thread: UOp, up: UOp, size: int) -> UOp:

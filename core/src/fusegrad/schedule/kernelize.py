@@ -243,42 +243,32 @@ def _row_reads(root: UOp, realize: set[UOp]) -> set[UOp]:
         return set()
     row = (len(shape) - 1,)
     found: set[UOp] = set()
-    stack, seen = [(root, True)], set()
+    stack, seen = [(root, _FULL)], set()
     while stack:
-        node, full = stack.pop()
-        if (node, full) in seen or node.op in (Ops.PARAM, Ops.CONST):
+        node, where = stack.pop()
+        if (node, where) in seen or node.op in (Ops.PARAM, Ops.CONST):
             continue
         if node is not root and node in realize:
             continue
-        seen.add((node, full))
+        seen.add((node, where))
         if node.op is Ops.REDUCE_AXIS:
-            if full or node.arg[1] != row or node.src[0].shape != shape:
+            if where != _BELOW_EXPAND or node.arg[1] != row or node.src[0].shape != shape:
                 return set()
             found.add(node)
-            stack.append((node.src[0], True))
-        elif node.op is Ops.EXPAND and full and node.src[0].shape == shape[:-1] + (1,):
+            stack.append((node.src[0], _FULL))
+        elif node.op is Ops.EXPAND and where == _FULL and node.src[0].shape == shape[:-1] + (1,):
             found.add(node)  # (its shape is the output's: elementwise work sits above)
-            stack.append((node.src[0], False))
+            stack.append((node.src[0], _BELOW_EXPAND))
         elif node.op in GroupOp.Movement or node.op is Ops.GATHER:
-            if _holds_reduce(node, realize):
-                return set()
+            stack.extend((s, _IN_VIEW) for s in node.src)  # no reduction may sit below
         else:
-            stack.extend((s, full) for s in node.src)
+            stack.extend((s, where) for s in node.src)
     return found if any(u.op is Ops.REDUCE_AXIS for u in found) else set()
 
 
-def _holds_reduce(node: UOp, realize: set[UOp]) -> bool:
-    """Whether computing ``node`` runs a reduction (one that has no buffer of its own)."""
-    stack, seen = [node], set()
-    while stack:
-        u = stack.pop()
-        if u in seen or u.op is Ops.PARAM or (u in realize and u is not node):
-            continue
-        seen.add(u)
-        if u.op is Ops.REDUCE_AXIS:
-            return True
-        stack.extend(u.src)
-    return False
+#: where ``_row_reads`` is: at the output's shape, below an EXPAND along the row (where the
+#: row's reductions are), or below another view (where no reduction may be)
+_FULL, _BELOW_EXPAND, _IN_VIEW = 0, 1, 2
 
 
 def _kernel_cuts(realize: set[UOp], why: dict[UOp, str], rows: bool = False) -> set[UOp]:
