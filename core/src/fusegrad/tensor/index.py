@@ -339,11 +339,6 @@ class IndexMixin(TensorBase):
             dtypes.int32
         )
 
-    def _along(self, dim: int, sizes: tuple[int, ...]) -> Tensor:
-        """(*sizes, n) with [p, j] = self[p with p[dim] = j]: the ``dim`` axis copied to the end."""
-        x = self.unsqueeze(-1).transpose(dim, -1)
-        return x.expand(sizes + (self.shape[dim],))
-
     def _pick(self, mask: Tensor, values: Tensor, axis: int | tuple[int, ...] = -1) -> Tensor:
         """The one value per row of ``axis`` that ``mask`` selects (0 where none), in this dtype."""
         if self.dtype == dtypes.bool:
