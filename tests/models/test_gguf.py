@@ -59,6 +59,15 @@ def test_dequantization_equals_gguf_numpy(written, name):
     np.testing.assert_array_equal(tensors[name].numpy(), expected[name])
 
 
+@pytest.mark.parametrize("name", ["Q5_0", "Q4_K", "Q5_K", "Q6_K"])
+def test_a_tensor_loaded_on_another_device_than_the_default_dequantizes_there(written, name):
+    """The bit shifts the 5- and K-quant unpackers make go to the weight's device."""
+    path, expected = written
+    _, tensors = gguf_load(path, device="PYTHON")
+    assert tensors[name].device == "PYTHON"
+    np.testing.assert_array_equal(tensors[name].numpy(), expected[name])
+
+
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_1", "Q8_0", "Q4_K", "Q6_K"])
 def test_quantized_linear_equals_matmul_with_the_dequantized_weight(written, name):
     path, expected = written

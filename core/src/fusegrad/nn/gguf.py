@@ -79,17 +79,18 @@ def _half_to_float(h: Tensor) -> Tensor:
     return (exponent == 0).where(small, normal)
 
 
-def _shifts(*shape: int, step: int) -> Tensor:
+def _shifts(*shape: int, step: int, device: str) -> Tensor:
     """``0, step, 2*step, ...`` along the axis of ``shape`` that is not 1, as uint8."""
     n = max(shape)
-    return (Tensor.arange(n, dtype=dtypes.uint8) * step).reshape(shape)
+    return (Tensor.arange(n, dtype=dtypes.uint8, device=device) * step).reshape(shape)
 
 
 def _high_bits(qh: Tensor) -> Tensor:
     """``(blocks, 4)`` bytes of a 5-bit block's high bits -> ``(blocks, 32)`` 0/1: bit j of the
     little-endian uint32 belongs to weight j."""
     blocks = qh.shape[0]
-    bits = qh.reshape(blocks, 4, 1).expand(blocks, 4, 8) >> _shifts(1, 1, 8, step=1)
+    shifts = _shifts(1, 1, 8, step=1, device=qh.device)
+    bits = qh.reshape(blocks, 4, 1).expand(blocks, 4, 8) >> shifts
     return (bits & 1).reshape(blocks, 32)
 
 
@@ -163,7 +164,8 @@ def _k_nibbles(qs: Tensor) -> Tensor:
     """A K-block's 128 bytes -> ``(blocks, 8, 32)``: 4 chunks of 32 bytes, each the low
     nibbles of one sub-block then the high nibbles of the next."""
     blocks = qs.shape[0]
-    chunks = qs.reshape(blocks, 4, 1, 32).expand(blocks, 4, 2, 32) >> _shifts(1, 1, 2, 1, step=4)
+    shifts = _shifts(1, 1, 2, 1, step=4, device=qs.device)
+    chunks = qs.reshape(blocks, 4, 1, 32).expand(blocks, 4, 2, 32) >> shifts
     return (chunks & 15).reshape(blocks, 8, 32)
 
 
@@ -182,7 +184,8 @@ def _q4_k(b: Tensor, width: int) -> Parts:
 def _q5_k(b: Tensor, width: int) -> Parts:
     # bit j of high-bit byte l belongs to weight l of sub-block j
     blocks = b.shape[0]
-    high = b[:, 16:48].reshape(blocks, 1, 32).expand(blocks, 8, 32) >> _shifts(1, 8, 1, step=1)
+    shifts = _shifts(1, 8, 1, step=1, device=b.device)
+    high = b[:, 16:48].reshape(blocks, 1, 32).expand(blocks, 8, 32) >> shifts
     return _k_parts(b, _k_nibbles(b[:, 48:176]) | ((high & 1) << 4), width)
 
 
@@ -192,9 +195,9 @@ def _q6_k(b: Tensor, width: int) -> Parts:
     its group of 16 (int8 scale) is ``16 (half) + 2k + l // 16``."""
     blocks = b.shape[0]
     ql = b[:, 0:128].reshape(blocks, 2, 1, 2, 32).expand(blocks, 2, 2, 2, 32)
-    low = ((ql >> _shifts(1, 1, 2, 1, 1, step=4)) & 15).reshape(blocks, 2, 4, 32)
+    low = ((ql >> _shifts(1, 1, 2, 1, 1, step=4, device=b.device)) & 15).reshape(blocks, 2, 4, 32)
     qh = b[:, 128:192].reshape(blocks, 2, 1, 32).expand(blocks, 2, 4, 32)
-    high = (qh >> _shifts(1, 1, 4, 1, step=2)) & 3
+    high = (qh >> _shifts(1, 1, 4, 1, step=2, device=b.device)) & 3
     q = ((low | (high << 4)).cast(dtypes.float32) - 32).reshape(blocks, 16, 16)
     shape = (blocks, 16, width)
     scales = _spread(b, 192, 208, (blocks, 16, 1), shape).bitcast(dtypes.int8)
