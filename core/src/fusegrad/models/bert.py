@@ -201,7 +201,7 @@ def mean_pool(hidden: Tensor, mask: Tensor) -> Tensor:
 
 def l2_normalize(x: Tensor, eps: float = 1e-12) -> Tensor:
     """Each row scaled to length 1 (as ``torch.nn.functional.normalize``)."""
-    return x / (x * x).sum(-1, keepdim=True).sqrt().maximum(eps)
+    return x.normalize(dim=-1, eps=eps)
 
 
 def minilm_path() -> Path:

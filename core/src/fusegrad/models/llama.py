@@ -236,6 +236,8 @@ class Llama:
             Block(_prefixed(tensors, f"blk.{i}."), self.config, batch, self.max_context)
             for i in range(self.config.layers)
         ]
+        d = self.config.head_dim
+        self._rope_freqs = self.config.rope_theta ** (-np.arange(0, d, 2) / d)
         self.context = Variable("context", 1, self.max_context)
         self.positions = [0] * batch
         self._step = TinyJit(self._forward)
@@ -292,7 +294,7 @@ class Llama:
         """The step's inputs for each sequence's new tokens, padded to ``size``; a sequence's
         last real token goes to the last row, so the step's logits are its. Padded tokens write
         nothing to the cache and look only at position 0."""
-        b, d, context = self.batch, self.config.head_dim, self.max_context
+        b, context = self.batch, self.max_context
         rows = np.zeros((b, size, self.embedding_rows.shape[1]), self.embedding_rows.dtype)
         positions = np.zeros((b, size))
         write = np.zeros((b, context, size), np.float32)
@@ -314,8 +316,7 @@ class Llama:
                 positions[s, row] = start + i
                 write[s, start + i, row] = 1.0
                 bias[s, row, : start + i + 1] = 0.0
-        inv = self.config.rope_theta ** (-np.arange(0, d, 2) / d)
-        angles = positions.reshape(-1, 1) * inv[None, :]
+        angles = positions.reshape(-1, 1) * self._rope_freqs[None, :]
         host = (rows, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32), write)
         inputs = [Tensor(a, device=self.device) for a in host]
         if concrete:

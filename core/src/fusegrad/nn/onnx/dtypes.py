@@ -11,6 +11,7 @@ runner output of a narrow type is a uint8 Tensor of codes (see docs/onnx.md).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,10 @@ NARROW: dict[int, tuple[str, int]] = {
 }
 
 
+#: the four float8 types onnx saturates on a cast
+FLOAT8 = (T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M2FNUZ)
+
+
 def type_name(elem_type: int) -> str:
     """ONNX's name of an element type (``FLOAT``, ``INT64``...)."""
     return T.DataType.Name(elem_type)
@@ -87,9 +92,10 @@ def narrow_numpy(elem_type: int) -> np.dtype:
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
 
 
+@functools.cache
 def decode_table(elem_type: int) -> np.ndarray:
     """The float32 value of every code of a narrow type (index = code), for a gather that
-    decodes inside the consuming kernel."""
+    decodes inside the consuming kernel. Cached: callers must not write to it."""
     bits = NARROW[elem_type][1]
     codes = np.arange(1 << bits, dtype=np.uint8)
     if elem_type in (T.INT4, getattr(T, "INT2", -1)):
@@ -105,7 +111,7 @@ def encode(array: np.ndarray, elem_type: int, saturate: bool = True) -> np.ndarr
     """The uint8 codes of ``array``'s values in a narrow type, rounded to nearest even; with
     ``saturate`` (the ONNX default) finite values beyond the range clamp to its largest."""
     target = narrow_numpy(elem_type)
-    if saturate and elem_type in (T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M2FNUZ):
+    if saturate and elem_type in FLOAT8:
         return to_codes(numpy_helper.saturate_cast(array, target))
     with np.errstate(all="ignore"):
         return to_codes(array.astype(target))

@@ -26,9 +26,7 @@ def constant_value(node: Node) -> np.ndarray:
     for key, value in node.attrs.items():
         if key in ("value", "sparse_value"):
             return np.asarray(value)
-        if key == "value_float":
-            return np.array(value, np.float32)
-        if key == "value_floats":
+        if key in ("value_float", "value_floats"):
             return np.array(value, np.float32)
         if key in ("value_int", "value_ints"):
             return np.array(value, np.int64)

@@ -87,6 +87,17 @@ def _matmul(a: Tensor, b: Tensor) -> Tensor:
     return a.matmul(b)
 
 
+def _scores(node: Node, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """q k^T * ``scale`` (its square root on each side) and the values, the kv heads repeated
+    for grouped queries."""
+    scale = node.attr("scale")
+    root = math.sqrt(1 / math.sqrt(q.shape[3]) if scale is None else float(scale))
+    reps = q.shape[1] // k.shape[1]
+    if reps > 1:
+        k, v = k.repeat_interleave(reps, 1), v.repeat_interleave(reps, 1)
+    return _matmul(q * root, (k * root).transpose(-2, -1)), v
+
+
 @onnx_op("Attention", since=23)
 def attention(
     node: Node,
@@ -105,16 +116,11 @@ def attention(
         q = _split_heads(q, int(node.attr("q_num_heads")))
         k = _split_heads(k, int(node.attr("kv_num_heads")))
         v = _split_heads(v, int(node.attr("kv_num_heads")))
-    scale = node.attr("scale")
-    root = math.sqrt(1 / math.sqrt(q.shape[3]) if scale is None else float(scale))
     present_k = k if past_k is None else past_k.cat(k, dim=2)
     present_v = v if past_v is None else past_v.cat(v, dim=2)
     past = 0 if past_k is None else past_k.shape[2]
     bias = _bias(node, q, present_k.shape[2], mask, past, nonpad)
-    reps = q.shape[1] // present_k.shape[1]
-    kk = present_k.repeat_interleave(reps, 1) if reps > 1 else present_k
-    vv = present_v.repeat_interleave(reps, 1) if reps > 1 else present_v
-    scores = _matmul(q * root, (kk * root).transpose(-2, -1))
+    scores, vv = _scores(node, q, present_k, present_v)
     cap = float(node.attr("softcap", 0.0) or 0.0)
     if cap > 0:
         scores = (scores / cap).tanh() * cap
@@ -243,12 +249,7 @@ def linear_attention(
 def flex_attention(node: Node, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """softmax(score_mod(q k^T * scale)) v with optional subgraphs rewriting the scores
     (``score_mod``) and the probabilities (``prob_mod``); half inputs compute in float32."""
-    scale = node.attr("scale")
-    root = math.sqrt(1 / math.sqrt(q.shape[3]) if scale is None else float(scale))
-    reps = q.shape[1] // k.shape[1]
-    kk = k.repeat_interleave(reps, 1) if reps > 1 else k
-    vv = v.repeat_interleave(reps, 1) if reps > 1 else v
-    scores = _matmul(q * root, (kk * root).transpose(-2, -1))
+    scores, vv = _scores(node, q, k, v)
     precision = node.attr("softmax_precision")
     if precision:
         work = to_dtype(int(precision))

@@ -97,7 +97,7 @@ def check_scatter(n: Node) -> str | None:
 
 @onnx_op("OneHot", since=9)
 def one_hot(n: Node, index: Tensor, depth: Tensor, values: Tensor) -> Tensor:
-    count = int(np.asarray(n.host(1, depth)).reshape(-1)[0])
+    count = int(n.scalar(1, depth))
     index = index.cast(dtypes.int64)
     index = (index < 0).where(index + count, index)
     axis = _axis(n.attr("axis", -1), index.ndim + 1)

@@ -338,9 +338,7 @@ def batch_normalization(
 @onnx_op("InstanceNormalization")
 def instance_normalization(node: Node, x: Tensor, scale: Tensor, bias: Tensor) -> Tensor:
     axes, eps = _spatial_axes(x), float(node.attr("epsilon", 1e-5))
-    mean = x.mean(axes, keepdim=True)
-    var = ((x - mean) ** 2).mean(axes, keepdim=True)
-    return (x - mean) / (var + eps).sqrt() * _channel(scale, x.ndim) + _channel(bias, x.ndim)
+    return x.layernorm(axes, eps) * _channel(scale, x.ndim) + _channel(bias, x.ndim)
 
 
 def _stash(node: Node, x: Tensor) -> Tensor:
@@ -376,10 +374,7 @@ def group_normalization(node: Node, x: Tensor, scale: Tensor, bias: Tensor) -> T
     channel from 21 on."""
     groups, eps = int(node.attr("num_groups")), float(node.attr("epsilon", 1e-5))
     n, c = x.shape[0], x.shape[1]
-    xs = _stash(node, x).reshape(n, groups, -1)
-    mean = xs.mean(-1, keepdim=True)
-    y = (xs - mean) * (((xs - mean) ** 2).mean(-1, keepdim=True) + eps).rsqrt()
-    y = y.reshape(x.shape).cast(x.dtype)
+    y = _stash(node, x).reshape(n, groups, -1).layernorm(-1, eps).reshape(x.shape).cast(x.dtype)
     if node.opset < 21:
         scale = scale.reshape(groups, 1).expand(groups, c // groups).reshape(c)
         bias = bias.reshape(groups, 1).expand(groups, c // groups).reshape(c)
@@ -432,7 +427,7 @@ def celu(node: Node, x: Tensor) -> Tensor:
 
 @onnx_op("HardSwish", since=14)
 def hard_swish(node: Node, x: Tensor) -> Tensor:
-    return x * (x / 6 + 0.5).clip(0, 1)
+    return x.hardswish()
 
 
 @onnx_op("Swish", since=24)

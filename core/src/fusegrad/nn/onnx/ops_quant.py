@@ -18,8 +18,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fusegrad.dtype import dtypes
 from fusegrad.nn.onnx import dtypes as onnx_dtypes
-from fusegrad.nn.onnx.dtypes import NARROW, decode_table, encode, host_tensor, to_dtype
+from fusegrad.nn.onnx.dtypes import FLOAT8, NARROW, decode_table, encode, host_tensor, to_dtype
 from fusegrad.nn.onnx.ops_nn import conv
+from fusegrad.nn.onnx.ops_shape import _axis
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.tensor import Tensor
 
@@ -48,14 +49,6 @@ def encode_tensor(
     else:
         codes = encode(values, elem_type, saturate)
     return Tensor(codes, device=x.device)
-
-
-FLOAT8 = (
-    TensorProto.FLOAT8E4M3FN,
-    TensorProto.FLOAT8E4M3FNUZ,
-    TensorProto.FLOAT8E5M2,
-    TensorProto.FLOAT8E5M2FNUZ,
-)
 
 
 def encode_float8(x: Tensor, elem_type: int, saturate: bool) -> Tensor:
@@ -159,8 +152,7 @@ def _per_axis(n: Node, param: Tensor, x: Tensor) -> Tensor:
     ``axis`` (a 1-d parameter), or one per block of ``block_size`` along ``axis``."""
     if param.ndim == 0 or param.numel() == 1 and param.ndim <= 1:
         return param.reshape(())
-    axis = n.attr("axis", 1)
-    axis = axis + x.ndim if axis < 0 else axis
+    axis = _axis(n.attr("axis", 1), x.ndim)
     if param.ndim == 1:
         return param.reshape([param.shape[0] if i == axis else 1 for i in range(x.ndim)])
     block = n.attr("block_size", 0) or -(-x.shape[axis] // param.shape[axis])

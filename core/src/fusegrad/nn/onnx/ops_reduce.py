@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fusegrad.dtype import dtypes
+from fusegrad.nn.onnx.ops_shape import _axis
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.tensor import Tensor
 
@@ -40,7 +41,7 @@ def _reduce_axes(n: Node, x: Tensor, axes: Tensor | None, since: int) -> list[in
         if n.opset >= since and n.attr("noop_with_empty_axes", 0):
             return None
         return list(range(x.ndim))
-    return sorted(a + x.ndim if a < 0 else a for a in chosen)
+    return sorted(_axis(a, x.ndim) for a in chosen)
 
 
 def _make_reduce(op_type: str) -> None:
@@ -78,8 +79,7 @@ for _op in REDUCTIONS:
 
 def _arg(n: Node, x: Tensor, largest: bool) -> Tensor:
     """ArgMax/ArgMin along ``axis``; ``select_last_index`` picks the last of equal values."""
-    axis = n.attr("axis", 0)
-    axis = axis + x.ndim if axis < 0 else axis
+    axis = _axis(n.attr("axis", 0), x.ndim)
     keep = bool(n.attr("keepdims", 1))
     last = bool(n.attr("select_last_index", 0))
     src = x.flip(axis) if last else x
@@ -97,8 +97,7 @@ onnx_op("ArgMin")(lambda n, x: _arg(n, x, False))
 def _scan(n: Node, x: Tensor, axis: Tensor, product: bool) -> Tensor:
     """CumSum/CumProd; ``exclusive`` shifts by one (starting from the identity), ``reverse``
     scans from the end."""
-    a = int(np.asarray(n.host(1, axis)).reshape(-1)[0])
-    a = a + x.ndim if a < 0 else a
+    a = _axis(int(n.scalar(1, axis)), x.ndim)
     y = x.flip(a) if n.attr("reverse", 0) else x
     if n.attr("exclusive", 0):
         pad = [(0, 0)] * x.ndim
@@ -116,7 +115,7 @@ onnx_op("CumProd", since=26)(lambda n, x, axis: _scan(n, x, axis, True))
 def top_k(n: Node, x: Tensor, k: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The k largest (or smallest) along ``axis``; ties keep the lower index first. Lazy
     (Tensor.topk ranks by comparison), so it fuses and runs under TinyJit."""
-    count = n.attr("k") if n.opset < 10 else int(np.asarray(n.host(1, k)).reshape(-1)[0])
+    count = n.attr("k") if n.opset < 10 else int(n.scalar(1, k))
     values, index = x.topk(count, n.attr("axis", -1), largest=bool(n.attr("largest", 1)))
     return values, index.cast(dtypes.int64)
 
@@ -132,14 +131,13 @@ def _flat_2d(n: Node, x: Tensor, fn: Callable[[Tensor, int], Tensor]) -> Tensor:
     1) and work on each row; since, they work along ``axis`` (default -1)."""
     if n.opset >= 13:
         return fn(x, n.attr("axis", -1))
-    axis = n.attr("axis", 1)
-    axis = axis + x.ndim if axis < 0 else axis
+    axis = _axis(n.attr("axis", 1), x.ndim)
     outer = int(np.prod(x.shape[:axis]))
     return fn(x.reshape(outer, -1), 1).reshape(x.shape)
 
 
 def _hardmax(x: Tensor, axis: int) -> Tensor:
-    axis = axis + x.ndim if axis < 0 else axis
+    axis = _axis(axis, x.ndim)
     index = x.argmax(axis, keepdim=True)
     classes = Tensor.arange(x.shape[axis], device=x.device)
     classes = classes.reshape([x.shape[axis] if i == axis else 1 for i in range(x.ndim)])

@@ -21,10 +21,9 @@ from fusegrad.tensor import Tensor
 Activation = Callable[[Tensor], Tensor]
 
 
-def _activation(name: str, alpha: float | None, beta: float | None) -> Activation:
-    """An ONNX RNN activation by name; alpha and beta where the function takes them."""
-    a, b = alpha, beta
-    table: dict[str, Activation] = {
+def _activation_table(a: float | None, b: float | None) -> dict[str, Activation]:
+    """ONNX's RNN activations by lower-case name, with alpha ``a`` and beta ``b``."""
+    return {
         "relu": lambda x: x.relu(),
         "tanh": lambda x: x.tanh(),
         "sigmoid": lambda x: x.sigmoid(),
@@ -39,6 +38,11 @@ def _activation(name: str, alpha: float | None, beta: float | None) -> Activatio
         "softsign": lambda x: x / (1 + x.abs()),
         "softplus": lambda x: x.softplus(),
     }
+
+
+def _activation(name: str, alpha: float | None, beta: float | None) -> Activation:
+    """An ONNX RNN activation by name; alpha and beta where the function takes them."""
+    table = _activation_table(alpha, beta)
     if name.lower() not in table:
         raise InvalidValue(
             f"unknown RNN activation {name!r}; ONNX allows {', '.join(sorted(table))}"
@@ -151,9 +155,10 @@ def rnn(
     ys, finals = [], []
     for d, reverse in enumerate(dirs):
         xw, rb, h = rec.projected(w, b, d), _recurrent_bias(b, rec, d), rec.initial(h0, d)
+        rt = r[d].transpose(0, 1)
         out: list[Tensor] = [None] * rec.seq  # type: ignore[list-item]
         for t in rec.steps(reverse):
-            pre = xw[t] + h.matmul(r[d].transpose(0, 1))
+            pre = xw[t] + h.matmul(rt)
             pre = pre if rb is None else pre + rb
             h = rec.keep(t, acts[d][0](rec.cell_input(pre)), h)
             out[t] = rec.emitted(t, h)
@@ -260,16 +265,4 @@ def check_recurrent(node: Node) -> str | None:
     return None
 
 
-ACTIVATION_NAMES = {
-    "relu",
-    "tanh",
-    "sigmoid",
-    "affine",
-    "leakyrelu",
-    "thresholdedrelu",
-    "scaledtanh",
-    "hardsigmoid",
-    "elu",
-    "softsign",
-    "softplus",
-}
+ACTIVATION_NAMES = set(_activation_table(None, None))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fusegrad.dtype import dtypes
+from fusegrad.nn.onnx.ops_shape import _axis
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.tensor import Tensor
 
@@ -20,7 +21,7 @@ def _position(n: Node, i: int, value: Tensor | None, length: int, default: int) 
     """A position input (negative counts from the end), or ``default`` when absent."""
     if value is None:
         return default
-    pos = int(np.asarray(n.host(i, value)).reshape(-1)[0])
+    pos = int(n.scalar(i, value))
     return pos + length if pos < 0 else pos
 
 
@@ -60,8 +61,7 @@ def sequence_length(n: Node, seq: list[Tensor]) -> Tensor:
 def split_to_sequence(n: Node, x: Tensor, split: Tensor | None = None) -> list[Tensor]:
     """No ``split``: pieces of size 1 (squeezed unless ``keepdims``); a scalar: pieces of that
     size (the last one shorter); a list: those sizes."""
-    axis = n.attr("axis", 0)
-    axis = axis + x.ndim if axis < 0 else axis
+    axis = _axis(n.attr("axis", 0), x.ndim)
     if split is None:
         parts = list(x.split(1, dim=axis))
         return parts if n.attr("keepdims", 1) else [p.squeeze(axis) for p in parts]
@@ -76,8 +76,7 @@ def split_to_sequence(n: Node, x: Tensor, split: Tensor | None = None) -> list[T
 def concat_from_sequence(n: Node, seq: list[Tensor]) -> Tensor:
     axis = n.attr("axis")
     if n.attr("new_axis", 0):
-        rank = seq[0].ndim + 1
-        axis = axis + rank if axis < 0 else axis
+        axis = _axis(axis, seq[0].ndim + 1)
         seq = [t.unsqueeze(axis) for t in seq]
     return seq[0].cat(*seq[1:], dim=axis) if len(seq) > 1 else seq[0]
 

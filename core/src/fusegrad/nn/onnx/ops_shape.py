@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from fusegrad.dtype import dtypes
-from fusegrad.nn.onnx.dtypes import to_dtype
+from fusegrad.nn.onnx.dtypes import host_tensor, to_dtype
 from fusegrad.nn.onnx.folding import constant_value
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.nn.onnx.runner import onnx_check
@@ -28,7 +28,7 @@ def _axis(axis: int, rank: int) -> int:
 
 def _like(x: Tensor, array: np.ndarray) -> Tensor:
     """A host array as a Tensor on ``x``'s device."""
-    return Tensor(np.array(array, order="C"), device=x.device)
+    return host_tensor(array, x.device)
 
 
 @onnx_op("Identity")
@@ -192,7 +192,7 @@ def pad(
         pairs[a] = (flat[j], flat[j + len(chosen)])
     fill = n.attr("value", 0.0) if n.opset < 11 else 0
     if value is not None:
-        fill = np.asarray(n.host(2, value)).reshape(-1)[0].item() if value.numel() else 0
+        fill = n.scalar(2, value).item() if value.numel() else 0
     mode = _PAD_MODES[n.attr("mode", "constant")]
     if mode == "constant":
         return x.pad(pairs, value=fill)
@@ -225,7 +225,7 @@ def range_(n: Node, start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
 
 @onnx_op("Trilu", since=14)
 def trilu(n: Node, x: Tensor, k: Tensor | None = None) -> Tensor:
-    diagonal = int(np.asarray(n.host(1, k)).reshape(-1)[0]) if k is not None else 0
+    diagonal = int(n.scalar(1, k)) if k is not None else 0
     return x.triu(diagonal) if n.attr("upper", 1) else x.tril(diagonal)
 
 

@@ -16,8 +16,7 @@ TRAINING = "ai.onnx.preview.training"
 
 
 def _scalars(n: Node, rate: Tensor, step: Tensor) -> tuple[float, int]:
-    r = float(np.asarray(n.host(0, rate)).reshape(-1)[0])
-    return r, int(np.asarray(n.host(1, step)).reshape(-1)[0])
+    return float(n.scalar(0, rate)), int(n.scalar(1, step))
 
 
 def _groups(tensors: tuple[Tensor, ...], count: int) -> list[tuple[Tensor, ...]]:

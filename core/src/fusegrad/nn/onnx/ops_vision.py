@@ -144,10 +144,7 @@ def _along(x: Tensor, axis: int, matrix: np.ndarray) -> Tensor:
         return x
     r = _repeat_factor(matrix)
     if r is not None:
-        shape = list(x.shape)
-        x = x.unsqueeze(axis + 1)
-        x = x.expand(*shape[: axis + 1], r, *shape[axis + 1 :])
-        return x.reshape(*shape[:axis], size_out, *shape[axis + 1 :])
+        return x.repeat_interleave(r, axis)
     if np.all((matrix == 0) | (matrix == 1)) and np.all(matrix.sum(axis=1) == 1):
         index = matrix.argmax(axis=1)
         return x[(slice(None),) * axis + (index,)]

@@ -95,6 +95,11 @@ class Node:
             return known
         return value if isinstance(value, np.ndarray) else value.numpy()
 
+    def scalar(self, i: int, value: Any) -> Any:
+        """The first element of input ``i``'s host value (a numpy scalar): a count, an axis,
+        a position given as a one-element tensor."""
+        return np.asarray(self.host(i, value)).reshape(-1)[0]
+
     def ints(self, i: int, value: Any, attr: str | None = None) -> list[int] | None:
         """Input ``i`` as a list of ints, or attribute ``attr`` where an older opset had it."""
         if value is None:

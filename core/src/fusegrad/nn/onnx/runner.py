@@ -76,6 +76,9 @@ class Graph:
         self.inputs = [ValueSpec.of(i) for i in proto.input if i.name not in self.initializers]
         self.defaults = [i.name for i in proto.input if i.name in self.initializers]
         self.outputs = [ValueSpec.of(o) for o in proto.output]
+        #: device -> the initializers as values there (made once, not on every run of a Loop or
+        #: Scan body)
+        self._weights: dict[str, dict[str, Value]] = {}
         defined = set(outer) | {i.name for i in proto.input} | set(self.initializers)
         steps = [self._step(n, i, opsets, defined, path) for i, n in enumerate(proto.node)]
         #: every name a node here or in a subgraph reads (a subgraph may read the outer scope)
@@ -88,6 +91,14 @@ class Graph:
                     f"graph {self.name!r} outputs {out.name!r}, which no node, input or "
                     "initializer defines: the model is truncated or broken; export it again"
                 )
+
+    def weights(self, device: str) -> dict[str, Value]:
+        """The initializers as values on ``device``: Tensors, or numpy arrays of strings."""
+        if device not in self._weights:
+            self._weights[device] = {
+                name: _weight_tensor(array, device) for name, array in self.initializers.items()
+            }
+        return self._weights[device]
 
     def _step(
         self,
@@ -286,7 +297,7 @@ class OnnxRunner:
         if array.dtype == object:
             return array
         if name not in self._weights:
-            self._weights[name] = onnx_dtypes.host_tensor(array, self.device)
+            self._weights[name] = _weight_tensor(array, self.device)
         return self._weights[name]
 
 
@@ -351,13 +362,12 @@ def _subgraph_runner(
     def run_subgraph(attr: str, inputs: list[Value]) -> list[Value]:
         graph = step.subgraphs[attr]
         bound = dict(zip([i.name for i in graph.inputs], inputs))
-        inner_known = ChainMap(dict(graph.initializers), consts)  # type: ignore[arg-type]
-        weights = {n: _weight_tensor(a) for n, a in graph.initializers.items()}
-        inner = ChainMap(bound, weights, scope)  # type: ignore[arg-type]
+        inner_known = ChainMap(graph.initializers, consts)  # type: ignore[arg-type]
+        inner = ChainMap(bound, graph.weights(Device.DEFAULT), scope)  # type: ignore[arg-type]
         return run_graph(graph, inner, inner_known)
 
     return run_subgraph
 
 
-def _weight_tensor(array: np.ndarray) -> Value:
-    return array if array.dtype == object else onnx_dtypes.host_tensor(array)
+def _weight_tensor(array: np.ndarray, device: str | None = None) -> Value:
+    return array if array.dtype == object else onnx_dtypes.host_tensor(array, device)
