@@ -203,7 +203,9 @@ class Lowerer:
         if op is Ops.FLIP:
             inner = tuple((s - 1) - i if f else i for i, s, f in zip(idx, src.shape, arg))
             return self.lower(src, inner, gate)
-        # PAD: outside the source the value is 0, and nothing may be loaded there
+        # PAD: outside the source the value is 0. The loads below need no gate of their own:
+        # the clamped index keeps them inside the source, and the `where` drops what they read
+        # outside it. Ungated, they vectorise, and loads of one element hoist out of the loops.
         valid = UOp.const(dtypes.bool, True)
         for i, s, (before, after) in zip(idx, src.shape, arg):
             if before or after:
@@ -211,7 +213,7 @@ class Lowerer:
         inner = tuple(
             clamp(i - b, 0, s - 1) if b or a else i for i, s, (b, a) in zip(idx, src.shape, arg)
         )
-        value = self.lower(src, inner, gate & valid)
+        value = self.lower(src, inner, gate)
         return valid.where(value, UOp.const(u.dtype, 0))
 
     def _lower_gather(self, u: UOp, idx: Index, gate: UOp) -> UOp:
