@@ -235,10 +235,13 @@ class Buffer:
     """A 1-d array of ``size`` elements of ``dtype`` on ``device``; memory is allocated on first
     use."""
 
-    __slots__ = ("device", "size", "dtype", "_handle", "_allocator", "__weakref__")
+    __slots__ = ("device", "size", "dtype", "version", "_handle", "_allocator", "__weakref__")
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
+        #: counts the writes into this buffer (copyin, kernel launches): TinyJit re-runs a
+        #: launch it keeps from one replay to the next when a buffer it reads has changed
+        self.version = 0
         self._handle: Any = None
         self._allocator: Allocator | None = None
 
@@ -273,6 +276,7 @@ class Buffer:
             raise ValueError(f"copyin of {flat.nbytes} bytes into a {self.nbytes}-byte buffer")
         if self.nbytes:
             Device[self.device].allocator.copyin(self.handle, flat.data.cast("B"))
+        self.version += 1
         return self
 
     def numpy(self) -> np.ndarray:

@@ -8,6 +8,10 @@ no graph is built, nothing is scheduled, only kernels are launched.
 Replays write their results into the same buffers every time, so a returned tensor holds the
 result of the latest call. A change of input shape, dtype or device captures again.
 
+A launch that reads only weights (a copy of a weight into another layout, a dequantized
+table) computes the same at every replay: replays skip it, and run it again only after a buffer
+it reads was written (``Buffer.version`` counts the writes into a buffer).
+
 A function may assign to tensors that live outside it (an optimizer step updates weights and
 moments). The capture logs each assign: the buffer the kernels read the old value from and the
 buffer they write the new value to. A replay first copies the tensor's current value into the
@@ -60,6 +64,8 @@ class _Launch:
     patches: list[tuple[int, int]]  # (argument position, input number)
     buffers: list[Buffer]  # kept alive: the handles belong to them
     symbolic: bool = False  # whether the kernel takes variables' values
+    #: computes the same at every replay (see ``_constant_launches``): replays skip it
+    constant: bool = False
 
 
 class _PerThread:
@@ -88,6 +94,9 @@ class _Captured(threading.local):
         self.free_signature: tuple | None = None
         self.values: dict = {}  # the variables' values of the latest call
         self.checks: list = []  # the index checks recorded with the kernels (tensor/bounds.py)
+        #: the buffers the constant launches read, with their versions when they last ran
+        self.sources: list[tuple[Buffer, int]] = []
+        self.written: list[Buffer] = []  # the buffers the replayed launches write
 
 
 class TinyJit:
@@ -112,6 +121,8 @@ class TinyJit:
     free_signature = _PerThread()
     values = _PerThread()
     checks = _PerThread()
+    sources = _PerThread()
+    written = _PerThread()
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
@@ -129,6 +140,7 @@ class TinyJit:
             None,
         )
         self.free_signature, self.values, self.checks = None, {}, []
+        self.sources, self.written = [], []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -176,6 +188,7 @@ class TinyJit:
             )
             for runner, bufs in recorded.launches
         ]
+        self.sources, self.written = _constant_launches(self.launches, inputs, self.assigned)
         self.signature, self.outputs = signature, out
         self.free_signature, self.values = _unbound_signature(signature)
         for launch in self.launches:
@@ -197,7 +210,12 @@ class TinyJit:
             self.values = values
             _rebind_outputs(self.outputs, values)
         handles = [b.handle for b in inputs]
+        rerun = any(b.version != version for b, version in self.sources)
+        if rerun:  # a buffer the constant launches read was written since they last ran
+            self.sources = [(b, b.version) for b, _ in self.sources]
         for launch in self.launches:
+            if launch.constant and not rerun:
+                continue
             args = launch.handles
             if launch.patches:
                 args = list(args)
@@ -207,14 +225,63 @@ class TinyJit:
                 launch.runner(args, vals=launch.runner.vals(self.values))
             else:
                 launch.runner(args)
-        realize.GlobalCounters.kernel_count += len(self.launches)
-        realize.GlobalCounters.global_mem += sum(
-            launch.runner.mem_bytes for launch in self.launches
-        )
+        for b in self.written:
+            b.version += 1
+        ran = [launch for launch in self.launches if rerun or not launch.constant]
+        realize.GlobalCounters.kernel_count += len(ran)
+        realize.GlobalCounters.global_mem += sum(launch.runner.mem_bytes for launch in ran)
         for a in self.assigned:
             a.tensor.uop, a.tensor._graph = a.after, None
         bounds.queue(self.checks)  # rewritten by the replayed kernels: read at the next read
         return self.outputs
+
+
+def _constant_launches(
+    launches: list[_Launch], inputs: list[Buffer], assigned: list[_Assigned]
+) -> tuple[list[tuple[Buffer, int]], list[Buffer]]:
+    """Mark the launches that compute the same at every replay, and return the buffers they read
+    (with their versions now) and the buffers the other launches write.
+
+    A launch is constant when it takes no input and no variable, reads only buffers that no other
+    launch of the call writes (weights, and what constant launches made of them: the layout
+    pass's weight copies, a dequantized table), and is the only launch writing its outputs (so
+    the memory plan reuses none of them). Its result is still in place from the captured call,
+    so replays skip it; a replay whose sources were written since (``Buffer.version``: a
+    ``copyin``, another plan's kernel) runs them again first."""
+    varying = {id(b) for b in inputs} | {id(a.before) for a in assigned}
+    writers: dict[int, int] = {}
+    for launch in launches:
+        for k in launch.runner.written:
+            writers[id(launch.buffers[k])] = writers.get(id(launch.buffers[k]), 0) + 1
+    constant = [bool(launch.runner.written) for launch in launches]
+    changed = True
+    while changed:  # a launch found varying makes what it writes varying: iterate to a fixpoint
+        changed = False
+        for i, launch in enumerate(launches):
+            written = launch.runner.written
+            if constant[i] and (
+                launch.patches
+                or launch.symbolic
+                or any(id(b) in varying for k, b in enumerate(launch.buffers) if k not in written)
+                or any(writers[id(launch.buffers[k])] > 1 for k in written)
+                or any(id(launch.buffers[k]) in varying for k in written)
+            ):
+                constant[i], changed = False, True
+                varying.update(id(launch.buffers[k]) for k in written)
+    sources: dict[int, Buffer] = {}
+    made: set[int] = set()  # what constant launches write
+    others: dict[int, Buffer] = {}  # what the other launches write
+    for launch, fixed in zip(launches, constant):
+        launch.constant = fixed
+        for k, b in enumerate(launch.buffers):
+            if k not in launch.runner.written:
+                if fixed:
+                    sources[id(b)] = b
+            elif fixed:
+                made.add(id(b))
+            else:
+                others[id(b)] = b
+    return [(b, b.version) for key, b in sources.items() if key not in made], list(others.values())
 
 
 def _unbound_signature(signature: tuple) -> tuple[tuple | None, dict]:

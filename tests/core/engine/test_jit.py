@@ -195,3 +195,35 @@ def test_threads_calling_one_jitted_function_each_get_their_own_results():
         t.join()
     assert errors == []
     assert wrong == [], f"{len(wrong)} of 1200 calls from 4 threads returned wrong results"
+
+
+def test_a_launch_that_reads_only_weights_runs_once(device):
+    """A kernel of weights alone (here the sum of ``w``; in a model, the layout pass's weight
+    copies) computes the same at every replay: replays skip it."""
+    w = Tensor([1.0, 2.0, 3.0], device=device).realize()
+    f = TinyJit(lambda x: (x + w.sum()).realize())
+    counts = []
+    for i in range(5):
+        GlobalCounters.kernel_count = 0
+        assert f(Tensor([float(i)] * 3, device=device)).tolist() == [i + 6.0] * 3
+        counts.append(GlobalCounters.kernel_count)
+    assert len(f.launches) == 2 and [launch.constant for launch in f.launches] == [True, False]
+    assert counts[2:] == [1, 1, 1]
+
+
+def test_a_weight_written_in_place_runs_its_constant_launches_again(device):
+    w = Tensor([1.0, 2.0, 3.0], device=device).realize()
+    f = TinyJit(lambda x: (x + w.sum()).realize())
+    for _ in range(3):
+        f(Tensor([0.0] * 3, device=device))
+    w._buffer().copyin(np.array([5.0, 6.0, 7.0], np.float32))  # what loading weights does
+    assert f(Tensor([1.0] * 3, device=device)).tolist() == [19.0] * 3
+    assert f(Tensor([0.0] * 3, device=device)).tolist() == [18.0] * 3
+
+
+def test_launches_that_read_an_input_or_what_the_call_computes_are_never_constant(device):
+    w = Tensor([1.0, 2.0], device=device).realize()
+    f = TinyJit(lambda x: (x.sum() + w).realize())
+    for i in range(4):
+        assert f(Tensor([float(i), 1.0], device=device)).tolist() == [i + 2.0, i + 3.0]
+    assert not any(launch.constant for launch in f.launches)

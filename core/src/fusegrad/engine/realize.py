@@ -58,6 +58,19 @@ class Runner:
         """Bytes of the buffers the kernel reads or writes, each counted once."""
         return sum(u.arg[1] * u.dtype.itemsize for u in self.kernel.program if u.op is Ops.PARAM)
 
+    @functools.cached_property
+    def written(self) -> frozenset[int]:
+        """The argument positions of the buffers the kernel stores into."""
+        out = set()
+        for u in self.kernel.program:
+            if u.op is Ops.STORE:
+                address = u.src[0]
+                while address.op is not Ops.INDEX and address.src:
+                    address = address.src[0]
+                if address.src and address.src[0].op is Ops.PARAM:
+                    out.add(address.src[0].arg[0])
+        return frozenset(out)
+
     def __call__(
         self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()
     ) -> float | None:
@@ -265,6 +278,8 @@ def run_plan(
                 step.runner = get_runner(step.ast, step.device)
             vals = step.runner.vals(values) if step.runner.kernel.variables else ()
             seconds = step.runner([buffers[s].handle for s in step.slots], timing, vals)
+            for s in step.slots[: step.writes]:
+                buffers[s].version += 1
             if recording is not None:
                 recording.launched(step.runner, [buffers[s] for s in step.slots])
             GlobalCounters.kernel_count += 1
