@@ -12,6 +12,11 @@ A launch that reads only weights (a copy of a weight into another layout, a dequ
 table) computes the same at every replay: replays skip it, and run it again only after a buffer
 it reads was written (``Buffer.version`` counts the writes into a buffer).
 
+A function whose work depends on values it reads back (an ONNX ``If`` on a computed
+condition, an output length) can say so with ``capture.active().read_back(buffer, values)``: the
+capture keeps it as a guard, a replay reads the buffer again after its kernels, and a call that
+reads other values runs the function anew (its result is right; only that call is slow).
+
 A function may assign to tensors that live outside it (an optimizer step updates weights and
 moments). The capture logs each assign: the buffer the kernels read the old value from and the
 buffer they write the new value to. A replay first copies the tensor's current value into the
@@ -39,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from fusegrad.device import Buffer
 from fusegrad.engine import capture, realize
 from fusegrad.errors import JitError  # re-exported: fusegrad.jit.JitError
@@ -53,6 +60,15 @@ class _Assigned:
     tensor: Any
     before: Buffer
     after: Any  # the BUFFER UOp the tensor points at after a call
+
+
+@dataclass
+class _Guard:
+    """A value the captured call read back and branched on: replays check it reads the same."""
+
+    buffer: Buffer
+    input: int | None  # which input the buffer was, if it was one (a replay reads the new one)
+    values: Any  # the numpy array read in the captured call
 
 
 @dataclass
@@ -97,6 +113,7 @@ class _Captured(threading.local):
         #: the buffers the constant launches read, with their versions when they last ran
         self.sources: list[tuple[Buffer, int]] = []
         self.written: list[Buffer] = []  # the buffers the replayed launches write
+        self.guards: list[_Guard] = []  # the values read back in the captured call
 
 
 class TinyJit:
@@ -123,6 +140,7 @@ class TinyJit:
     checks = _PerThread()
     sources = _PerThread()
     written = _PerThread()
+    guards = _PerThread()
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
@@ -140,7 +158,7 @@ class TinyJit:
             None,
         )
         self.free_signature, self.values, self.checks = None, {}, []
-        self.sources, self.written = [], []
+        self.sources, self.written, self.guards = [], [], []
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -160,7 +178,10 @@ class TinyJit:
         if self.calls >= 2:
             if capture.active() is not None:  # inside another capture: run, so it sees the kernels
                 return _realized(self.fn(*args, **kwargs))
-            return self._replay(buffers, values)
+            out = self._replay(buffers, values)
+            if out is _UNGUARDED:  # it read other values back than the captured call: run it
+                return _realized(self.fn(*args, **kwargs))
+            return out
         self.calls += 1
         if self.calls == 1:
             self.signature, self.free_signature = signature, _unbound_signature(signature)[0]
@@ -178,6 +199,7 @@ class TinyJit:
         bounds.queue(checks)
         self.assigned = _assigned(recorded.assigns)
         position = {id(b): i for i, b in enumerate(inputs)}
+        self.guards = [_Guard(b, position.get(id(b)), values) for b, values in recorded.reads]
         self.launches = [
             _Launch(
                 runner,
@@ -227,6 +249,10 @@ class TinyJit:
                 launch.runner(args)
         for b in self.written:
             b.version += 1
+        for guard in self.guards:
+            now = inputs[guard.input] if guard.input is not None else guard.buffer
+            if not np.array_equal(now.numpy(), guard.values):
+                return _UNGUARDED  # assigned tensors keep their values: the `after`s stay unused
         ran = [launch for launch in self.launches if rerun or not launch.constant]
         realize.GlobalCounters.kernel_count += len(ran)
         realize.GlobalCounters.global_mem += sum(launch.runner.mem_bytes for launch in ran)
@@ -234,6 +260,10 @@ class TinyJit:
             a.tensor.uop, a.tensor._graph = a.after, None
         bounds.queue(self.checks)  # rewritten by the replayed kernels: read at the next read
         return self.outputs
+
+
+#: what ``_replay`` returns when a value the captured call read back came back different
+_UNGUARDED = object()
 
 
 def _constant_launches(

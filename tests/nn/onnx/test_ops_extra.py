@@ -235,13 +235,12 @@ def test_if_on_an_input_value_replays_right_under_tinyjit() -> None:
         np.testing.assert_allclose(jitted(Tensor(x)).numpy(), want)
 
 
-def test_value_dependent_output_is_refused_under_tinyjit() -> None:
-    """NonMaxSuppression's output length depends on the boxes: a TinyJit capture would replay
-    the first call's selection, so it is a clear JitError instead."""
+def test_value_dependent_output_replays_right_under_tinyjit() -> None:
+    """NonMaxSuppression's output length depends on the boxes: the capture reads the selection
+    back and keeps it as a guard, so a replay whose boxes select otherwise runs the model anew
+    and every call gives what the plain runner gives."""
     from fusegrad import Tensor, TinyJit
-    from fusegrad.errors import JitError
 
-    boxes, scores = RNG.uniform(0, 1, (1, 4, 4)).astype(np.float32), randn(1, 1, 4)
     node = helper.make_node("NonMaxSuppression", ["b", "s", "n"], ["y"])
     graph = helper.make_graph(
         [node],
@@ -254,11 +253,51 @@ def test_value_dependent_output_is_refused_under_tinyjit() -> None:
         [onnx.numpy_helper.from_array(np.array([2], np.int64), "n")],
     )
     runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]))
-    assert runner({"b": boxes, "s": scores})["y"].shape[1] == 3  # fine without TinyJit
     jitted = TinyJit(lambda b, s: runner({"b": b, "s": s})["y"].realize())
-    with pytest.raises(JitError, match="NonMaxSuppression.*without TinyJit"):
-        for _ in range(3):
-            jitted(Tensor(boxes), Tensor(scores))
+    inputs = [(RNG.uniform(0, 1, (1, 4, 4)).astype(np.float32), randn(1, 1, 4)) for _ in range(3)]
+    for boxes, scores in [inputs[0]] * 3 + inputs + [inputs[0]] * 2:
+        want = runner({"b": boxes, "s": scores})["y"].numpy()
+        np.testing.assert_array_equal(jitted(Tensor(boxes), Tensor(scores)).numpy(), want)
+    assert len(jitted.guards) == 2  # NMS runs on the host: it reads the boxes and the scores
+
+
+def test_if_whose_branches_cannot_both_run_is_guarded_under_tinyjit() -> None:
+    """The else branch reshapes x to (2, 2), which only a 4-element x allows: with a 3-element
+    x the branches cannot both run, so the capture reads the condition back and guards on it."""
+    from fusegrad import Tensor, TinyJit
+
+    then = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["ya"])],
+        "a",
+        [],
+        [helper.make_tensor_value_info("ya", F, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["yb"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("yb", F, None)],
+        [onnx.numpy_helper.from_array(np.array([2, 2], np.int64), "shape")],
+    )
+    nodes = [
+        helper.make_node("Greater", ["c", "zero"], ["p"]),
+        helper.make_node("If", ["p"], ["y"], then_branch=then, else_branch=other),
+    ]
+    m = model(
+        nodes,
+        {"x": np.zeros(3, np.float32), "c": np.zeros((), np.float32)},
+        ["y"],
+        16,
+        {"zero": np.zeros((), np.float32)},
+    )
+    runner = OnnxRunner(m)
+    jitted = TinyJit(lambda x, c: runner({"x": x, "c": c})["y"].realize())
+    x = np.arange(3, dtype=np.float32)
+    for c in [1.0, 1.0, 1.0, 2.0, 1.0]:
+        np.testing.assert_array_equal(jitted(Tensor(x), Tensor(np.float32(c))).numpy(), -x)
+    with pytest.raises(Exception, match="(?i)reshape"):  # the other branch, as without TinyJit
+        jitted(Tensor(x), Tensor(np.float32(-1.0)))
+    assert len(jitted.guards) == 1
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,9 @@ class Capture:
     launches: list[tuple[Any, list[Any]]] = field(default_factory=list)
     #: (tensor, the graph it held before the assign), one per ``Tensor.assign``
     assigns: list[tuple[Any, Any]] = field(default_factory=list)
+    #: (buffer, the values read from it), one per value the call read back to decide what to
+    #: compute (a branch, a length): a replay is valid only where the same values come back
+    reads: list[tuple[Any, Any]] = field(default_factory=list)
     outer: Capture | None = None
 
     def launched(self, runner: Any, buffers: list[Any]) -> None:
@@ -35,6 +38,13 @@ class Capture:
         capture: Capture | None = self
         while capture is not None:
             capture.launches.append((runner, buffers))
+            capture = capture.outer
+
+    def read_back(self, buffer: Any, values: Any) -> None:
+        """Record that the call read ``values`` from ``buffer`` and went on according to them."""
+        capture: Capture | None = self
+        while capture is not None:
+            capture.reads.append((buffer, values))
             capture = capture.outer
 
     def assigned(self, tensor: Any, before: Any) -> None:

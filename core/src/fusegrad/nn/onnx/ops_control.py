@@ -14,7 +14,7 @@ import numpy as np
 
 from fusegrad.dtype import dtypes
 from fusegrad.engine import capture
-from fusegrad.errors import FusegradError, InvalidValue, JitError
+from fusegrad.errors import FusegradError, InvalidValue
 from fusegrad.nn.onnx.dtypes import to_dtype
 from fusegrad.nn.onnx.ops_nn import host_value, read_back
 from fusegrad.nn.onnx.registry import Node, onnx_op
@@ -37,34 +37,34 @@ def _run(node: Node, attr: str, inputs: list[Any]) -> list[Any]:
 def if_(node: Node, cond: Any) -> Any:
     """The outputs of ``then_branch`` when cond is true, else of ``else_branch``.
 
-    Under a TinyJit capture a condition computed from the inputs cannot be read back: the
-    replays would take the branch of the captured call whatever their inputs. There both
-    branches run and ``where`` picks each output, when their outputs agree in shape and type."""
+    Under a TinyJit capture, a condition computed from the inputs is better not read back (a
+    read waits for the device): where both branches run and give outputs of one shape and type,
+    both are computed and ``where`` picks each output. Otherwise the condition is read back and
+    guards the capture (``read_back``): replays whose condition differs run the model anew."""
     known = node.known(0) if node.known is not None else None
     if known is None and isinstance(cond, Tensor) and capture.active() is not None:
-        return _select_branches(node, cond)
+        if (picked := _select_branches(node, cond)) is not None:
+            return picked
     branch = "then_branch" if host_scalar(node, 0, cond) else "else_branch"
     return tuple(_run(node, branch, []))
 
 
-def _select_branches(node: Node, cond: Tensor) -> tuple[Any, ...]:
-    """Both branches' outputs, chosen per output by the lazy condition."""
-    refusal = (
-        f"If node {node.name!r}: its condition depends on the inputs and its branches %s, so a "
-        "TinyJit capture cannot replay it for every input; call the OnnxRunner without TinyJit "
-        "(or pass the inputs the condition reads as constants of the model)"
-    )
+def _select_branches(node: Node, cond: Tensor) -> tuple[Any, ...] | None:
+    """Both branches' outputs, chosen per output by the lazy condition; None where the branches
+    cannot both run on these inputs or give outputs of different shapes or types."""
     try:
         then, other = _run(node, "then_branch", []), _run(node, "else_branch", [])
-    except FusegradError as e:
-        raise JitError(refusal % f"cannot both run on these inputs ({e})") from None
-    picked = []
-    for a, b in zip(then, other, strict=True):
-        same = isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape
-        if not same or a.dtype != b.dtype:
-            raise JitError(refusal % "give outputs of different shapes or kinds")
-        picked.append(cond.reshape(()).cast(dtypes.bool).where(a, b))
-    return tuple(picked)
+    except FusegradError:
+        return None
+    if not all(
+        isinstance(a, Tensor)
+        and isinstance(b, Tensor)
+        and a.shape == b.shape
+        and a.dtype == b.dtype
+        for a, b in zip(then, other, strict=True)
+    ):
+        return None
+    return tuple(cond.reshape(()).cast(dtypes.bool).where(a, b) for a, b in zip(then, other))
 
 
 # ---- Loop ----------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import numpy as np
 
 from fusegrad.dtype import dtypes
 from fusegrad.engine import capture
-from fusegrad.errors import JitError
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.nn.onnx.runner import onnx_check
 from fusegrad.tensor import Tensor
@@ -31,15 +30,14 @@ def text(value: Any) -> str:
 
 def read_back(node: Node, value: Tensor, what: str) -> np.ndarray:
     """The values of ``value`` on the host, for an op whose result depends on them (a branch,
-    an output length, a sample grid). Refused inside a TinyJit capture, whose replays would
-    reuse the values of the captured call whatever their inputs."""
-    if capture.active() is not None:
-        raise JitError(
-            f"{node.op_type} node {node.name!r} reads {what} back to the host, so a TinyJit "
-            f"capture cannot replay it for other inputs; call the OnnxRunner without TinyJit, "
-            f"or make {what} a constant of the model"
-        )
-    return value.numpy()
+    an output length, a sample grid). Inside a TinyJit capture the read becomes a guard of the
+    capture: a replay reads the same buffer again after its kernels, and where the values differ
+    from the captured call's, the jit runs the model anew for that call (jit.py)."""
+    array = value.numpy()
+    if (recording := capture.active()) is not None:
+        buffer = value._buffer()
+        recording.read_back(buffer, buffer.numpy())
+    return array
 
 
 def host_value(node: Node, index: int, value: Any, what: str) -> np.ndarray | None:
