@@ -292,7 +292,29 @@ def channels_innermost(red: UOp, caps: Capabilities) -> UOp | None:
     ndim = len(weight.shape)
     order = (0, *range(2, ndim), 1)
     copy = UOp(Ops.CONTIGUOUS, weight.dtype, (_permute(weight, order),))
-    return _rebuild_chain(chain, _permute(copy, tuple(order.index(a) for a in range(ndim))))
+    conv = _rebuild_chain(chain, _permute(copy, tuple(order.index(a) for a in range(ndim))))
+    if caps.grid_dims is None and any(k > 1 for k in weight.shape[3:]):
+        conv = _padded_input_copied(conv)
+    return conv
+
+
+def _padded_input_copied(red: UOp) -> UOp:
+    """The convolution ``red`` reading its zero-padded input from a copy: on loop devices a
+    kernel reading through the pad computes a clamped index and a bounds test for every input
+    element of every window (a dozen integer operations per multiply-add); read from the
+    padded copy, the index is affine in the loops and the window's loads share it."""
+    mul = red.src[0].src[0] if red.src[0].op is Ops.CAST else red.src[0]
+    views, pad = _views_down(mul.src[0], (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK))
+    if pad.op is not Ops.PAD:
+        return red
+    copy = UOp(Ops.CONTIGUOUS, pad.dtype, (pad,))
+    windows = copy
+    for view in reversed(views):
+        windows = view.replace(src=(windows,))
+    new_mul = mul.replace(src=(windows, mul.src[1]))
+    if red.src[0].op is Ops.CAST:
+        return red.replace(src=(red.src[0].replace(src=(new_mul,)),))
+    return red.replace(src=(new_mul,))
 
 
 # ---- matching --------------------------------------------------------------------------------
