@@ -1,12 +1,15 @@
 """Type conversion (Cast, CastLike) and quantization (QuantizeLinear, DequantizeLinear, the
 QLinear ops, DynamicQuantizeLinear).
 
-Narrow types (float8, int4, float4...) travel as uint8 codes (see dtypes.py); ``Node``'s
-``input_types`` and ``output_types`` say which type a code means. Decoding is a gather from
-the type's table of values, so it fuses into the kernel that reads it. Encoding to float8 or
-float4e2m1 (round to nearest even, saturating or not) is lazy Tensor code too
-(``encode_float8``); a Cast to int4, uint4 or float8e8m0 encodes on the host with onnx's rules.
-Strings are numpy object arrays and convert on the host too.
+Narrow types (float8, int4, float4...) reach an op as uint8 codes, one per element (a stored
+sub-byte value is ``Packed``; the runner hands ops its lazily unpacked codes, see dtypes.py);
+``Node``'s ``input_types`` and ``output_types`` say which type a code means. Decoding is
+arithmetic (the integer types) or a gather from the type's table of values, so it fuses into the
+kernel that reads it. Encoding is lazy Tensor code on the device too, so it fuses and runs under
+TinyJit: float8 and float4e2m1 round to nearest even, saturating or not (``encode_float8``);
+int4/uint4/int2/uint2 truncate and wrap as onnx's casts do (``encode_int``); float8e8m0 keeps
+the exponent, rounded as ``round_mode`` says (``encode_e8m0``). Strings are numpy object arrays
+and convert on the host.
 """
 
 from __future__ import annotations
@@ -14,21 +17,41 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from fusegrad.dtype import dtypes
 from fusegrad.nn.onnx import dtypes as onnx_dtypes
-from fusegrad.nn.onnx.dtypes import FLOAT8, NARROW, decode_table, encode, host_tensor, to_dtype
+from fusegrad.nn.onnx.dtypes import (
+    FLOAT8,
+    NARROW,
+    SUB_BYTE,
+    decode_table,
+    encode,
+    host_tensor,
+    to_dtype,
+)
+from fusegrad.nn.onnx.errors import OnnxUnsupported
 from fusegrad.nn.onnx.ops_nn import conv
 from fusegrad.nn.onnx.ops_shape import _axis
 from fusegrad.nn.onnx.registry import Node, onnx_op
+from fusegrad.nn.onnx.runner import onnx_check
 from fusegrad.tensor import Tensor
 
 STRING = TensorProto.STRING
+FLOAT8E8M0 = getattr(TensorProto, "FLOAT8E8M0", -1)
+#: the signed sub-byte integer types (their codes are two's complement)
+SIGNED = (TensorProto.INT4, getattr(TensorProto, "INT2", -1))
 
 
 def decode(x: Tensor, elem_type: int) -> Tensor:
-    """A narrow type's codes as float32 values (a table gather, lazy)."""
+    """A narrow type's codes as float32 values, lazily: integers by sign extension, the float
+    types by a gather from their table of values."""
+    if elem_type in SUB_BYTE and elem_type != TensorProto.FLOAT4E2M1:
+        value = x.cast(dtypes.int32)
+        if elem_type in SIGNED:
+            half = 1 << (SUB_BYTE[elem_type] - 1)
+            value = (value ^ half) - half  # two's complement: the top bit weighs -half
+        return value.cast(dtypes.float32)
     table = Tensor(decode_table(elem_type), device=x.device)
     return table[x.cast(dtypes.int32)]
 
@@ -36,19 +59,45 @@ def decode(x: Tensor, elem_type: int) -> Tensor:
 def encode_tensor(
     x: Tensor, elem_type: int, saturate: bool = True, round_mode: str = "up"
 ) -> Tensor:
-    """Values as a narrow type's codes: float8 lazily, the rest on the host."""
+    """Values as a narrow type's uint8 codes, with Tensor ops (lazy, on x's device)."""
     if elem_type in (*FLOAT8, TensorProto.FLOAT4E2M1):
         return encode_float8(x, elem_type, saturate)
-    values = x.numpy()
-    if elem_type == getattr(TensorProto, "FLOAT8E8M0", -1):
-        codes = onnx_dtypes.to_codes(
-            numpy_helper.to_float8e8m0(values, saturate, round_mode).astype(
-                onnx_dtypes.narrow_numpy(elem_type)
-            )
-        )
+    if elem_type == FLOAT8E8M0:
+        return encode_e8m0(x, saturate, round_mode)
+    return encode_int(x, elem_type)
+
+
+def encode_int(x: Tensor, elem_type: int) -> Tensor:
+    """Values as int4/uint4/int2/uint2 codes, as onnx's Cast (ml_dtypes) converts: a float
+    truncates toward zero, then every integer keeps its low bits (two's complement wrap); a
+    float beyond int32, an infinity or nan gives code 0."""
+    mask = (1 << SUB_BYTE[elem_type]) - 1
+    if x.dtype.is_float:
+        x = x.cast(dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32).trunc()
+        x = (x.abs() < 2**31).where(x, 0).cast(dtypes.int32)  # nan fails the comparison
+    elif x.dtype == dtypes.bool:
+        x = x.cast(dtypes.int32)
+    return (x & mask).cast(dtypes.uint8)
+
+
+def encode_e8m0(x: Tensor, saturate: bool, round_mode: str) -> Tensor:
+    """Values as float8e8m0 codes (a float32's biased exponent), as onnx's to_float8e8m0: the
+    mantissa rounds the exponent "up" (any fraction), to "nearest" (even) or "down"; nan and
+    infinities give 255; with ``saturate`` the largest exponent, 254, never rounds up to 255."""
+    bits = x.cast(dtypes.float32).bitcast(dtypes.uint32)
+    exponent = ((bits >> 23) & 0xFF).cast(dtypes.int32)
+    if round_mode == "up":
+        round_up = (bits & 0x7FFFFF) != 0
+    elif round_mode == "nearest":  # guard bit set, and a round/sticky bit or an odd exponent
+        round_up = ((bits & 0x400000) != 0) & (((bits & 0x3FFFFF) != 0) | (exponent > 0))
+    elif round_mode == "down":
+        round_up = exponent < 0  # never
     else:
-        codes = encode(values, elem_type, saturate)
-    return Tensor(codes, device=x.device)
+        raise OnnxUnsupported(f"round_mode {round_mode!r} is none of {ROUND_MODES} (ONNX's)")
+    if saturate:
+        round_up = round_up & (exponent != 254)
+    code = (exponent == 255).where(255, exponent + round_up.cast(dtypes.int32))
+    return code.cast(dtypes.uint8)
 
 
 def encode_float8(x: Tensor, elem_type: int, saturate: bool) -> Tensor:
@@ -105,6 +154,19 @@ def cast_value(x: Any, source: int, to: int, saturate: bool = True, round_mode: 
     if to in NARROW:
         return encode_tensor(x, to, saturate, round_mode)
     return x.cast(to_dtype(to))
+
+
+#: the rounding modes of a cast to float8e8m0 (Cast and CastLike from opset 25)
+ROUND_MODES = ("up", "nearest", "down")
+
+
+@onnx_check("Cast")
+@onnx_check("CastLike")
+def check_round_mode(n: Node) -> str | None:
+    mode = n.attr("round_mode", "up")
+    if mode in ROUND_MODES:
+        return None
+    return f"attribute round_mode={mode!r} is none of {ROUND_MODES} (ONNX's); fix the attribute"
 
 
 @onnx_op("Cast")

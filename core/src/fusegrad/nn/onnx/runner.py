@@ -7,10 +7,12 @@ walks the nodes in order, calling each op's Tensor code: nothing runs until the 
 output, so ops fuse across node boundaries, and the call works under ``TinyJit``.
 
 Values are Tensors, lists of Tensors (sequences), None (an absent optional) or numpy arrays of
-strings (fusegrad has no string dtype). Alongside, the runner keeps the host value of each
-name it can know without running a kernel: initializers, Constant outputs, input shapes and
-the small integer arithmetic on them (Shape -> Gather -> Concat -> Reshape chains), which it
-folds on the host (``folding.py``); an op reads these through ``Node.known``.
+strings (fusegrad has no string dtype). A stored value of a sub-byte type (an initializer, a
+Constant, an input) is ``Packed`` (dtypes.py): each op receives its codes, unpacked lazily.
+Alongside, the runner keeps the host value of each name it can know without running a kernel:
+initializers, Constant outputs, input shapes and the small integer arithmetic on them (Shape ->
+Gather -> Concat -> Reshape chains), which it folds on the host (``folding.py``); an op reads
+these through ``Node.known`` (never for a narrow type: its host value is codes, not numbers).
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ class Graph:
         """The initializers as values on ``device``: Tensors, or numpy arrays of strings."""
         if device not in self._weights:
             self._weights[device] = {
-                name: _weight_tensor(array, device) for name, array in self.initializers.items()
+                name: _weight_tensor(array, device, self.types.get(name, 0))
+                for name, array in self.initializers.items()
             }
         return self._weights[device]
 
@@ -237,9 +240,15 @@ class OnnxRunner:
     """
 
     def __init__(
-        self, model: str | os.PathLike | bytes | onnx.ModelProto, device: str | None = None
+        self,
+        model: str | os.PathLike | bytes | onnx.ModelProto,
+        device: str | None = None,
+        packed_outputs: bool = False,
     ):
         self.model = load_model(model)
+        #: an output of a sub-byte type (int4, uint4, float4e2m1, int2, uint2) is ``Packed``
+        #: (its bytes packed on the device) rather than a uint8 Tensor of codes
+        self.packed_outputs = packed_outputs
         if self.model.functions:
             self.model = inliner.inline_local_functions(self.model)
         self.opsets = {
@@ -270,6 +279,8 @@ class OnnxRunner:
             outs = run_graph(self.graph, env, known)
         finally:
             Device.DEFAULT = previous
+        if self.packed_outputs:
+            outs = [_packed_output(o, v) for o, v in zip(self.graph.outputs, outs)]
         return dict(zip([o.name for o in self.graph.outputs], outs))
 
     def _bind_inputs(self, given: dict[str, Any]) -> tuple[dict[str, Value], dict[str, np.ndarray]]:
@@ -297,7 +308,7 @@ class OnnxRunner:
         if array.dtype == object:
             return array
         if name not in self._weights:
-            self._weights[name] = _weight_tensor(array, self.device)
+            self._weights[name] = _weight_tensor(array, self.device, self.graph.types.get(name, 0))
         return self._weights[name]
 
 
@@ -309,8 +320,8 @@ def run_graph(
     scope: ChainMap[str, Value] = ChainMap({}, env)  # type: ignore[arg-type]
     consts: ChainMap[str, np.ndarray] = ChainMap({}, known)  # type: ignore[arg-type]
     for step in graph.steps:
-        args = [scope[name] if name else None for name in step.inputs]
-        step.node.known = _known_reader(step.inputs, consts)
+        args = [onnx_dtypes.unpacked(scope[name]) if name else None for name in step.inputs]
+        step.node.known = _known_reader(step.inputs, consts, step.node.input_types)
         step.node.run_subgraph = _subgraph_runner(step, scope, consts)
         host = fold(step.node, args, step.node.known)
         if host is not None:
@@ -321,14 +332,18 @@ def run_graph(
         for name, value in zip(step.node.outputs, outs):
             if name:
                 scope[name] = value
-    return [scope[o.name] for o in graph.outputs]
+    return [onnx_dtypes.unpacked(scope[o.name]) for o in graph.outputs]
 
 
 def _host_values(step: Step, arrays: list[np.ndarray], device: str) -> list[Value]:
     """Folded host arrays as the values ops see: Tensors, or numpy arrays of strings."""
     if not step.inputs and device in step.constants:
         return step.constants[device]
-    outs = [a if a.dtype == object else onnx_dtypes.host_tensor(a, device) for a in arrays]
+    types = step.node.output_types + [0] * len(arrays)
+    outs = [
+        a if a.dtype == object else onnx_dtypes.device_value(a, device, t)
+        for a, t in zip(arrays, types)
+    ]
     if not step.inputs:
         step.constants[device] = outs
     return outs
@@ -349,9 +364,12 @@ def split_outputs(node: Node, result: Any) -> list[Value]:
     return list(result)
 
 
-def _known_reader(names: list[str], consts: Mapping[str, np.ndarray]) -> Any:
+def _known_reader(names: list[str], consts: Mapping[str, np.ndarray], types: list[int]) -> Any:
+    # a narrow type's host value is its codes, not its numbers: host folding must not see it
+    hidden = {i for i, t in enumerate(types) if t in onnx_dtypes.NARROW}
+
     def known(i: int) -> np.ndarray | None:
-        return consts.get(names[i]) if i < len(names) and names[i] else None
+        return consts.get(names[i]) if i < len(names) and names[i] and i not in hidden else None
 
     return known
 
@@ -369,5 +387,16 @@ def _subgraph_runner(
     return run_subgraph
 
 
-def _weight_tensor(array: np.ndarray, device: str | None = None) -> Value:
-    return array if array.dtype == object else onnx_dtypes.host_tensor(array, device)
+def _packed_output(spec: ValueSpec, value: Value) -> Value:
+    """A sub-byte tensor output's codes packed (lazily, in the kernel computing it)."""
+    if spec.kind != "tensor" or spec.elem_type not in onnx_dtypes.SUB_BYTE:
+        return value
+    if not isinstance(value, Tensor) or not all(isinstance(d, int) for d in value.shape):
+        return value
+    return onnx_dtypes.Packed.pack(value, spec.elem_type)
+
+
+def _weight_tensor(array: np.ndarray, device: str | None = None, elem_type: int = 0) -> Value:
+    """An initializer on ``device``: a Tensor, ``Packed`` for a sub-byte type (its bytes
+    packed, never one a code), or a numpy array of strings."""
+    return array if array.dtype == object else onnx_dtypes.device_value(array, device, elem_type)

@@ -17,7 +17,7 @@ from fusegrad.errors import DTypeError, FileFormatError, InvalidArgument, ShapeE
 from fusegrad.nn.onnx import dtypes as onnx_dtypes
 from fusegrad.tensor import Tensor
 
-Value = Any  # a Tensor, a list of Tensors, None, or a numpy array of strings
+Value = Any  # a Tensor, Packed (a sub-byte type), a list of them, None, or a numpy array of str
 
 
 def load_model(model: str | os.PathLike | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -144,7 +144,10 @@ def bind_input(spec: ValueSpec, given: dict[str, Any], device: str) -> Value:
 
 
 def to_tensor(spec: ValueSpec, value: Any, device: str) -> Value:
-    """``value`` as a Tensor on ``device``, after checking its dtype and shape against ``spec``."""
+    """``value`` as a Tensor on ``device``, after checking its dtype and shape against ``spec``
+    (a host array of a sub-byte type becomes ``Packed``: only its packed bytes are copied)."""
+    if isinstance(value, onnx_dtypes.Packed):
+        return _packed_input(spec, value, device)
     if isinstance(value, np.ndarray) and value.dtype.kind in "OSU":
         return value.astype(object)
     if isinstance(value, (np.ndarray, np.generic)) and spec.elem_type in onnx_dtypes.NARROW:
@@ -167,7 +170,20 @@ def to_tensor(spec: ValueSpec, value: Any, device: str) -> Value:
         check_shape(spec, shape)
     if isinstance(value, Tensor):
         return value if value.device == device else value.to(device)
+    if spec.elem_type in onnx_dtypes.SUB_BYTE:
+        return onnx_dtypes.Packed.from_numpy(value, spec.elem_type, device)
     return Tensor(value, device=device)
+
+
+def _packed_input(spec: ValueSpec, value: onnx_dtypes.Packed, device: str) -> Value:
+    if spec.elem_type and spec.elem_type != value.elem_type:
+        raise DTypeError(
+            f"input {spec.name!r} is packed {onnx_dtypes.type_name(value.elem_type)}, the model "
+            f"declares {spec.describe()}; pack the values as that type"
+        )
+    if spec.dims is not None and spec.kind == "tensor":
+        check_shape(spec, value.shape)
+    return value.to(device)
 
 
 def _fusegrad_dtype(spec: ValueSpec, npdtype: np.dtype) -> Any:
