@@ -18,6 +18,8 @@ if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/py
   # their kernels are rendered and (CUDA) compiled by the tests, runtime tests skip
   .venv/bin/python -m pip install -q -e backend-opencl pyopencl pocl-binary-distribution
   .venv/bin/python -m pip install -q --no-deps -e backend-cuda -e backend-metal
+  # NVIDIA's disassemblers: the tensor-core tests read the SASS of their cubins
+  .venv/bin/python -m pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
   # reference for the differential tests (only this torch: others download gigabytes)
   .venv/bin/python -m pip install -q "torch==2.13.0" "safetensors>=0.4"
   # ONNX import and language models: the parsers (extras fusegrad[onnx], fusegrad[gguf]),

@@ -69,3 +69,14 @@ def test_a_far_slower_candidate_is_timed_once(monkeypatch):
     calls.clear()
     search._time(kernel, rt, "CPU", ast)
     assert len(calls) == 1 + search.REPEATS
+
+
+def test_a_cached_plan_loads_as_it_was_saved(tmp_path):
+    """Every kind of plan BEAM can pick comes back from its cache file whole (a staged tile
+    plan once came back unstaged)."""
+    from fusegrad.codegen.tiled import Tiles
+
+    for plan in (Tiles(1, 2, (8, 8), (4, 2), False, 16), Tiles(0, 1), None):
+        path = str(tmp_path / "plan.json")
+        search._save(path, plan)
+        assert search._load(path) == plan

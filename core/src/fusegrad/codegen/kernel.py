@@ -18,6 +18,13 @@ from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.staged import linearize_staged, lower_staged
+from fusegrad.codegen.tensorcore import (
+    TensorCores,
+    check_tensor_core_stage,
+    linearize_tensor_cores,
+    lower_tensor_cores,
+    plan_tensor_cores,
+)
 from fusegrad.codegen.tiled import Tiles, lower_tiled, plan_tiles
 from fusegrad.codegen.verify import verify_program
 from fusegrad.dtype import DType, dtypes
@@ -100,7 +107,7 @@ def generate(
     ast: UOp,
     renderer: Renderer,
     rules: CodegenRules = CORE_RULES,
-    opts: KernelOpts | Tiles | None | object = _DEFAULT,
+    opts: KernelOpts | Tiles | TensorCores | None | object = _DEFAULT,
 ) -> KernelSource:
     """Turn a kernel AST into source for ``renderer`` (with ``opts``, else the heuristic's).
 
@@ -109,7 +116,9 @@ def generate(
 
     On a grid device a long reduction may run as one group of threads per output instead
     (``codegen/grid.py``), and a matmul as tiles of outputs (``codegen/tiled.py``; ``opts``
-    may be ``Tiles`` to choose their sizes); loop structures (``KernelOpts``) do not apply there.
+    may be ``Tiles`` to choose their sizes), or a half-precision one on the renderer's tensor
+    cores (``codegen/tensorcore.py``, ``TensorCores``); loop structures (``KernelOpts``) do not
+    apply there.
     """
     _debug_stage("kernel AST", ast)
     grid = renderer.grid_dims is not None
@@ -119,29 +128,35 @@ def generate(
     chosen, group, tiles = _plan(ast, renderer, opts, grid and not symbolic and narrow, symbolic)
     if Context.DEBUG >= 4:
         print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}\ntiles: {tiles}")
-    if tiles is not None:
+    # (a tensor-core program holds WMMA ops, which its own check knows)
+    check = check_tensor_core_stage if isinstance(tiles, TensorCores) else check_stage
+    if isinstance(tiles, TensorCores):
+        graph = lower_tensor_cores(ast, tiles)
+    elif tiles is not None:
         graph = lower_staged(ast, tiles) if tiles.stage else lower_tiled(ast, tiles)
     elif group is not None:
         graph = lower_grouped(ast, group)
     else:
         graph = lower_kernel(ast, grid=grid, opts=chosen, index=index)
     _debug_stage("lowered", graph)
-    check_stage(graph, LOWERED)
+    check(graph, LOWERED)
     graph = _rewrite_stage(SIMPLIFICATION, lambda g: graph_rewrite(g, rules.kernel), graph)
     graph = _rewrite_stage(DECOMPOSITION, lambda g: decompose(g, renderer), graph)
     if (program_rules := rules.program) is not None:
         graph = _rewrite_stage(PROGRAM_RULES, lambda g: graph_rewrite(g, program_rules), graph)
     elif Context.DEBUG >= 4:
         print(f"--- {PROGRAM_RULES} ---\nno plugin adds program rules")
-    check_stage(graph, DECOMPOSED)
+    check(graph, DECOMPOSED)
     mulacc = Ops.MULACC in renderer.native_ops
     roomy = renderer.vector_registers >= ROOMY_REGISTERS  # (codegen/hints.py)
-    if tiles is not None and tiles.stage:
+    if isinstance(tiles, TensorCores):
+        program = linearize_tensor_cores(graph)
+    elif tiles is not None and tiles.stage:
         program = linearize_staged(graph)
     else:
         program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
     _debug_stage("linear program", program)
-    check_stage(program, LINEAR)
+    check(program, LINEAR)
     name = kernel_name(ast)
     if Context.VERIFY:
         verify_program(name, program, renderer)
@@ -167,12 +182,13 @@ def generate(
 
 def _plan(
     ast: UOp, renderer: Renderer, opts: object, gridded: bool, symbolic: bool
-) -> tuple[KernelOpts | None, Groups | None, Tiles | None]:
+) -> tuple[KernelOpts | None, Groups | None, Tiles | TensorCores | None]:
     """The kernel's shape: a loop structure (``opts``, else the heuristic's), or where it runs on
     a grid with fixed sizes and 32-bit indices (``gridded``) a grouped reduction, else tiles
-    (only when ``opts`` is not given: None asks for one thread per output). Given ``Tiles``
-    are used as they are."""
-    if isinstance(opts, Tiles):
+    (only when ``opts`` is not given: None asks for one thread per output), on tensor cores
+    where the renderer has them for its dtypes. Given ``Tiles`` or ``TensorCores`` are used as
+    they are."""
+    if isinstance(opts, Tiles | TensorCores):
         return None, None, opts if gridded else None
     if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
         return None, None, None
@@ -181,7 +197,9 @@ def _plan(
         return chosen, None, None
     if (group := plan_groups(ast, renderer)) is not None:
         return None, group, None
-    return None, None, plan_tiles(ast, renderer) if opts is _DEFAULT else None
+    if opts is not _DEFAULT:
+        return None, None, None
+    return None, None, plan_tensor_cores(ast, renderer) or plan_tiles(ast, renderer)
 
 
 def _index_type(ast: UOp, renderer: Renderer, symbolic: bool) -> DType:

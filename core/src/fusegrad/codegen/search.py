@@ -3,7 +3,9 @@
 ``BEAM=N`` turns it on. The candidates are the heuristic's choice and its neighbours (other
 upcast amounts, another reused axis, lanes or none); the ``N`` fastest of each round are
 widened again, for two rounds. A matmul on a grid device runs tiled (codegen/tiled.py): its
-candidates are tile sizes (threads per group, outputs per thread, both layouts), in one round.
+candidates are tile sizes (threads per group, outputs per thread, both layouts), in one round,
+and for a half-precision one on a target with tensor cores also the tensor-core plans
+(codegen/tensorcore.py: warps per group, tiles per warp), so the search turns them on or off.
 Every candidate is compiled (in parallel), run on buffers of the kernel's sizes after a
 warm-up, and timed as the median of several runs. The winner is never
 slower than the heuristic's choice, since that is a candidate too; it is cached on disk per
@@ -25,6 +27,7 @@ import numpy as np
 
 from fusegrad.codegen.kernel import KernelSource, generate
 from fusegrad.codegen.opt import MAX_ACCUMULATORS, KernelOpts, _reduce_of, heuristic_opts
+from fusegrad.codegen.tensorcore import TensorCores, tensor_core_options
 from fusegrad.codegen.tiled import Tiles, tile_options
 from fusegrad.device import Buffer, Runtime
 from fusegrad.helpers import cache_dir, write_atomically
@@ -115,7 +118,7 @@ def _cache_path(ast: UOp, device: str, rt: Runtime) -> str:
     return os.path.join(cache_dir(), "beam", key + ".json")
 
 
-def _load(path: str) -> KernelOpts | Tiles | None | bool:
+def _load(path: str) -> KernelOpts | Tiles | TensorCores | None | bool:
     try:
         with open(path) as f:
             data = json.load(f)
@@ -123,9 +126,13 @@ def _load(path: str) -> KernelOpts | Tiles | None | bool:
         return False
     if data is None:
         return None
+    if "core" in data:  # a tensor-core plan
+        return TensorCores.from_json(data)
     if "threads" in data:  # a tiled matmul's sizes
         threads, upcast = tuple(data["threads"]), tuple(data["upcast"])
-        return Tiles(data["rows"], data["cols"], threads, upcast, data["strided"])
+        return Tiles(
+            data["rows"], data["cols"], threads, upcast, data["strided"], data.get("stage", 0)
+        )
     return KernelOpts(
         tuple(data["order"]),
         tuple(tuple(u) for u in data["upcast"]),
@@ -135,21 +142,29 @@ def _load(path: str) -> KernelOpts | Tiles | None | bool:
     )
 
 
-def _save(path: str, opts: KernelOpts | Tiles | None) -> None:
-    write_atomically(path, json.dumps(asdict(opts) if opts else None).encode())
+def _save(path: str, opts: KernelOpts | Tiles | TensorCores | None) -> None:
+    data = opts.to_json() if isinstance(opts, TensorCores) else asdict(opts) if opts else None
+    write_atomically(path, json.dumps(data).encode())
 
 
-def beam_search(ast: UOp, rt: Runtime, device: str, width: int) -> KernelOpts | Tiles | None:
+def beam_search(
+    ast: UOp, rt: Runtime, device: str, width: int
+) -> KernelOpts | Tiles | TensorCores | None:
     """The fastest loop structure (or tile sizes) found for ``ast`` on ``device`` (cached on
     disk)."""
     path = _cache_path(ast, device, rt)
     if (cached := _load(path)) is not False:
         return cached  # type: ignore[return-value]
     start = time.perf_counter()
-    tiles = tile_options(ast, rt.renderer)
-    default: KernelOpts | Tiles | None = tiles[0] if tiles else heuristic_opts(ast, rt.renderer)
-    timed: dict[KernelOpts | Tiles | None, float] = {}
-    frontier: list[KernelOpts | Tiles | None] = [default]
+    tiles: list[Tiles | TensorCores] = [
+        *tensor_core_options(ast, rt.renderer),
+        *tile_options(ast, rt.renderer),
+    ]
+    default: KernelOpts | Tiles | TensorCores | None = (
+        tiles[0] if tiles else heuristic_opts(ast, rt.renderer)
+    )
+    timed: dict[KernelOpts | Tiles | TensorCores | None, float] = {}
+    frontier: list[KernelOpts | Tiles | TensorCores | None] = [default]
     for _ in range(1 if tiles else 2):
         candidates = tiles or frontier + [
             n

@@ -7,9 +7,14 @@ No part of core asks for a device's name.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fusegrad.dtype import DType, dtypes
 from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import GroupOp, Ops, UOp
+
+if TYPE_CHECKING:  # (codegen imports this module: only the type, for the annotation)
+    from fusegrad.codegen.tensorcore import TensorCore
 
 
 class Renderer:
@@ -53,6 +58,10 @@ class Renderer:
     #: threads that run one instruction together (a CUDA warp, a Metal SIMD-group); 1: unknown
     #: or none. A tiled launch gives a group at least this many threads.
     warp_size: int = 1
+    #: tensor-core instructions (``codegen/tensorcore.py``'s ``TensorCore``): a float16/bfloat16
+    #: matmul summed in float32 then runs as warp-wide ``WMMA`` ops, which the renderer must
+    #: render. Empty: none, every matmul stays on the plain or tiled plans.
+    tensor_cores: tuple[TensorCore, ...] = ()
     #: ALU ops rendered natively; core decomposes the others before rendering
     native_ops: frozenset[Ops] = GroupOp.ALU - {Ops.MULACC}
     #: math ops the target has only as scalar library calls, which keep its compiler from

@@ -76,6 +76,11 @@ class Ops(Enum):
     SHR = auto()
     WHERE = auto()
     MULACC = auto()  # optional: a * b + c
+    # a warp's tensor-core multiply-accumulate (codegen/tensorcore.py); arg (TensorCore, element).
+    # Lowered, a value: element e of this lane's share of the product of the fragment registers
+    # in src. Linear (element None), a statement: src (INDEX(acc, base), registers...), adding
+    # the product into acc[base], acc[base + 1], ...
+    WMMA = auto()
 
     def __repr__(self) -> str:
         return f"Ops.{self.name}"
