@@ -8,6 +8,8 @@ with AdamW (lr 3e-4, weight decay 0.1), so the losses are printed side by side: 
 float32 rounding. Steps are timed in turns (one step of each contender, then the next), after
 warm-up steps; the median is reported. "first" is the first step of a fresh process with an
 empty kernel cache (compiles included), measured in a subprocess for fusegrad and tinygrad.
+Kernels and MB moved per step are counted on a third step (a TinyJit's first replay) and
+printed against the least a step needs, with fusegrad's kernels by kind (bench/gpt_minimum.py).
 """
 
 from __future__ import annotations
@@ -31,16 +33,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 import gpt  # noqa: E402  (examples/gpt.py)
+import gpt_minimum  # noqa: E402
 from bench_core import tinygrad_on_cpu  # noqa: E402  (bench/ is on the path)
 
 Step = Callable[[np.ndarray], float]
 
 
 def counted(run: Step, cfg: gpt.Config, counters: Any) -> tuple[int, float]:
-    """Kernels one step of ``run`` launches, and MB their buffers hold (read or written), as the
-    library's ``GlobalCounters`` (fusegrad's or tinygrad's: the same fields) count them."""
+    """Kernels the third step of ``run`` launches, and MB their buffers hold (read or written),
+    as the library's ``GlobalCounters`` (fusegrad's or tinygrad's: the same fields) count them.
+    The third: a TinyJit (either library's) runs its first call, captures its second and
+    replays from then on, skipping the launches that compute the same at every call."""
+    batches = gpt.token_stream(cfg, 3, seed=7)
+    for batch in batches[:2]:
+        run(batch)
     counters.reset()
-    run(gpt.token_stream(cfg, 1, seed=7)[0])
+    run(batches[2])
     return counters.kernel_count, counters.global_mem / 1e6
 
 
@@ -55,12 +63,13 @@ def fusegrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[
     return run, lambda: counted(run, cfg, GlobalCounters)
 
 
-def torch_step(cfg: gpt.Config) -> Step:
+def torch_model(cfg: gpt.Config) -> tuple[dict[str, Any], Callable[[np.ndarray], Any]]:
+    """PyTorch's twin: its weights (leaves that want gradients) and ``loss(batch)``, the
+    cross-entropy of a (B, T + 1) token batch, its graph kept for backward."""
     import torch
     import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 
     w = {k: torch.tensor(v, requires_grad=True) for k, v in gpt.initial_weights(cfg).items()}
-    opt = torch.optim.AdamW(list(w.values()), lr=3e-4, weight_decay=0.1)
     c, heads = cfg.width, cfg.heads
 
     def norm(x, p):
@@ -81,11 +90,22 @@ def torch_step(cfg: gpt.Config) -> Step:
             x = x + h @ w[p + "out.w"] + w[p + "out.b"]
         return norm(x, "lnf") @ w["wte"].T
 
-    def run(batch: np.ndarray) -> float:
+    def loss(batch: np.ndarray):
         tokens = torch.from_numpy(batch).long()
-        loss = F.cross_entropy(
-            forward(tokens[:, :-1]).reshape(-1, cfg.vocab), tokens[:, 1:].reshape(-1)
-        )
+        logits = forward(tokens[:, :-1]).reshape(-1, cfg.vocab)
+        return F.cross_entropy(logits, tokens[:, 1:].reshape(-1))
+
+    return w, loss
+
+
+def torch_step(cfg: gpt.Config) -> Step:
+    import torch
+
+    w, loss_of = torch_model(cfg)
+    opt = torch.optim.AdamW(list(w.values()), lr=3e-4, weight_decay=0.1)
+
+    def run(batch: np.ndarray) -> float:
+        loss = loss_of(batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -138,6 +158,37 @@ def tinygrad_step(cfg: gpt.Config, jit: bool) -> tuple[Step, Callable[[], tuple[
         return stepper(Tensor(batch)).item()
 
     return run, lambda: counted(run, cfg, GlobalCounters)
+
+
+def torch_minimum_bytes(cfg: gpt.Config) -> gpt_minimum.MinimumBytes | None:
+    """The least traffic of a step (bench/gpt_minimum.py), its activations measured on
+    PyTorch's twin; None without torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    weights, loss_of = torch_model(cfg)
+    batch = gpt.token_stream(cfg, 1, seed=7)[0]
+    saved = gpt_minimum.saved_activation_bytes(lambda: loss_of(batch), weights.values())
+    return gpt_minimum.minimum_bytes(cfg, saved)
+
+
+def fusegrad_kernels(cfg: gpt.Config) -> gpt_minimum.StepKernels:
+    """fusegrad's kernels of an eager step (the one ``counted`` counts) by kind
+    (bench/gpt_minimum.py)."""
+    from fusegrad import Tensor
+
+    step = gpt.make_step(gpt.GPT(cfg))
+    batches = gpt.token_stream(cfg, 3, seed=7)
+    for batch in batches[:2]:
+        step(Tensor(batch)).item()
+    return gpt_minimum.kernels_of_step(lambda: step(Tensor(batches[2])).item())
+
+
+def minimum_lines(cfg: gpt.Config, kernels: dict[str, tuple[int, float]]) -> list[str]:
+    """The contenders' ``kernels`` (name -> kernels, MB per step) against the least a step
+    needs, with fusegrad's kernels by kind: the lines bench_gpt and bench/run.py print."""
+    return gpt_minimum.summary(cfg, fusegrad_kernels(cfg), kernels, torch_minimum_bytes(cfg))
 
 
 COLD = """
@@ -264,12 +315,8 @@ def main() -> None:
         print(
             f"  largest |fusegrad - torch| loss difference over {warmup + timed} steps: {worst:.2e}"
         )
-    n = sum(a.size for a in gpt.initial_weights(cfg).values())
-    print(
-        f"  the least memory traffic of a step: {n * 4 * 7 / 1e6:.1f} MB (each weight, its Adam "
-        "moments and gradient read once and weights and moments written once; activations "
-        "come on top)"
-    )
+    for line in minimum_lines(cfg, kernels):
+        print("  " + line)
     if not args.no_cold:
         for name, maker in (("fusegrad", "fusegrad_step"), ("tinygrad", "tinygrad_step")):
             if name in losses:

@@ -8,14 +8,18 @@ this machine's copy bandwidth and a measured FMA peak, so the figures can be rea
 hardware. Compile time is excluded (each workload runs once before timing). The MNIST train
 step (batch 128, Adam) is measured as bench/bench_mnist.py does, one step of each side in turn;
 that script also measures the cold first step and peak memory. The GPT step (examples/gpt.py)
-comes from bench/bench_gpt.py, with kernels and MB moved per step and the first step of a fresh
-process; the last line is a matmul on each grid device that runs here, against the CPU backend.
+comes from bench/bench_gpt.py, with kernels and MB moved per step (against the least a step
+needs, bench/gpt_minimum.py) and the first step of a fresh process; the last line is a matmul
+on each grid device that runs here, against the CPU backend.
 
     FUSEGRAD_CPU_ARCH=x86-64-v3 python bench/run.py --kernels-only
 
 builds fusegrad's CPU kernels for another processor than this one (a ``-march`` name; here AVX2
 and FMA without AVX-512), to measure on an AVX-512 machine what most laptops run. The peers
-keep their own choice of instructions.
+keep their own choice of instructions; with ``--avx2`` every contender runs AVX2 code, as on
+an AVX2 machine: fusegrad's kernels are built for x86-64-v3, numpy's OpenBLAS takes its Haswell
+kernels (``OPENBLAS_CORETYPE``), torch its AVX2 paths (``ATEN_CPU_CAPABILITY``, and oneDNN's
+and MKL's instruction limits).
 """
 
 from __future__ import annotations
@@ -23,13 +27,26 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
-import numpy as np
-from bench_core import tinygrad_on_cpu  # bench/ is on the path when a script there runs
+#: what ``--avx2`` sets before numpy, torch or fusegrad load (each reads it once, at import)
+AVX2_ENVIRONMENT = {
+    "FUSEGRAD_CPU_ARCH": "x86-64-v3",
+    "OPENBLAS_CORETYPE": "Haswell",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "DNNL_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+}
+if "--avx2" in sys.argv:
+    os.environ.update(AVX2_ENVIRONMENT)
 
-from fusegrad import Device, Tensor, TinyJit
+# (after the environment above: these read it as they load)
+import numpy as np  # noqa: E402
+from bench_core import tinygrad_on_cpu  # noqa: E402 - bench/ is on the path when a script there runs
+
+from fusegrad import Device, Tensor, TinyJit  # noqa: E402
 
 Peer = dict[str, Callable[[], object]]
 
@@ -278,6 +295,12 @@ def main() -> None:
         "model steps, no grid devices (e.g. to compare CPU targets with FUSEGRAD_CPU_ARCH)",
     )
     parser.add_argument(
+        "--avx2",
+        action="store_true",
+        help="every contender on AVX2 code (fusegrad for x86-64-v3, numpy and torch limited to "
+        "AVX2), as on a machine without AVX-512",
+    )
+    parser.add_argument(
         "--beam",
         type=int,
         default=0,
@@ -327,14 +350,17 @@ def beam_matmuls(sizes: tuple[int, ...], beam: int, peak: float | None, repeats:
 
 def gpt_step(quick: bool) -> None:
     """examples/gpt.py's training step, eager and TinyJit, against torch's and tinygrad's
-    (bench/bench_gpt.py): ms/step, kernels/step, and the first step with an empty cache."""
-    from bench_gpt import cold_first_step, gpt, measure
+    (bench/bench_gpt.py): ms/step, kernels/step and MB moved against the least a step needs
+    (bench/gpt_minimum.py), and the first step with an empty cache."""
+    from bench_gpt import cold_first_step, gpt, measure, minimum_lines
 
     figures = measure(gpt.Config(), 3, 4 if quick else 8)
     times = {name: statistics.median(t) for name, t in figures.times.items()}
     report("GPT train step (2x256, T=128)", "ms", 0, times)
     counts = (f"{n} {c} ({mb:.0f} MB)" for n, (c, mb) in figures.kernels.items())
     print(f"{'  kernels/step (MB moved)':<28s} " + "   ".join(counts))
+    for line in minimum_lines(gpt.Config(), figures.kernels):
+        print("  " + line)
     cold = {name: cold_first_step(f"{name}_step") for name in ("fusegrad", "tinygrad")}
     print(
         f"{'  first step, empty cache':<28s} "
