@@ -8,7 +8,9 @@ that of the first step alone (forward, backward, optimizer, and reading the loss
 Python, importing fusegrad and building the model are left out. ``bench/bench_gpt.py`` can call
 ``cold_first_step("gpt")`` (``from cold_start import cold_first_step``). The machine's load
 average and the processor seconds are printed with the figures, since the compiler processes
-share the cores with whatever else runs.
+share the cores with whatever else runs: the processor seconds, split into the compilers' and
+the Python process's own (starting Python, imports and building the model included: about
+0.5 s for the GPT), hardly change with the load, and are the figures to compare.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from typing import NamedTuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "examples")
@@ -47,20 +50,32 @@ print(bench_mnist.fusegrad_step(x, y)[1])
 }
 
 
-#: Appended to a workload's program: the processor seconds of the whole child (its compilers
-#: included, building the model too), which, unlike the step's seconds, other jobs on the
-#: machine hardly change.
+#: Appended to a workload's program: the processor seconds of the whole child (building the
+#: model too) and of its compiler processes alone, which, unlike the step's seconds, other jobs
+#: on the machine hardly change; and the number of kernels it compiled.
 CPU_SECONDS = """
 import resource
+from fusegrad import GlobalCounters
 used = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-print(sum(u.ru_utime + u.ru_stime for u in used))
+print(sum(u.ru_utime + u.ru_stime for u in used), used[1].ru_utime + used[1].ru_stime)
+print(GlobalCounters.compiles)
 """
 
 
-def cold_first_step(workload: str, env: dict[str, str] | None = None) -> tuple[float, float]:
-    """Seconds the first training step of ``workload`` (``"gpt"`` or ``"mnist"``) takes in a new
-    process with an empty kernel cache, and the processor seconds that process used in all;
-    ``env`` adds to the child's environment."""
+class ColdStart(NamedTuple):
+    """One cold first step: its seconds, the processor seconds of its process (compilers
+    included), those of the compiler processes alone, and the kernels compiled."""
+
+    seconds: float
+    processor_seconds: float
+    compiler_seconds: float
+    kernels: int
+
+
+def cold_first_step(workload: str, env: dict[str, str] | None = None) -> ColdStart:
+    """The first training step of ``workload`` (``"gpt"`` or ``"mnist"``) in a new process with
+    an empty kernel cache: its seconds, and the processor seconds that process and its
+    compilers used; ``env`` adds to the child's environment."""
     if workload not in STEPS:
         raise ValueError(f"unknown workload {workload!r}; choose one of {', '.join(STEPS)}")
     with tempfile.TemporaryDirectory(prefix="fusegrad-cold-cache-") as cache:
@@ -73,8 +88,8 @@ def cold_first_step(workload: str, env: dict[str, str] | None = None) -> tuple[f
         )
     if done.returncode != 0:
         raise RuntimeError(f"the cold {workload} step failed:\n{done.stderr}")
-    *_, seconds, cpu = done.stdout.split()
-    return float(seconds), float(cpu)
+    *_, seconds, cpu, compilers, kernels = done.stdout.split()
+    return ColdStart(float(seconds), float(cpu), float(compilers), int(kernels))
 
 
 def load_average() -> str:
@@ -95,11 +110,15 @@ def main() -> None:
     print(f"{os.cpu_count()} cores, load average {load_average()} before")
     for workload in args.workloads or STEPS:
         runs = [cold_first_step(workload) for _ in range(args.repeat)]
-        times = [seconds for seconds, _ in runs]
+        times = [run.seconds for run in runs]
         shown = ", ".join(f"{t:.2f}" for t in times)
+        processor = statistics.median(run.processor_seconds for run in runs)
+        compilers = statistics.median(run.compiler_seconds for run in runs)
         print(
             f"{workload:<6s} first step seconds (cold) {statistics.median(times):6.2f}  "
-            f"[{shown}]  processor seconds {statistics.median(c for _, c in runs):6.2f}  "
+            f"[{shown}]  processor seconds {processor:6.2f} (compilers {compilers:.2f}, "
+            f"Python {processor - compilers:.2f} with imports and model; "
+            f"{runs[0].kernels} kernels)  "
             f"load average {load_average()}"
         )
 

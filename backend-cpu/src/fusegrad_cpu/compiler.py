@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import platform
 import re
@@ -51,6 +52,32 @@ MACRO_FEATURES = {
 #: backward under a max pool's) into a shape the vectoriser gives up on: that batch-norm
 #: gradient kernel ran scalar and branchy, 10.5 ms instead of 0.8.
 GCC_FLAGS = ("-fvect-cost-model=dynamic", "-fno-thread-jumps")
+#: Added for gcc to a kernel whose unrolled loops (``#pragma GCC unroll``) nest to
+#: ``UNROLLED_COPIES`` or more copies of their body, such as a matmul's or a convolution's
+#: register tile (8x32: 256 copies). -O2's early complete unroller (``cunrolli``) copies such a
+#: nest out before the vectoriser runs, which then has 256 scalar statements to put back
+#: together, and gcc's alias queries grow with them: the GPT example's 21 matmul kernels took
+#: 5.5 s of gcc 12, MNIST's 13 convolutions 6.7 s. Without that pass, the nest is unrolled after
+#: vectorising, into the same loop of 16 zmm FMAs: 0.9 s and 2.0 s, and they run as fast.
+#: Small nests (2 copies: a layernorm's row sum) ran twice as slow without it, so they keep it.
+#: Left as a loop, the tile's zeroing became a ``memset`` of the accumulators in memory, a
+#: waste when they live in registers (MNIST's first convolution 6% slower): hence no patterns.
+UNROLLED_FLAGS = ("-fdisable-tree-cunrolli", "-fno-tree-loop-distribute-patterns")
+UNROLLED_COPIES = 32
+#: A kernel of more lines than ``LONG_LINES`` is built at -O1, one of more than
+#: ``VERY_LONG_LINES`` at -O0. gcc -O2's register allocator and PRE grow much faster than the
+#: length of a long straight-line body: the 2300-line backward kernel of a 64-element cumprod
+#: took 5 s, the 5700-line one of 128 elements 31 s and 1 GB; -O1 took 0.24 and 0.53 s, and
+#: about 0.12 ms a line up to 38000 lines (5.4 s), -O0 half that. Generated kernels are a few
+#: hundred lines; one that long gains little from -O2 and must not stall the first run.
+LONG_LINES = 1000
+VERY_LONG_LINES = 25000
+#: What the flags of each kernel depend on: part of the compiler's identity, so that a change
+#: of these rules never reuses a library built under the old ones.
+TUNING_RULE = (
+    f"unrolled >= {UNROLLED_COPIES}: {' '.join(UNROLLED_FLAGS)} (gcc); "
+    f"lines > {LONG_LINES}: -O1; > {VERY_LONG_LINES}: -O0"
+)
 #: Compiled once per compiler to learn whether it can build and link OpenMP code.
 OPENMP_TEST = """#include <omp.h>
 int fusegrad_openmp_test(void) {
@@ -63,6 +90,10 @@ int fusegrad_openmp_test(void) {
 NO_COMPILER = "install clang or gcc (apt-get install clang), or set CC to a C compiler"
 #: The function a kernel source defines: its name is what the program looks up.
 KERNEL_FUNCTION = re.compile(r"^void (\w+)\(", re.MULTILINE)
+#: The renderer's request that a loop be unrolled N times.
+UNROLL_PRAGMA = re.compile(r"#pragma GCC unroll (\d+)")
+#: What gcc says of ``-fdisable-tree-cunrolli`` on every build; no news to a reader of an error.
+DISABLED_PASS_NOTE = re.compile(r"^cc1: note: disable pass .*\n?", re.MULTILINE)
 
 
 def find_c_compiler() -> list[str]:
@@ -105,6 +136,28 @@ def run_compiler(command: Sequence[str], source: str) -> tuple[bytes | None, str
             return f.read(), done.stderr
 
 
+def unrolled_copies(source: str) -> int:
+    """The most copies of a statement that the ``#pragma GCC unroll`` loops of ``source`` make
+    (the product of the factors of a nest), read from the renderer's indentation: a loop's body
+    is indented deeper than its ``for``."""
+    open_loops: list[tuple[int, int]] = []  # (indent of the for, its unroll factor)
+    factor, most = 1, 1
+    for line in source.splitlines():
+        text = line.lstrip()
+        indent = len(line) - len(text)
+        while open_loops and open_loops[-1][0] >= indent:
+            open_loops.pop()
+        if m := UNROLL_PRAGMA.match(text):
+            factor = int(m.group(1))
+        elif text.startswith("for ("):
+            open_loops.append((indent, factor))
+            most = max(most, math.prod(f for _, f in open_loops))
+            factor = 1
+        elif not text.startswith("#"):
+            factor = 1
+    return most
+
+
 def kernels_in(source: str) -> str:
     """What ``source`` builds, for messages: ``the CPU kernel E_4``, ``the CPU kernels a, b``."""
     names = KERNEL_FUNCTION.findall(source)
@@ -119,6 +172,17 @@ def supports_openmp(command: tuple[str, ...]) -> bool:
     """Whether ``command`` builds and links OpenMP code (clang needs libomp-dev for it)."""
     binary, _ = run_compiler([*command, *FLAGS, "-fopenmp"], OPENMP_TEST)
     return binary is not None
+
+
+@functools.cache
+def accepts_flags(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+    """Whether ``command`` accepts ``flags`` (a gcc that knows no pass named ``cunrolli`` would
+    refuse ``UNROLLED_FLAGS``, and every kernel given them would fail to build)."""
+    probe = [*command, *flags, "-S", "-x", "c", os.devnull, "-o", os.devnull]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 @functools.cache
@@ -262,50 +326,89 @@ class CCompiler(Compiler):
     @functools.cached_property
     def identity(self) -> str:
         """Compiler, version, flags (the ``-march`` target among them: AVX-512 and AVX2 builds
-        never share a cache entry) and host CPU: whatever changes the bytes built from a source."""
+        never share a cache entry), the rules that add flags per kernel, and host CPU: whatever
+        changes the bytes built from a source."""
         words = " ".join(self.command + list(self.flags))
+        if self.base_flags is None:
+            words += f" | per kernel: {TUNING_RULE}"
         return f"{words} | {compiler_version(self.command[0])} | {host_cpu()}"
+
+    def tuning(self, source: str) -> tuple[str, ...]:
+        """The flags added for the kernel ``source``, chosen by its shape so that no kernel takes
+        gcc long: ``UNROLLED_FLAGS`` for a big unrolled nest, -O1 or -O0 for a long body. None
+        when the flags were given to the constructor: those are used as they are."""
+        if self.base_flags is not None:
+            return ()
+        lines = source.count("\n") + 1
+        if lines > VERY_LONG_LINES:
+            return ("-O0",)
+        if lines > LONG_LINES:
+            return ("-O1",)
+        if (
+            is_gcc(self.command[0])
+            and unrolled_copies(source) >= UNROLLED_COPIES
+            and accepts_flags(tuple(self.command), UNROLLED_FLAGS)
+        ):
+            return UNROLLED_FLAGS
+        return ()
 
     def compile(self, source: str) -> bytes:
         """Return the shared object built from ``source``; raise ``CompileError`` if it fails."""
-        binary, errors = run_compiler([*self.command, *self.flags], source)
+        binary, errors = run_compiler([*self.command, *self.flags, *self.tuning(source)], source)
         if binary is None:
             name = m.group(1) if (m := KERNEL_FUNCTION.search(source)) else "below"
             raise CompileError(
                 f"the CPU kernel {name} failed to compile with {' '.join(self.command)}:\n"
-                f"{errors}\n\n{numbered(source)}\n\n"
+                f"{DISABLED_PASS_NOTE.sub('', errors)}\n\n{numbered(source)}\n\n"
                 "fusegrad generated this source, so this is a fusegrad bug: please report it "
                 "with this whole message and the output of `fusegrad devices`."
             )
         return binary
 
     def compile_batch(self, sources: list[str]) -> list[bytes | CompileError]:
-        """Build every kernel into one shared object, with one compiler process.
+        """Build the kernels into shared objects, one compiler process for all those built with
+        the same flags (``tuning``); a long kernel (-O1, -O0) is built alone.
 
         Alone, a kernel pays for a compiler process, for reading the headers and for linking:
         about 40 of the 45 ms an elementwise kernel takes with gcc 12. The ~100 kernels of an
         MNIST training step take about half the compiler time when built together. Each
         kernel's function is renamed (two kernels may share a name), and each result is the
         library plus the name of its function (``shared_entry``), so it loads on its own. If
-        the library fails to build, every kernel is built alone, so that the one at fault gets
-        its own ``CompileError`` and the others still build.
+        a library fails to build, each of its kernels is built alone, so that the one at fault
+        gets its own ``CompileError`` and the others still build.
         """
         unique = list(dict.fromkeys(sources))
-        found = [KERNEL_FUNCTION.search(source) for source in unique]
         # a subclass that changed how one source is built expects to see every source
-        if len(unique) < 2 or None in found or type(self).compile is not CCompiler.compile:
+        if len(unique) < 2 or type(self).compile is not CCompiler.compile:
             return super().compile_batch(sources)
+        groups: dict[tuple[tuple[str, ...], str], list[str]] = {}
+        for source in unique:
+            extra = self.tuning(source)
+            alone = source if "-O1" in extra or "-O0" in extra else ""
+            groups.setdefault((extra, alone), []).append(source)
+        built: dict[str, bytes | CompileError] = {}
+        for (extra, _), group in groups.items():
+            built.update(self._build_together(group, extra))
+        return [built[source] for source in sources]
+
+    def _build_together(
+        self, sources: list[str], extra: tuple[str, ...]
+    ) -> dict[str, bytes | CompileError]:
+        """Build distinct ``sources`` into one library with the flags and ``extra``; each
+        source's entry in it, or its ``CompileError``."""
+        found = [KERNEL_FUNCTION.search(source) for source in sources]
+        if len(sources) < 2 or None in found:
+            return dict(zip(sources, super().compile_batch(sources)))
         names = [m.group(1) for m in found if m is not None]
         symbols = [f"{name}__{i}" for i, name in enumerate(names)]
         unit = "".join(
             f"#define {name} {symbol}\n{source}\n#undef {name}\n"
-            for name, symbol, source in zip(names, symbols, unique)
+            for name, symbol, source in zip(names, symbols, sources)
         )
         try:
-            library, _ = run_compiler([*self.command, *self.flags], unit)
+            library, _ = run_compiler([*self.command, *self.flags, *extra], unit)
         except CompileError as e:  # too slow: built alone, each would take as long again
-            return [e] * len(sources)
+            return dict.fromkeys(sources, e)
         if library is None:
-            return super().compile_batch(sources)
-        built = {source: shared_entry(symbol, library) for source, symbol in zip(unique, symbols)}
-        return [built[source] for source in sources]
+            return dict(zip(sources, super().compile_batch(sources)))
+        return {source: shared_entry(symbol, library) for source, symbol in zip(sources, symbols)}

@@ -159,12 +159,15 @@ def get_runner(ast: UOp, device: str) -> Runner:
     return runner
 
 
-#: The work a batch may hold, in ``compile_cost``'s units: about 0.5 s of gcc 12 (at about 0.13
-#: ms a unit, on top of about 45 ms a batch for the compiler's process, headers and linking).
-#: Smaller batches start compiling sooner and share the work out more evenly between the
-#: compiler threads (the last batch is the wait at the end), but each pays those 45 ms: the
-#: GPT example's 140 kernels took 7.2 s of gcc as one batch, 7.6 s as 10 and 8.4 s as 30.
-BATCH_COST = 4000
+#: The work a batch may hold, in ``compile_cost``'s units: about 0.25 s of gcc 12 for the GPT
+#: example's kernels (0.02-0.05 ms a unit since matmul-shaped kernels skip gcc's early unroller,
+#: ``fusegrad_cpu.compiler.UNROLLED_FLAGS``, on top of about 40 ms a process for the compiler's
+#: start, headers and linking). Smaller batches start compiling sooner and share the work out
+#: more evenly between the compiler threads (the last batch is the wait at the end), but each
+#: pays those 40 ms, twice when the CPU compiler splits it into kernels built with different
+#: flags: the GPT example's first step took 4.6 processor seconds of gcc with 4000 (30
+#: processes), 3.9 with 10000 (16) and 3.7 with 16000 (12).
+BATCH_COST = 12000
 #: The most kernels in a batch: the CPU compiler builds a batch into one library, and every
 #: kernel's cache entry holds all of it (about 2 KB per kernel), so it must not grow with the plan.
 MAX_BATCH = 32
@@ -190,8 +193,10 @@ if hasattr(os, "register_at_fork"):
 def compile_cost(kernel: KernelSource) -> int:
     """About how much work ``kernel`` gives the compiler: its statements, each counted once for
     every copy the unrolled loops around it make. A matmul's 8x32 register tile is 256 copies of
-    its body; gcc's time follows this count closely (correlation 0.87 over the GPT example's
-    kernels), and not the length of the source."""
+    its body; gcc -O2's time followed this count closely (correlation 0.87 over the GPT
+    example's kernels), and not the length of the source. Built without gcc's early unroller
+    (the CPU compiler's choice for such kernels) a copy costs about a tenth as much, so this
+    overstates them; it still orders kernels by work, which is what batching needs."""
     cost, copies = 0, [1]
     for u in kernel.program:
         if u.op is Ops.RANGE:
