@@ -320,3 +320,18 @@ def test_a_reduction_read_across_rows_is_no_row_kernel():
     ]:
         assert len(out.schedule()) == 2
         np.testing.assert_allclose(out.numpy(), want)
+
+
+def test_a_merged_kernel_never_recomputes_what_it_reads_through_a_view():
+    """b reads a element for element and c reads b so, but c also reads a shifted: c's kernel
+    may not take a along (it would compute a again at the shifted positions)."""
+    from fusegrad.uop.ops import Ops, toposort
+
+    x = Tensor.rand(16).realize()
+    a = (x * 2).sin().contiguous()
+    b = a.exp().contiguous()
+    c = b + a.pad(((1, 0),))[:16]
+    steps = c.schedule()
+    assert all(sum(u.op is Ops.SIN for u in toposort([s.ast])) <= 1 for s in steps)
+    an = np.sin(x.numpy() * 2)
+    np.testing.assert_allclose(c.numpy(), np.exp(an) + np.concatenate([[0], an[:15]]), rtol=1e-6)

@@ -459,12 +459,18 @@ def _merged_kernels(
         if y not in elementwise:
             continue
         members = [y]
-        for x in _direct_reads(y, nodes[y], stops):
+        direct = _direct_reads(y, nodes[y], stops)
+        read = {s for n in nodes[y] if n is y or n not in stops for s in n.src if s in stops}
+        for x in direct:
             if x not in elementwise or leader.get(x, x) is not x or x.shape != y.shape:
                 continue
             if device_of.get(x) != device_of.get(y):
                 continue
             taken = group.get(x, [x])
+            # y computes the group's values at its own positions: a member it reads through a
+            # view (shifted, say) would be computed again there instead of read back
+            if any(m in read and m not in direct for m in taken):
+                continue
             others = (r for m in taken for r in readers.get(m, ()) if r is not y and r not in taken)
             if all(position[r] > position[y] for r in others):
                 for m in taken:
@@ -477,16 +483,24 @@ def _merged_kernels(
 
 
 def _direct_reads(y: UOp, kernel: list[UOp], stops: set[UOp]) -> list[UOp]:
-    """The realized nodes ``y``'s kernel reads only element for element: through no view, and
-    not as a gathered table."""
+    """The realized nodes ``y``'s kernel reads only element for element: at the output's own
+    positions, on every path from ``y`` (no view, reduction or gathered table above them)."""
+    moved: set[UOp] = set()  # nodes computed at other positions than the output's
     direct: dict[UOp, bool] = {}
-    for n in kernel:
+    for n in reversed(kernel):  # users before what they read
         if n is not y and n in stops:
             continue
         for i, s in enumerate(n.src):
+            shifted = (
+                n in moved
+                or n.op in GroupOp.Movement
+                or n.op is Ops.REDUCE_AXIS
+                or (n.op is Ops.GATHER and i == 0)
+            )
+            if shifted:
+                moved.add(s)
             if s in stops and s.op is not Ops.PARAM:
-                plain = n.op not in GroupOp.Movement and not (n.op is Ops.GATHER and i == 0)
-                direct[s] = direct.get(s, True) and plain
+                direct[s] = direct.get(s, True) and not shifted
     return [s for s, plain in direct.items() if plain]
 
 
