@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from fusegrad import Tensor
 from fusegrad.device import Device
 from fusegrad.dtype import DType
 from fusegrad.helpers import Context
@@ -22,6 +23,15 @@ def _no_index_check_outlives_its_test() -> Iterator[None]:
     (tensor/bounds.py): it must not fail the next test's first read."""
     yield
     bounds.forget()
+
+
+@pytest.fixture(autouse=True)
+def _training_mode_is_restored() -> Iterator[None]:
+    """``Tensor.training`` is global (a training step sets it, as examples/gpt.py's does): each
+    test ends with the mode it began with, so the tests after it see the default."""
+    before = Tensor.training
+    yield
+    Tensor.training = before
 
 
 def available(name: str) -> bool:
