@@ -40,7 +40,7 @@ from fusegrad.codegen.tiled import matmul_axes
 from fusegrad.dtype import dtypes
 from fusegrad.engine import capture
 from fusegrad.uop.opcodes import GroupOp
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.ops import Ops, UOp, substitute, toposort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
@@ -111,21 +111,9 @@ def _matmul_shaped(reduce: UOp) -> bool:
         u: UOp(Ops.RESHAPE, u.dtype, (UOp(Ops.PARAM, u.dtype, (), (1000 + i, u.size)),), u.shape)
         for i, u in enumerate(inner)
     }
-    value = _substituted(reduce, placeholders)
+    value = substitute(reduce, placeholders)
     store = UOp(Ops.STORE, dtypes.void, (value, value))
     return matmul_axes(UOp(Ops.SINK, dtypes.void, (store,))) is not None
-
-
-def _substituted(root: UOp, replacements: dict[UOp, UOp]) -> UOp:
-    """``root`` with the nodes of ``replacements`` replaced, rebuilt bottom-up."""
-    done: dict[UOp, UOp] = {}
-    for u in toposort([root]):
-        if u in replacements:
-            done[u] = replacements[u]
-        else:
-            src = tuple(done[s] for s in u.src)
-            done[u] = u if src == u.src else u.replace(src=src)
-    return done[root]
 
 
 @dataclass(frozen=True)

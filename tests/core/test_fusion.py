@@ -117,11 +117,13 @@ def test_same_structure_reuses_the_plan(device):
         return softmax(x.relu() * 2) @ w  # row max, row sum, matmul
 
     x, w = inputs(device, (7, 5), (5, 11))
+    # loop devices run the softmax and the matmul as one online-softmax kernel
+    kernels = 3 if Device[device].renderer.grid_dims is not None else 1
     GlobalCounters.reset()
     plans = len(realize._plans)
     first = graph(x, w).realize()
     assert len(realize._plans) == plans + 1
-    assert GlobalCounters.kernel_count == 3
+    assert GlobalCounters.kernel_count == kernels
 
     x2 = Tensor(x.numpy() * 3, device=device)  # new buffers, same shapes and dtypes
     w2 = Tensor(w.numpy() - 1, device=device)
@@ -129,7 +131,7 @@ def test_same_structure_reuses_the_plan(device):
     second = graph(x2, w2).realize()
     assert len(realize._plans) == plans + 1
     assert GlobalCounters.compiles == 0
-    assert GlobalCounters.kernel_count == 3
+    assert GlobalCounters.kernel_count == kernels
     assert not np.allclose(first.numpy(), second.numpy())
     logits = np.maximum(x.numpy() * 3, 0) * 2
     e = np.exp(logits - logits.max(1, keepdims=True))

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fusegrad.codegen.hints import hint_loops
+from fusegrad.codegen.online_loop import online_groups, place_online_group
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.ops import Ops, UOp, substitute, toposort
 
 IDENTITY = {Ops.ADD: 0, Ops.MAX: None}  # None: the dtype's smallest value
 _STRUCTURE = (Ops.SINK, Ops.REDUCE, Ops.RANGE)
@@ -72,7 +73,10 @@ class Linearizer:
         self.after = self._after_reduce()
         self.program: list[UOp] = []
         self.placed: set[UOp] = set()
-        if any(self.used[red] & self.reduce_loops for red in self.reduces):
+        #: a running max and the sums reading it inside its loop (codegen/online_softmax.py)
+        self.online = online_groups(self.reduces)
+        plain = [red for red in self.reduces if red not in self.online]
+        if any(self.used[red] & self.reduce_loops for red in plain):
             raise NotImplementedError("a REDUCE inside another REDUCE must be cut by the scheduler")
 
     def copy_loop(self, r: UOp, copy: object) -> UOp:
@@ -129,10 +133,14 @@ class Linearizer:
         )
         results: dict[UOp, Callable[[dict[UOp, UOp]], UOp]] = {}
         for number, red in enumerate(self.reduces):
+            if red in self.online:  # the whole group at its max, in one loop
+                if red is self.online[red].max:
+                    results.update(place_online_group(self, self.online[red]))
+                continue
             # a reduction over another's result (a row kernel's variance about its mean) reads
             # that result where it is: the earlier reduction's accumulator
             earlier = {r: results[r]({}) for r in results if r in self.needs[red]}
-            red = _substitute(red, earlier) if earlier else red
+            red = substitute(red, earlier) if earlier else red
             results[self.reduces[number]] = self.place_reduce(red, number)
         self.place_rest(results)
         self.close(self.outer)
@@ -149,7 +157,7 @@ class Linearizer:
         kernel_ups, used = ups, self.used
         if self.opened & set(ups):  # an earlier reduction closed these loops: this one gets copies
             fresh = {u: self.copy_loop(u, ("body", number)) for u in ups}
-            value = _substitute(value, fresh)
+            value = substitute(value, fresh)
             used = {**used, **ranges_used(toposort([value]))}
             ups = [fresh[u] for u in ups]
         self.opened.update(ups)
@@ -230,18 +238,6 @@ class Linearizer:
         loops = [copies[u] for u in self.upcast]
         self.place_nested(loops, set(self.outer), order, used)
         self.close(loops)
-
-
-def _substitute(root: UOp, new: dict[UOp, UOp]) -> UOp:
-    """``root`` with each node of ``new`` replaced (its users rebuilt)."""
-    done: dict[UOp, UOp] = {}
-    for u in toposort([root]):
-        if u in new:
-            done[u] = new[u]
-        else:
-            src = tuple(done[s] for s in u.src)
-            done[u] = u if src == u.src else u.replace(src=src)
-    return done[root]
 
 
 def linearize(sink: UOp, fuse_mulacc: bool = False, roomy: bool = False) -> list[UOp]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fusegrad.codegen.online_softmax import has_online_softmax, online_softmax
 from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import prod, strides_for
 from fusegrad.uop.loops import AxisCounter, AxisKind
@@ -318,6 +319,24 @@ def row_reductions(value: UOp) -> list[UOp]:
     return reduced if reduced and all(r.src[0].shape == value.shape for r in reduced) else []
 
 
+#: the longest row of an online softmax kept in registers (attention's head size)
+ONLINE_ROW = 256
+
+
+def online_opts(value: UOp) -> KernelOpts | None:
+    """The loops of an attention kernel whose sums run online (codegen/online_softmax.py), else
+    None: a loop per output row, and the row (a head's values, the last axis longer than 1)
+    upcast whole, so that one pass over the keys computes each score once for the whole row.
+    Lowering keeps to them whatever else it is asked (BEAM's lanes or upcasts would split the
+    keys, or give the running max a row of its own)."""
+    longer = [d for d, size in enumerate(value.shape) if size != 1]
+    if not longer or value.shape[longer[-1]] > ONLINE_ROW or not has_online_softmax(value):
+        return None
+    last = longer[-1]  # (the sum's own axis, of 1, may come after it)
+    order = tuple(d for d in range(len(value.shape)) if d != last)
+    return KernelOpts(order, ((last, value.shape[last]),))
+
+
 def lower_kernel(
     ast: UOp, grid: bool, opts: KernelOpts | None = None, index: DType | None = None
 ) -> UOp:
@@ -326,6 +345,8 @@ def lower_kernel(
     with several outputs (all of one shape: schedule/kernelize.py) share the loops, and the
     values they have in common are computed once."""
     out, value = ast.src[-1].src
+    if opts is not None and (online := online_opts(value)) is not None:
+        opts = online
     reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
     # (a row kernel's reductions run once per row: a pass over the output each)
     rows = row_reductions(value)
@@ -347,4 +368,7 @@ def lower_kernel(
         out, value = store.src
         result = lowerer.lower(value, idx, gate)
         writes.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result)))
-    return UOp(Ops.SINK, dtypes.void, tuple(writes))
+    # attention's softmax-weighted sums run in one pass over the keys (codegen/online_softmax.py)
+    if (sink := online_softmax(UOp(Ops.SINK, dtypes.void, tuple(writes)))) is None:
+        return lower_kernel(ast, grid, None, index)  # (its upcast axis was not the sums' own)
+    return sink

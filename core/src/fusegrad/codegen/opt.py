@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from fusegrad.codegen.lower import (  # (KernelOpts: what lowering follows)
     KernelOpts,
     lower_kernel,
+    online_opts,
     row_reductions,
 )
 from fusegrad.dtype import dtypes
@@ -225,6 +226,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
         return None
     if (row := row_opts(value, RegisterBudget.of(renderer, value.dtype.itemsize))) is not None:
         return row
+    if (online := online_opts(value)) is not None:
+        return online
     if reduce is None:
         return _elementwise_opts(value)
     shape = value.shape

@@ -30,13 +30,13 @@ On PoCL and llvmpipe (processors) staging ran 3-40x slower than the plain plan
 from __future__ import annotations
 
 from fusegrad.codegen.hints import hint_loops
-from fusegrad.codegen.linearize import Linearizer, _index, _substitute
+from fusegrad.codegen.linearize import Linearizer, _index
 from fusegrad.codegen.lower import Lowerer, clamp, flatten, idx_const
 from fusegrad.codegen.tiled import Tiles, group_index
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.ops import Ops, UOp, substitute, toposort
 
 
 def _product(reduce: UOp) -> UOp:
@@ -87,10 +87,10 @@ def lower_staged(ast: UOp, tiles: Tiles) -> UOp:
         for i, (s, b) in enumerate(zip(shared, tiles.block))
     ]
     new_product = product.replace(src=tuple(reads) if left else tuple(reads[::-1]))
-    summed = _substitute(reduce.src[0], {product: new_product})
+    summed = substitute(reduce.src[0], {product: new_product})
     new_reduce = UOp(Ops.REDUCE, reduce.dtype, (summed, kt, kk), reduce.arg)
-    final = _substitute(result, {reduce: new_reduce, spots[0]: loc[0], spots[1]: loc[1]})
-    flat = _substitute(flatten(index, shape), {spots[0]: loc[0], spots[1]: loc[1]})
+    final = substitute(result, {reduce: new_reduce, spots[0]: loc[0], spots[1]: loc[1]})
+    flat = substitute(flatten(index, shape), {spots[0]: loc[0], spots[1]: loc[1]})
     write = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), final))
     return UOp(Ops.SINK, dtypes.void, (write, *fills))
 
@@ -120,7 +120,7 @@ def _fill(lowerer, side, spot, shared, tiles, i, thread, k_loop, kt) -> UOp:
     element = step * threads + thread
     kk, pos = (element % depth, element // depth) if i == 0 else (element // block, element % block)
     k, size = kt * depth + kk, k_loop.src[0].arg
-    value = _substitute(side, {spot: pos, k_loop: clamp(k, 0, size - 1) if size % depth else k})
+    value = substitute(side, {spot: pos, k_loop: clamp(k, 0, size - 1) if size % depth else k})
     if size % depth:  # past the sum's end the tile holds zeros
         value = k.lt(size).where(value, UOp.const(value.dtype, 0))
     return UOp(

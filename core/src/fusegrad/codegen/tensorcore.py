@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from fusegrad.codegen.decompose import decompose
 from fusegrad.codegen.hints import hint_loops
-from fusegrad.codegen.linearize import Linearizer, _substitute, ranges_used
+from fusegrad.codegen.linearize import Linearizer, ranges_used
 from fusegrad.codegen.lower import Lowerer, clamp, flatten, idx_const
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.tiled import group_index, matmul_axes, reduced_axes
@@ -58,7 +58,7 @@ from fusegrad.errors import SpecError
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
 from fusegrad.uop.loops import AxisCounter, AxisKind
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.ops import Ops, UOp, substitute, toposort
 from fusegrad.uop.pattern import graph_rewrite
 from fusegrad.uop.spec import DECOMPOSED, LINEAR, LOWERED, problem_with
 
@@ -367,8 +367,8 @@ def lower_tensor_cores(ast: UOp, plan: TensorCores) -> UOp:
             split.spots[1]: corner[1] + tile[1] * n + col,
         }
         summed = UOp(Ops.REDUCE, core.dtype_acc, (mma, *reader.loops), Ops.ADD)
-        value = _substitute(split.result, {split.reduce: summed, **place})
-        at = UOp(Ops.INDEX, out.dtype, (out, _substitute(flat, place)))
+        value = substitute(split.result, {split.reduce: summed, **place})
+        at = UOp(Ops.INDEX, out.dtype, (out, substitute(flat, place)))
         writes.append(UOp(Ops.STORE, dtypes.void, (at, value)))
     return UOp(Ops.SINK, dtypes.void, (*writes, *reader.fills))
 
@@ -385,7 +385,7 @@ def _operand(split: _Split, i: int, at: UOp, k: UOp) -> UOp:
     the sum; 0 past the sum's end, where the address is clamped to its last element."""
     side, size = (split.a, split.b)[i], split.k_loop.src[0].arg
     inside = k.vmax < size
-    value = _substitute(
+    value = substitute(
         side, {split.spots[i]: at, split.k_loop: k if inside else clamp(k, 0, size - 1)}
     )
     return value if inside else k.lt(size).where(value, UOp.const(value.dtype, 0))

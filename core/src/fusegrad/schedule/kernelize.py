@@ -31,6 +31,7 @@ from typing import Any, cast
 from fusegrad.dtype import DType
 from fusegrad.errors import FusegradError
 from fusegrad.schedule.layout import Capabilities, lay_out
+from fusegrad.schedule.online_softmax import online_softmax_reads
 from fusegrad.uop import ops
 from fusegrad.uop.ops import (
     GroupOp,
@@ -285,6 +286,8 @@ def _kernel_cuts(realize: set[UOp], why: dict[UOp, str], rows: bool = False) -> 
         kernel_root = work.pop()
         stack = [(kernel_root, 0)]
         in_row = _row_reads(kernel_root, realize | cuts) if rows else set()
+        if rows:  # attention's softmax-weighted sum runs online (schedule/online_softmax.py)
+            in_row |= online_softmax_reads(kernel_root, realize | cuts)
         while stack:
             node, state = stack.pop()
             if node is not kernel_root and (

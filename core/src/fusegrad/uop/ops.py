@@ -278,6 +278,18 @@ def toposort(roots: list[UOp]) -> list[UOp]:
     return order
 
 
+def substitute(root: UOp, new: dict[UOp, UOp]) -> UOp:
+    """``root`` with each node of ``new`` replaced by its value there (the nodes above rebuilt)."""
+    done: dict[UOp, UOp] = {}
+    for u in toposort([root]):
+        if u in new:
+            done[u] = new[u]
+        else:
+            src = tuple(done[s] for s in u.src)
+            done[u] = u if src == u.src else u.replace(src=src)
+    return done[root]
+
+
 # ---- symbolic sizes ------------------------------------------------------------------------------
 
 #: a size: an int, or an index expression of variables (``seq * 64``)
