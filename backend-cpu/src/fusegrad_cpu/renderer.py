@@ -139,3 +139,13 @@ class CPURenderer(CStyleRenderer):
         if u.op is Ops.MULACC and (fma := self.fma_builtins.get(u.dtype)):
             return f"{fma}({src[0]}, {src[1]}, {src[2]})"
         return super().render_alu(u, src)
+
+    def render_float_max(self, u: UOp, src: list[str]) -> str:
+        """NaN-propagating MAX as two selects in a statement expression (gcc and clang): the
+        one-expression form ``(a>b)||(a!=a) ? a : b`` is a branch gcc 12 does not if-convert
+        when two of them follow each other (a clamp, hardswish), so the loop stayed scalar."""
+        (a, b), (ua, ub) = src, u.src
+        if ua.op is Ops.CONST or (ub.op is Ops.CONST and ub.arg == ub.arg):
+            return super().render_float_max(u, src)
+        kind = self.type_name(u.dtype)
+        return f"({{ {kind} max_ = ({a}>{b})?{a}:{b}; ({a}!={a})?{a}:max_; }})"
