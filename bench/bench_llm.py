@@ -103,10 +103,10 @@ class TorchLlama:
 class LlamaCpp:
     """llama.cpp through llama-cpp-python, driven token by token like the others."""
 
-    def __init__(self, path: str, threads: int):
+    def __init__(self, path: str, threads: int, n_ctx: int = 1024):
         from llama_cpp import Llama
 
-        self.llm = Llama(path, n_ctx=1024, n_threads=threads, logits_all=False, verbose=False)
+        self.llm = Llama(path, n_ctx=n_ctx, n_threads=threads, logits_all=False, verbose=False)
 
     def reset(self) -> None:
         self.llm.reset()
@@ -116,17 +116,17 @@ class LlamaCpp:
         return np.array(self.llm.scores[self.llm.n_tokens - 1])
 
 
-def open_engine(engine: str, path: str, threads: int):
+def open_engine(engine: str, path: str, threads: int, max_context: int = 1024):
     if engine == "fusegrad":
         from fusegrad.models.llama import Llama
 
-        return Llama(path, max_context=1024)
+        return Llama(path, max_context=max_context)
     if engine == "torch":
         import torch
 
         torch.set_num_threads(threads)
         return TorchLlama(path)
-    return LlamaCpp(path, threads)
+    return LlamaCpp(path, threads, max_context)
 
 
 def run_once(model, prompt: list[int], tokens: int) -> tuple[float, float, list[int]]:
@@ -141,9 +141,11 @@ def run_once(model, prompt: list[int], tokens: int) -> tuple[float, float, list[
     return prompt_s, time.perf_counter() - start, ids
 
 
-def measure(engine: str, path: str, threads: int, prompt_tokens: int, tokens: int) -> dict:
+def measure(
+    engine: str, path: str, threads: int, prompt_tokens: int, tokens: int, max_context: int
+) -> dict:
     """One engine at one thread count, in this process; the figures as a dict."""
-    model = open_engine(engine, path, threads)
+    model = open_engine(engine, path, threads, max_context)
     prompt = prompt_ids(prompt_tokens)
     for _ in range(2):  # compile, then capture (TinyJit replays from the third call)
         run_once(model, prompt, tokens)
@@ -174,25 +176,33 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=None, help="tokens generated")
     parser.add_argument("--threads", type=int, action="append", help="thread counts to run")
+    parser.add_argument(
+        "--max-context", type=int, default=1024, help="KV cache length (fusegrad, llama.cpp)"
+    )
     parser.add_argument("--engine", help=argparse.SUPPRESS)  # the child's engine
     args = parser.parse_args()
     prompt_tokens = args.prompt_tokens or (32 if args.quick else 128)
     tokens = args.tokens or (16 if args.quick else 64)
     if args.engine:
         threads = args.threads[0]
-        print(json.dumps(measure(args.engine, args.model, threads, prompt_tokens, tokens)))
+        figures = measure(args.engine, args.model, threads, prompt_tokens, tokens, args.max_context)
+        print(json.dumps(figures))
         return
     from fusegrad.models.llama import smollm2_path
 
     path = args.model or str(smollm2_path())
     size = os.path.getsize(path) / 2**20
-    print(f"{os.path.basename(path)} ({size:.0f} MiB); prompt {prompt_tokens}, generate {tokens}\n")
+    print(
+        f"{os.path.basename(path)} ({size:.0f} MiB); prompt {prompt_tokens}, generate {tokens}, "
+        f"max context {args.max_context}\n"
+    )
     for threads in args.threads or ((2,) if args.quick else (1, 2)):
         results = []
         for engine in (e for e in ENGINES if available(e)):
             env = dict(os.environ, OMP_NUM_THREADS=str(threads))
             command = [sys.executable, __file__, "--engine", engine, "--model", path]
             command += ["--threads", str(threads), "--prompt-tokens", str(prompt_tokens)]
+            command += ["--max-context", str(args.max_context)]
             done = subprocess.run(
                 command + ["--tokens", str(tokens)], env=env, capture_output=True, text=True
             )

@@ -9,7 +9,12 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 from fusegrad import Tensor, dtypes  # noqa: E402
 from fusegrad.errors import FileFormatError  # noqa: E402
-from fusegrad.nn.gguf import _half_to_float, gguf_metadata, quantized_linear  # noqa: E402
+from fusegrad.nn.gguf import (  # noqa: E402
+    _half_to_float,
+    dequantize,
+    gguf_metadata,
+    quantized_linear,
+)
 from fusegrad.nn.state import gguf_load  # noqa: E402
 
 TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
@@ -68,7 +73,7 @@ def test_a_tensor_loaded_on_another_device_than_the_default_dequantizes_there(wr
     np.testing.assert_array_equal(tensors[name].numpy(), expected[name])
 
 
-@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_1", "Q8_0", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
 def test_quantized_linear_equals_matmul_with_the_dequantized_weight(written, name):
     path, expected = written
     _, tensors = gguf_load(path, packed=True)
@@ -76,6 +81,15 @@ def test_quantized_linear_equals_matmul_with_the_dequantized_weight(written, nam
     x = np.random.default_rng(1).standard_normal((3, SHAPE[1])).astype(np.float32)
     got = quantized_linear(Tensor(x), raw, kind, shape).numpy()
     np.testing.assert_allclose(got, x @ expected[name].T, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
+def test_decoding_each_blocks_scales_once_gives_the_same_bits(written, name):
+    path, expected = written
+    _, tensors = gguf_load(path, packed=True)
+    raw, kind, shape = tensors[name]
+    got = dequantize(raw, kind, shape, block_scales=True).contiguous().numpy()
+    np.testing.assert_array_equal(got, expected[name])
 
 
 @pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q6_K"])

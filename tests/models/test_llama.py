@@ -179,6 +179,33 @@ def test_generation_stops_at_a_stop_token(model):
     assert out == GREEDY_IDS[:2]
 
 
+def test_the_caches_are_written_in_place_and_the_projections_joined(model):
+    """Each step writes its keys and values into the caches' own buffers (TinyJit has nothing
+    to copy back), and q/k/v and gate/up are one matmul each."""
+    block = model.blocks[0]
+    buffers = (block.cache_k._buffer(), block.cache_v._buffer())
+    model.reset()
+    assert list(model.generate(PROMPT_IDS, 4)) == GREEDY_IDS[:4]  # (replays the decode step)
+    assert block.cache_k._buffer() is buffers[0] and block.cache_v._buffer() is buffers[1]
+    assert model._step.assigned == []
+    c = model.config
+    assert [w.shape for w in block.qkv] == [(c.dim + 2 * c.kv_heads * c.head_dim, c.dim)]
+    assert [w.shape for w in block.gate_up] == [(2 * c.ffn, c.dim)]
+
+
+def test_a_prompt_filling_the_context_keeps_the_decode_steps_capture_valid(path, model):
+    """The caches never move, even for a prompt as long as the context, so the decode step
+    captured before a prompt replays after it, without capturing again."""
+    small = Llama(path, max_context=32)
+    list(small.generate(PROMPT_IDS, 4))
+    launches = small._step.launches
+    prompt = (PROMPT_IDS * 4)[:20]  # padded to 32 tokens: the whole context
+    small.reset()
+    model.reset()
+    assert list(small.generate(prompt, 4)) == list(model.generate(prompt, 4))
+    assert small._step.launches is launches
+
+
 def test_the_chat_command_streams_a_reply_and_its_speed(path):
     command = [sys.executable, "-m", "fusegrad", "chat", str(path), "--prompt", PROMPT]
     command += ["--raw", "--max-tokens", "3", "--max-context", "32", "--device", "CPU"]

@@ -12,26 +12,36 @@ the rows of Q and K so that Hugging Face's "rotate half" pairing ``(i, i + d/2)`
 
 How a forward pass replays compiled kernels:
 
-- The KV cache of each layer is a ``(batch, max_context, kv_heads * head_dim)`` tensor, a row
-  of sequences that each have their own position (``logits_batch``, ``generate_batch``); the
-  single-sequence ``logits`` and ``generate`` are batch 1. A step writes
-  its new keys and values into the rows of their positions (a one-hot ``write`` matrix made on
-  the host; padded tokens get an empty column) and ``assign``s the result to the cache.
-- Attention reads the cache's first ``L`` rows, ``L`` a ``Variable("context")`` bound in the
-  shape of the ``bias`` input (0 where a query may look, -inf elsewhere). So each decode step,
-  at any position, is the same graph: ``TinyJit`` captures it once and replays it.
+- The KV cache of each layer is a ``(max_context, batch, kv_heads * head_dim)`` tensor, position
+  first, for a row of sequences that each have their own position (``logits_batch``,
+  ``generate_batch``); the single-sequence ``logits`` and ``generate`` are batch 1. A step
+  writes its new keys and values into the rows of their positions (a one-hot ``write``
+  ``(L, batch, T)`` made on the host; padded tokens get an empty column) by assigning to the
+  cache's first ``L`` positions, ``cache[:L]``: that writes them in place, into the cache's
+  buffer (the first ``L`` positions of every sequence are its first elements), so no other
+  buffer is made and TinyJit has nothing to copy back between replays.
+- Attention reads those ``L`` rows, ``L`` a ``Variable("context")`` bound in the shapes of the
+  ``write`` and ``bias`` inputs (bias: 0 where a query may look, -inf elsewhere). So each
+  decode step, at any position, is the same graph: ``TinyJit`` captures it once and replays it
+  (``_step``; prompts have TinyJits of their own, so a new prompt does not make it capture
+  again: the caches' buffers never change).
 - Prompts are padded to a multiple of ``PROMPT_STEP`` tokens, so a few prefill captures serve
   every prompt length, and the matmuls keep concrete sizes (kernels over a Variable are not
   tuned). A prompt from position 0 attends over its padded length, a concrete size too. With
   ``GEMM_ROWS`` rows or more a matmul runs as a tiled GEMM on a temporary float32 copy of the
-  weight (the layout pass's panels), which pays when each weight serves many rows.
+  weight (the layout pass's panels, each block's scales decoded once), which pays when each
+  weight serves many rows.
+- The query, key and value matrices of a layer are joined into one when the file is loaded, and
+  so are the gate and up matrices (``JOINED``: their packed rows, concatenated): one matmul
+  each, reading the normalised input once.
 - The token-embedding lookup runs on the host, on the packed rows (a gather there is a copy),
   and the chosen rows' blocks are dequantized inside the jitted step; rotary angles are also
   computed on the host for the step's positions.
 
-Costs worth knowing: each step rewrites every layer's whole cache (a ``where`` over
-``max_context`` rows) and TinyJit copies each assigned cache once per replay, so a smaller
-``max_context`` is faster; a decode step is about 32 kernels per layer.
+Costs worth knowing: a decode step is about 25 kernels per layer, most of its time in the
+quantized matmuls' partial dot products; the cache write still reads and writes the first
+``L`` rows (a store at an offset, which the kernels cannot express yet, would write only the
+step's rows).
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ import numpy as np
 
 from fusegrad.errors import FileFormatError, InvalidValue
 from fusegrad.jit import TinyJit
-from fusegrad.nn.gguf import dequantize, gguf_read, quantized_linear
+from fusegrad.nn.gguf import dequantize, gguf_host, quantized_linear, to_device
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Variable
 
@@ -138,7 +148,7 @@ class Linear:
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.shape[0] >= GEMM_ROWS:  # the layout pass copies w into float32 panels: a GEMM
-            return x @ dequantize(self.packed, self.kind, self.shape).T
+            return x @ dequantize(self.packed, self.kind, self.shape, block_scales=True).T
         return quantized_linear(x, self.packed, self.kind, self.shape)
 
 
@@ -158,42 +168,49 @@ class Block:
     def __init__(self, weights: dict[str, Any], config: LlamaConfig, batch: int, context: int):
         self.config = config
         self.attn_norm, self.ffn_norm = weights["attn_norm.weight"], weights["ffn_norm.weight"]
-        self.wq, self.wk, self.wv = (weights[f"attn_{n}.weight"] for n in "qkv")
+        self.qkv = _projections(weights, "attn_qkv")
         self.wo = weights["attn_output.weight"]
-        self.gate, self.up = weights["ffn_gate.weight"], weights["ffn_up.weight"]
+        self.gate_up = _projections(weights, "ffn_gate_up")
         self.down = weights["ffn_down.weight"]
         width = config.kv_heads * config.head_dim
         device = self.attn_norm.device
-        self.cache_k = Tensor.zeros(batch, context, width, device=device).contiguous().realize()
-        self.cache_v = Tensor.zeros(batch, context, width, device=device).contiguous().realize()
+        # position-major, so the first L positions of every sequence are the buffer's first
+        # elements: a step writes them in place (Tensor.assign into a view of the start). One
+        # position more than the context, so that even L == context is a view, not the whole
+        # tensor: the buffers never change, and every capture of a step may keep using them
+        shape = (context + 1, batch, width)
+        self.cache_k = Tensor.zeros(*shape, device=device).contiguous().realize()
+        self.cache_v = Tensor.zeros(*shape, device=device).contiguous().realize()
 
     def __call__(self, x: Tensor, rope: tuple[Tensor, Tensor], write: Tensor, bias: Tensor):
         """``x`` ``(B, T, dim)`` -> ``(B, T, dim)``; writes the step's keys and values to the
-        cache. ``rope``: cos and sin ``(B*T, head_dim/2)``; ``write`` ``(B, context, T)``."""
+        cache. ``rope``: cos and sin ``(B*T, head_dim/2)``; ``write`` ``(L, B, T)``."""
         c = self.config
         b, t, d = x.shape[0], x.shape[1], c.head_dim
         h = rms_norm(x, self.attn_norm, c.norm_eps).reshape(b * t, c.dim)
-        q = rotate_pairs(self.wq(h).reshape(b * t, c.heads, d), *rope)
-        k = rotate_pairs(self.wk(h).reshape(b * t, c.kv_heads, d), *rope)
-        v = self.wv(h)
-        length = bias.shape[-1]
-        keys = self._remember(self.cache_k, k.reshape(b, t, -1), write, length)
-        values = self._remember(self.cache_v, v.reshape(b, t, -1), write, length)
+        q, k, v = _project(h, self.qkv, (c.dim, c.kv_heads * d, c.kv_heads * d))
+        q = rotate_pairs(q.reshape(b * t, c.heads, d), *rope)
+        k = rotate_pairs(k.reshape(b * t, c.kv_heads, d), *rope)
+        self.keys = self._remember(self.cache_k, k.reshape(b, t, -1), write)
+        self.values = self._remember(self.cache_v, v.reshape(b, t, -1), write)
+        keys, values = self.keys.permute(1, 0, 2), self.values.permute(1, 0, 2)
         x = x + self.wo(self._attend(q.reshape(b, t, c.heads, d), keys, values, bias)).reshape(
             b, t, c.dim
         )
         h = rms_norm(x, self.ffn_norm, c.norm_eps).reshape(b * t, c.dim)
         # a buffer of its own: else the residual stream is recomputed from every earlier layer's
         # outputs, in kernels whose inputs grow with depth (WebGPU allows 16 per kernel)
-        return (x + self.down(self.gate(h).silu() * self.up(h)).reshape(b, t, c.dim)).contiguous()
+        gate, up = _project(h, self.gate_up, (c.ffn, c.ffn))
+        return (x + self.down(gate.silu() * up).reshape(b, t, c.dim)).contiguous()
 
     @staticmethod
-    def _remember(cache: Tensor, new: Tensor, write: Tensor, length: Any) -> Tensor:
-        """Write the rows ``new`` ``(B, T, width)`` where ``write`` ``(B, context, T)`` says;
-        the first ``length`` rows of the updated cache."""
-        written = write.sum(2, keepdim=True) > 0
-        cache.assign(written.where(write @ new, cache))
-        return cache.shrink((None, (0, length), None))
+    def _remember(cache: Tensor, new: Tensor, write: Tensor) -> Tensor:
+        """Write the rows ``new`` ``(B, T, width)`` where the one-hot ``write`` ``(L, B, T)``
+        says, into the first ``L`` positions of ``cache``, in place; those ``(L, B, width)``."""
+        length, b, t = write.shape
+        view = cache.shrink(((0, length), None, None))
+        rows = (write.reshape(length, b, t, 1) * new.reshape(1, b, t, -1)).sum(2)
+        return view.assign((write.sum(2, keepdim=True) > 0).where(rows, view))
 
     def _attend(self, q: Tensor, keys: Tensor, values: Tensor, bias: Tensor) -> Tensor:
         """Grouped-query attention of ``q`` ``(B, T, heads, d)`` over ``(B, L, kv_heads*d)``
@@ -240,7 +257,10 @@ class Llama:
         self._rope_freqs = self.config.rope_theta ** (-np.arange(0, d, 2) / d)
         self.context = Variable("context", 1, self.max_context)
         self.positions = [0] * batch
+        #: the decode step (one token per sequence), and a prefill step per padded prompt
+        #: length: captures of their own, so a prompt does not make the decode step capture again
         self._step = TinyJit(self._forward)
+        self._prefill: dict[tuple[int, bool], TinyJit] = {}
 
     @property
     def position(self) -> int:
@@ -260,7 +280,7 @@ class Llama:
             x = block(x, (cos, sin), write, bias)
         last = rms_norm(x[:, t - 1], self.norm, self.config.norm_eps)
         logits = self.head(last)
-        caches = [c for b in self.blocks for c in (b.cache_k, b.cache_v)]
+        caches = [c for b in self.blocks for c in (b.keys, b.values)]
         return logits.realize(*caches)
 
     def logits(self, ids: list[int]) -> np.ndarray:
@@ -286,7 +306,13 @@ class Llama:
         size = 1 if longest == 1 else -(-longest // PROMPT_STEP) * PROMPT_STEP
         if max(self.positions) + size > self.max_context:
             size = longest  # no room to pad: a capture of this exact length
-        out = self._step(*self._inputs(sequences, size)).numpy()
+        inputs = self._inputs(sequences, size)
+        if size == 1:
+            step = self._step
+        else:  # (a prompt from position 0 has a concrete length: see _inputs)
+            key = (size, isinstance(inputs[-1].shape[-1], int))
+            step = self._prefill.setdefault(key, TinyJit(self._forward))
+        out = step(*inputs).numpy()
         self.positions = [p + len(ids) for p, ids in zip(self.positions, sequences, strict=True)]
         return out
 
@@ -294,10 +320,9 @@ class Llama:
         """The step's inputs for each sequence's new tokens, padded to ``size``; a sequence's
         last real token goes to the last row, so the step's logits are its. Padded tokens write
         nothing to the cache and look only at position 0."""
-        b, context = self.batch, self.max_context
+        b = self.batch
         rows = np.zeros((b, size, self.embedding_rows.shape[1]), self.embedding_rows.dtype)
         positions = np.zeros((b, size))
-        write = np.zeros((b, context, size), np.float32)
         length = max(p + len(ids) for p, ids in zip(self.positions, sequences, strict=True))
         # a prompt from position 0 attends to `size` rows, a concrete length: its attention
         # kernels are tuned (a kernel over a Variable is one flat loop), and each padded size is
@@ -305,6 +330,7 @@ class Llama:
         concrete = max(self.positions) == 0 and size > 1
         width = size if concrete else length
         bias = np.full((b, size, width), -np.inf, np.float32)
+        write = np.zeros((width, b, size), np.float32)
         for s, (start, ids) in enumerate(zip(self.positions, sequences, strict=True)):
             n = len(ids)
             order = list(range(n - 1)) + [None] * (size - n) + [n - 1]  # row -> token
@@ -314,15 +340,20 @@ class Llama:
                     continue
                 rows[s, row] = self.embedding_rows[ids[i]]
                 positions[s, row] = start + i
-                write[s, start + i, row] = 1.0
+                write[start + i, s, row] = 1.0
                 bias[s, row, : start + i + 1] = 0.0
         angles = positions.reshape(-1, 1) * self._rope_freqs[None, :]
-        host = (rows, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32), write)
+        host = (rows, np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32))
         inputs = [Tensor(a, device=self.device) for a in host]
+        write_t, bias_t = Tensor(write, device=self.device), Tensor(bias, device=self.device)
         if concrete:
-            return [*inputs, Tensor(bias, device=self.device)]
+            return [*inputs, write_t, bias_t]
         bound = self.context.bind(length)
-        return [*inputs, Tensor(bias, device=self.device).reshape(b, size, bound)]  # type: ignore[arg-type]
+        return [
+            *inputs,
+            write_t.reshape(bound, b, size),  # type: ignore[arg-type]
+            bias_t.reshape(b, size, bound),  # type: ignore[arg-type]
+        ]
 
     def generate(
         self,
@@ -410,24 +441,71 @@ class Sampler:
         return int(order[self._rng.choice(keep, p=p)])
 
 
+#: a layer's matrices whose rows one matmul computes together, joined when the file is loaded
+#: (same type and width): one launch instead of several, each reading the input once
+JOINED = {"attn_qkv": ("attn_q", "attn_k", "attn_v"), "ffn_gate_up": ("ffn_gate", "ffn_up")}
+
+
+def _projections(weights: dict[str, Any], joined: str) -> list[Linear]:
+    """The matmuls computing the parts of ``JOINED[joined]``: the joined one, or one each."""
+    if f"{joined}.weight" in weights:
+        return [weights[f"{joined}.weight"]]
+    return [weights[f"{part}.weight"] for part in JOINED[joined]]
+
+
+def _project(x: Tensor, linears: list[Linear], sizes: tuple[int, ...]) -> list[Tensor]:
+    """Each part's ``x @ w.T`` (``sizes`` its rows), from one joined matmul or one each."""
+    if len(linears) > 1:
+        return [linear(x) for linear in linears]
+    out, start = linears[0](x), 0
+    parts = []
+    for size in sizes:
+        parts.append(out[:, start : start + size])
+        start += size
+    return parts
+
+
+def _joined_rows(table: dict[str, Any], layer: str, parts: tuple[str, ...]) -> Any:
+    """``(kind, shape, views)`` of the matrices ``parts`` of ``layer`` with their rows joined
+    (the file's bytes of each), or None when one is missing or they differ in type or width."""
+    names = [f"{layer}{part}.weight" for part in parts]
+    if any(name not in table or len(table[name][1]) != 2 for name in names):
+        return None
+    entries = [table[name] for name in names]
+    kinds, widths = {e[0] for e in entries}, {e[1][1] for e in entries}
+    if len(kinds) != 1 or len(widths) != 1:
+        return None
+    rows = sum(e[1][0] for e in entries)
+    return kinds.pop(), (rows, widths.pop()), [e[2] for e in entries]
+
+
 def _prefixed(tensors: dict[str, Any], prefix: str) -> dict[str, Any]:
     """The tensors named ``prefix...``, with the prefix taken off their names."""
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def _load(path: str | os.PathLike, device: str | None):
-    """Metadata, the tensors (matrices as ``Linear``, vectors as float32), and the token
-    embedding's packed rows, kept on the host."""
-    metadata, entries = gguf_read(path, device)
-    if "token_embd.weight" not in entries:
+    """Metadata, the tensors (matrices as ``Linear``, the ``JOINED`` ones joined, vectors as
+    float32), and the token embedding's packed rows, kept on the host."""
+    metadata, table = gguf_host(path)
+    if "token_embd.weight" not in table:
         raise FileFormatError(f"{path} has no token_embd.weight: is it a language model?")
     tensors: dict[str, Any] = {}
-    for name, (raw, kind, shape, _) in entries.items():
+    layers = sorted({name[: name.index(".", 4) + 1] for name in table if name.startswith("blk.")})
+    for layer, (joined, parts) in ((la, item) for la in layers for item in JOINED.items()):
+        if (found := _joined_rows(table, layer, parts)) is not None:
+            kind, shape, views = found
+            raw = to_device(np.concatenate(views), kind, device, *views)
+            tensors[f"{layer}{joined}.weight"] = Linear(raw, kind, shape)
+            for part in parts:
+                table.pop(f"{layer}{part}.weight")
+    for name, (kind, shape, host) in table.items():
+        raw = to_device(host, kind, device)
         if len(shape) == 2:
             tensors[name] = Linear(raw, kind, (shape[0], shape[1]))
         else:
             tensors[name] = dequantize(raw, kind, shape)
-    _, kind, shape, host = entries["token_embd.weight"]
+    kind, shape, host = table["token_embd.weight"]
     rows = np.asarray(host).view(_HOST_DTYPES.get(kind, np.uint8))
     # a view of the memory-mapped file: only the pages of the rows looked up become resident
     rows = rows.reshape(shape[0], -1)

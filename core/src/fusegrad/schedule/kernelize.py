@@ -6,7 +6,10 @@ costs one walk to collect them and one dictionary lookup (see ``engine/realize.p
 
 Where the cuts go:
 
-- every root, CONTIGUOUS and COPY is written to a buffer of its own;
+- every root, CONTIGUOUS and COPY is written to a buffer of its own, except an in-place write
+  (``CONTIGUOUS(value, BUFFER)``, what ``Tensor.assign`` into a prefix view of a realized
+  tensor makes): its kernel stores ``value`` into the first elements of that buffer
+  (``_in_place_writes`` checks that this cannot change what any kernel reads);
 - elementwise ops fuse into whoever consumes them (recomputed if consumed twice), unless the
   repeats add up: read through an EXPAND many times, or costly and read by three kernels;
 - a reduce fuses with the elementwise ops before and after it, but it gets a buffer of its own
@@ -427,8 +430,19 @@ def _kernel_nodes(roots: list[UOp], slot_of: dict[UOp, int] | set[UOp]) -> list[
             seen.add(node)
             stack.append((node, True))
             if node in roots or node not in slot_of:
-                stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+                stack.extend((s, False) for s in reversed(_sources(node)) if s not in seen)
     return order
+
+
+def writes_in_place(u: UOp) -> bool:
+    """Whether ``u`` is an in-place write: ``CONTIGUOUS(value, target)`` stores ``value`` (in
+    element order) into the first elements of the buffer ``target``, a PARAM (or BUFFER)."""
+    return u.op is Ops.CONTIGUOUS and len(u.src) == 2
+
+
+def _sources(u: UOp) -> tuple[UOp, ...]:
+    """What computing ``u`` reads: an in-place write's target is where it goes, not an input."""
+    return u.src[:1] if writes_in_place(u) else u.src
 
 
 def _merged_kernels(
@@ -454,6 +468,7 @@ def _merged_kernels(
         u
         for u, kernel in nodes.items()
         if not _is_empty(u)
+        and not writes_in_place(u)
         and not any(n.op is Ops.REDUCE_AXIS for n in kernel if n is u or n not in stops)
     }
     group: dict[UOp, list[UOp]] = {}  # leader -> members (itself last)
@@ -511,7 +526,10 @@ def kernel_ast(roots: list[UOp], slot_of: dict[UOp, int]) -> tuple[UOp, tuple[in
     """The kernel computing and storing each of ``roots`` (to ``PARAM(0)``, ``PARAM(1)``, ...):
     its inputs become the next ``PARAM(i)``s; slot ``i`` for each."""
     slots: list[int] = [slot_of[r] for r in roots]
-    local: dict[int, UOp] = {}
+    outs = [UOp(Ops.PARAM, r.dtype, (), (i, _stored_size(r))) for i, r in enumerate(roots)]
+    # an in-place write reads its buffer through its output argument: one binding per buffer
+    # (WebGPU refuses a buffer bound twice in one dispatch, C's restrict assumes it)
+    local = {slot_of[r]: out for r, out in zip(roots, outs) if writes_in_place(r)}
 
     def param(slot: int, dtype: DType, size: sint, shape: tuple) -> UOp:
         """The kernel's argument for ``slot``, viewed with ``shape``. A symbolic size is a
@@ -537,9 +555,14 @@ def kernel_ast(roots: list[UOp], slot_of: dict[UOp, int]) -> tuple[UOp, tuple[in
         value = done[root]
         if value.op is Ops.CONTIGUOUS:
             value = value.src[0]
-        out = UOp(Ops.PARAM, root.dtype, (), (i, sym_max(root.size)))
-        stores.append(UOp(Ops.STORE, root.dtype, (out, value)))
+        stores.append(UOp(Ops.STORE, root.dtype, (outs[i], value)))
     return UOp(Ops.SINK, roots[-1].dtype, tuple(stores)), tuple(slots)
+
+
+def _stored_size(root: UOp) -> int:
+    """The size of the buffer ``root`` is stored to: its own (for its variables' largest
+    values), or for an in-place write the whole buffer it writes the start of."""
+    return root.src[1].arg[1] if writes_in_place(root) else sym_max(root.size)
 
 
 def make_plan(
@@ -565,13 +588,17 @@ def make_plan(
     device_of = _assign_devices(roots, devices, realize, slot_devices)
     groups = _merged_kernels(order, realize, device_of)
     merged = {m for members in groups.values() for m in members[:-1]}
+    in_place = _in_place_writes(order, realize, groups)
     new_slots: list[tuple[int, DType, str]] = []
     steps: list[KernelStep | CopyStep] = []
     for u in order:
         if u not in realize:
             continue
-        slot_of[u] = n_inputs + len(new_slots)
-        new_slots.append((sym_max(u.size), u.dtype, device_of[u]))  # fits every variable value
+        if u in in_place:  # stored into its target's buffer, which is an input slot
+            slot_of[u] = in_place[u]
+        else:
+            slot_of[u] = n_inputs + len(new_slots)
+            new_slots.append((sym_max(u.size), u.dtype, device_of[u]))  # fits every value
         if _is_empty(u) or u in merged:  # nothing to compute, or computed by a later kernel
             continue
         if u.op is Ops.COPY:
@@ -613,6 +640,8 @@ def plan_memory(
     for i, step in enumerate(steps):
         writes, read = _slots_of(step)
         for written in writes:
+            if written < n_inputs:  # an in-place write into an input's buffer
+                continue
             key = new_slots[written - n_inputs]
             if (pool := free.get(key)) and written not in outputs:
                 memory[written - n_inputs] = pool.pop()
@@ -625,6 +654,98 @@ def plan_memory(
         if piece == -1:
             memory[slot], pieces = pieces, pieces + 1
     return memory
+
+
+def _in_place_writes(
+    order: list[UOp], realize: set[UOp], groups: dict[UOp, list[UOp]]
+) -> dict[UOp, int]:
+    """The in-place writes of the graph (``writes_in_place``), each with its target's slot.
+
+    Writing into a buffer that the graph also reads is safe when the write cannot change what
+    is read: its own kernel reads the target only element for element (each element before it
+    stores that element), and every other kernel reading the target comes before it in
+    ``order``. A write that breaks this raises, naming what to change: it is asked for by
+    ``Tensor.assign`` into a view, whose base tensor must see the new values.
+    """
+    position = {u: i for i, u in enumerate(order)}
+    leader = {m: y for y, members in groups.items() for m in members}
+    stops = realize | {u for u in order if u.op is Ops.PARAM}
+    writes = {u: u.src[1] for u in order if u in realize and writes_in_place(u)}
+    if not writes:
+        return {}
+    reads = {  # the buffers each kernel reads, and where that kernel runs
+        v: ({n for n in _kernel_nodes([v], stops) if n.op is Ops.PARAM}, leader.get(v, v))
+        for v in order
+        if v in realize and v.op is not Ops.COPY
+    }
+    reads.update({v: ({v.src[0]}, v) for v in order if v in realize and v.op is Ops.COPY})
+    out: dict[UOp, int] = {}
+    for u, target in writes.items():
+        _check_in_place(u, target, writes, stops)
+        late = (v for v, (read, at) in reads.items() if v is not u and position[at] > position[u])
+        if any(target in reads[v][0] for v in late):
+            raise FusegradError(_LATE_READ)
+        out[u] = target.arg[0]
+    return out
+
+
+def _check_in_place(u: UOp, target: UOp, writes: dict[UOp, UOp], stops: set[UOp]) -> None:
+    """Raise unless ``u`` can store into ``target``: a buffer no other write of the graph
+    targets, big enough, of its dtype, which ``u``'s own kernel reads only in element order."""
+    if target.op is not Ops.PARAM:
+        raise FusegradError(f"an in-place write into {target.op.name}: expected a buffer")
+    if sum(t is target for t in writes.values()) > 1:
+        raise FusegradError(
+            "two assigns into views of one buffer in one realize; realize the first one first"
+        )
+    if sym_max(u.size) > target.arg[1] or u.dtype != target.dtype:
+        raise FusegradError(
+            f"an in-place write of {u.dtype.name}[{u.size}] into a "
+            f"{target.dtype.name}[{target.arg[1]}] buffer; assign a value that fits"
+        )
+    if not _reads_in_order(u.src[0], target, stops):
+        raise FusegradError(
+            "an assign into a view reads that view's buffer out of element order (through "
+            "a permute, expand, flip, pad or reduce), so writing it in place would change "
+            "what it reads; assign a .contiguous() copy of the value instead"
+        )
+
+
+_LATE_READ = (
+    "an assign into a view of a buffer that another part of the same realize still reads "
+    "afterwards; realize that part first (or assign to a copy)"
+)
+
+
+def _reads_in_order(value: UOp, target: UOp, stops: set[UOp]) -> bool:
+    """Whether ``value``'s kernel reads ``target`` only at each output element's own position:
+    through elementwise ops, reshapes and shrinks of the first elements (which keep the flat
+    position), never through a reduce, another view or a gathered table."""
+    stack, seen = [(value, True)], set()
+    while stack:
+        node, in_order = stack.pop()
+        if node is target:
+            if not in_order:
+                return False
+            continue
+        if (node, in_order) in seen or node in stops:  # (another kernel's: read before)
+            continue
+        seen.add((node, in_order))
+        keeps = node.op in GroupOp.ALU or node.op in (Ops.CAST, Ops.BITCAST, Ops.RESHAPE)
+        keeps = keeps or node.op in (Ops.CONTIGUOUS, Ops.DETACH) or _is_prefix_shrink(node)
+        stack.extend((s, in_order and keeps) for s in node.src)
+    return True
+
+
+def _is_prefix_shrink(u: UOp) -> bool:
+    """Whether ``u`` is a SHRINK keeping the first elements in flat order: every axis from 0,
+    at most one axis cut short, and only axes of size 1 before it."""
+    if u.op is not Ops.SHRINK or any(not (type(b) is int and b == 0) for b, _ in u.arg):
+        return False
+    sizes = u.src[0].shape
+    cut = [i for i, ((_, end), size) in enumerate(zip(u.arg, sizes)) if end is not size]
+    cut = [i for i in cut if not (type(sizes[i]) is int and u.arg[i][1] == sizes[i])]
+    return not cut or (len(cut) == 1 and all(s == 1 for s in sizes[: cut[0]]))
 
 
 def _assign_devices(roots, devices, realize, slot_devices) -> dict[UOp, str]:

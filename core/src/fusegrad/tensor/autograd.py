@@ -167,15 +167,47 @@ class AutogradMixin(TensorBase):
         return self
 
     def assign(self, x: Tensor | Any) -> Self:
-        """Make this tensor hold ``x``'s values (same shape; cast to this dtype). Lazy."""
+        """Make this tensor hold ``x``'s values (same shape; cast to this dtype). Lazy.
+
+        Into a view of the first elements of a realized tensor (``cache[:n]``, ``n`` an int or
+        a bound ``Variable``) the values are written in place, into that tensor's buffer, when
+        the view (or a result read from it) is realized: the tensor sees them then, and no
+        other buffer or copy is made (a KV cache's rows). The value may read the view itself
+        element for element.
+
+        >>> cache = Tensor.zeros(4, 2).contiguous().realize()
+        >>> cache[:2].assign(Tensor.ones(2, 2)).realize().shape
+        (2, 2)
+        >>> cache.tolist()
+        [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+        """
         if not isinstance(x, type(self)):
             x = type(self)(x, device=self.device, dtype=self.uop.dtype)
         if x.shape != self.uop.shape:
             raise ShapeError(f"assign of shape {x.shape} to a tensor of shape {self.uop.shape}")
         if x.device != self.device:
             x = x.to(self.device)
+        value = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
+        if (target := _prefix_buffer(self.uop)) is not None:  # (schedule/kernelize.py)
+            self.uop, self._graph = UOp(Ops.CONTIGUOUS, value.dtype, (value, target)), None
+            return self
         if (recording := capture.active()) is not None:  # TinyJit is capturing (engine/capture.py)
             recording.assigned(self, self.uop)
-        self.uop = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
+        self.uop = value
         self._graph = None
         return self
+
+
+def _prefix_buffer(u: UOp) -> UOp | None:
+    """The BUFFER whose first elements the view ``u`` is, in order (reshapes, and a shrink of
+    the first axis longer than 1 from 0); None when ``u`` is no such view or the whole buffer."""
+    shrunk = False
+    while u.op in (Ops.RESHAPE, Ops.SHRINK):
+        if u.op is Ops.SHRINK:
+            sizes = u.src[0].shape
+            cut = [i for i, ((b, e), n) in enumerate(zip(u.arg, sizes)) if (b, e) != (0, n)]
+            if len(cut) != 1 or u.arg[cut[0]][0] != 0 or any(n != 1 for n in sizes[: cut[0]]):
+                return None
+            shrunk = True
+        u = u.src[0]
+    return u if shrunk and u.op is Ops.BUFFER else None
