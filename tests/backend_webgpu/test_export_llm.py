@@ -22,31 +22,8 @@ gguf = pytest.importorskip("gguf")
 
 from fusegrad.models.llama import Llama, smollm2_path  # noqa: E402
 from fusegrad_webgpu.llm import export_llm  # noqa: E402
+from tests.models.smollm2_reference import GREEDY_IDS, GREEDY_TEXT, PROMPT_IDS  # noqa: E402
 
-#: "The capital of France is" and SmolLM2's greedy continuation on the CPU (tests/models)
-PROMPT_IDS = [504, 3575, 282, 4649, 314]
-GREEDY_IDS = [
-    7042,
-    30,
-    198,
-    198,
-    504,
-    2988,
-    314,
-    42,
-    216,
-    34,
-    32,
-    33,
-    40,
-    29,
-    32,
-    33,
-    29,
-    34,
-    34,
-    216,
-]
 #: where a test saves what a person should see (the page's screenshot), when set
 ARTEFACTS = "FUSEGRAD_TEST_ARTEFACTS"
 DONE = (
@@ -259,4 +236,4 @@ def test_smollm2_generates_its_cpu_tokens_in_chromium(served, tmp_path_factory):
         shutil.copy(screenshot, folder_for_artefacts)
     assert status == "done", status
     assert tokens["generated"] == cpu
-    assert text == " Paris.\n\nThe answer is: 2018-01-22 "
+    assert text == GREEDY_TEXT

@@ -14,32 +14,7 @@ torch = pytest.importorskip("torch")
 
 from fusegrad.models.llama import Llama, Sampler, smollm2_path  # noqa: E402
 from fusegrad.models.tokenizer import GGUFTokenizer  # noqa: E402
-
-PROMPT = "The capital of France is"
-PROMPT_IDS = [504, 3575, 282, 4649, 314]
-# ' Paris.\n\nThe answer is: 2018-01-22 '
-GREEDY_IDS = [
-    7042,
-    30,
-    198,
-    198,
-    504,
-    2988,
-    314,
-    42,
-    216,
-    34,
-    32,
-    33,
-    40,
-    29,
-    32,
-    33,
-    29,
-    34,
-    34,
-    216,
-]
+from tests.models.smollm2_reference import GREEDY_IDS, GREEDY_TEXT, PROMPT, PROMPT_IDS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +116,7 @@ def reference(path):
 
 def test_the_tokenizer_encodes_and_decodes_the_prompt(tokenizer):
     assert tokenizer.encode(PROMPT) == PROMPT_IDS
-    assert tokenizer.decode(GREEDY_IDS) == " Paris.\n\nThe answer is: 2018-01-22 "
+    assert tokenizer.decode(GREEDY_IDS) == GREEDY_TEXT
 
 
 def test_the_chat_template_renders_chatml_with_control_tokens(tokenizer):
