@@ -298,14 +298,19 @@ def channels_innermost(red: UOp, caps: Capabilities) -> UOp | None:
     return conv
 
 
+#: the views between a convolution's windows and the input they read
+_WINDOW_VIEWS = (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK)
+
+
 def _padded_input_copied(red: UOp) -> UOp:
-    """The convolution ``red`` reading its zero-padded input from a copy: on loop devices a
-    kernel reading through the pad computes a clamped index and a bounds test for every input
-    element of every window (a dozen integer operations per multiply-add); read from the
-    padded copy, the index is affine in the loops and the window's loads share it."""
+    """The convolution ``red`` reading its padded input from a copy: on loop devices a kernel
+    reading through the pad computes a clamped index and a bounds test for every input element
+    of every window (a dozen integer operations per multiply-add); read from the padded copy,
+    the index is affine in the loops and the window's loads share it. A reflect or replicate
+    pad (a concatenation of flipped or repeated pieces) is copied for the same reason."""
     mul = red.src[0].src[0] if red.src[0].op is Ops.CAST else red.src[0]
-    views, pad = _views_down(mul.src[0], (Ops.EXPAND, Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK))
-    if pad.op is not Ops.PAD:
+    views, pad = _views_down(mul.src[0], _WINDOW_VIEWS)
+    if pad.op is not Ops.PAD and not _concatenation(pad):
         return red
     copy = UOp(Ops.CONTIGUOUS, pad.dtype, (pad,))
     windows = copy
@@ -315,6 +320,14 @@ def _padded_input_copied(red: UOp) -> UOp:
     if red.src[0].op is Ops.CAST:
         return red.replace(src=(red.src[0].replace(src=(new_mul,)),))
     return red.replace(src=(new_mul,))
+
+
+def _concatenation(u: UOp) -> bool:
+    """Whether ``u`` is ``Tensor.cat``'s sum of padded pieces (viewed, flipped)."""
+    if u.op is not Ops.ADD:
+        return False
+    pieces = [_below(s, (*_WINDOW_VIEWS, Ops.FLIP)) for s in u.src]
+    return all(p.op is Ops.PAD or _concatenation(p) for p in pieces)
 
 
 # ---- matching --------------------------------------------------------------------------------
