@@ -76,3 +76,13 @@ def test_tinyjit_replays_the_write_at_a_variable_length_without_copies():
         assert out.item() == expected.sum()
         np.testing.assert_array_equal(cache.numpy(), expected)
     assert jitted.calls == 2 and jitted.assigned == []  # replayed, and nothing to copy back
+
+
+def test_debug_4_prints_an_in_place_write(capsys, monkeypatch):
+    """DEBUG=4's schedule names the slot an in-place write goes to (an input's buffer)."""
+    from fusegrad.helpers import Context
+
+    cache = realized(np.zeros((8, 4)))
+    monkeypatch.setattr(Context, "DEBUG", 4)
+    cache[:3].assign(Tensor.ones(3, 4)).realize()
+    assert "(in place)" in capsys.readouterr().out

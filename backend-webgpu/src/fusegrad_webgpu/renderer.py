@@ -333,9 +333,13 @@ class WGSLRenderer(Renderer):
             return f"f16(unpack2x16float(u32({x})).x)"
         return f"bitcast<{self.type_name(dtype)}>({x})"
 
-    def render_grid_index(self, u: UOp, dispatch: tuple[int, int, int], local: int) -> list[str]:
+    def render_grid_index(
+        self, u: UOp, dispatch: tuple[int, int, int], local: int, bound: str | None = None
+    ) -> list[str]:
         """The flat thread index from up to three grid dimensions, and the guard past its end;
-        or a grouped kernel's group (one dimension, launched exactly) or thread in its group."""
+        or a grouped kernel's group (one dimension, launched exactly) or thread in its group.
+        ``bound`` is the rendered real size of a variable one (the SPECIAL's source): the launch
+        covers the largest, and the threads past this launch's size must store nothing."""
         name, size = u.arg
         if name in ("group0", "lidx0"):
             return [f"let {name}: i32 = i32({BUILTINS[name][1]}.x);"]
@@ -346,7 +350,9 @@ class WGSLRenderer(Renderer):
         if dispatch[2] > 1:
             flat += f" + gid.z * {x_threads * dispatch[1]}u"
         lines = [f"let {name}: i32 = i32({flat});"]
-        if x_threads * dispatch[1] * dispatch[2] > size:  # no barrier follows: returning is safe
+        if bound is not None:  # no barrier follows a flat index: returning is safe
+            lines.append(f"if ({name} >= {bound}) {{ return; }}")
+        elif x_threads * dispatch[1] * dispatch[2] > size:
             lines.append(f"if ({name} >= {size}i) {{ return; }}")
         return lines
 
@@ -482,7 +488,8 @@ class _Walk:
             names[u] = r.render_const(u.arg, u.dtype)
         elif op is Ops.SPECIAL:
             names[u] = u.arg[0]
-            for line in r.render_grid_index(u, self.dispatch, self.local):
+            bound = src[0] if src else None
+            for line in r.render_grid_index(u, self.dispatch, self.local, bound):
                 self.emit(line)
         elif op is Ops.RANGE:
             names[u] = r.loop_name(u)

@@ -358,11 +358,13 @@ def lower_kernel(
     work = sym_max(value.size) * per_output
     lowerer = Lowerer(opts, AxisCounter(index=index or index_type(ast)))
     idx, flat = output_index(value.shape, grid, opts, work > PARALLEL_WORK, lowerer.axes)
+    if flat.op is Ops.SPECIAL and isinstance(value.size, UOp):
+        # the launch has threads for the variables' largest values; those past the size this
+        # launch has must return before they load or store: the elements after the output's
+        # may be real data (Tensor.assign writes in place into the first rows of a tensor)
+        flat = flat.replace(src=(value.size,))
+        idx = unflatten(flat, value.shape)
     gate = UOp.const(dtypes.bool, True)
-    if grid and isinstance(value.size, UOp):
-        # threads past the size this launch has load nothing; what they store lands in the
-        # spare end of the output, which is allocated for the variables' largest values
-        gate = flat.lt(value.size)
     writes = []
     for store in ast.src:
         out, value = store.src

@@ -365,6 +365,9 @@ def print_plan(roots: list[UOp], inputs: list[Buffer], plan: Plan) -> None:
         if isinstance(step, KernelStep):
             writes = []
             for out in step.slots[: step.writes]:
+                if out < plan.n_inputs:  # an in-place write into an input's buffer
+                    writes.append(f"slot {out} (in place)")
+                    continue
                 size, dtype, _ = plan.new_slots[out - plan.n_inputs]
                 writes.append(f"slot {out} ({dtype.name}[{size}])")
             reads = ", ".join(map(str, step.slots[step.writes :])) or "nothing"

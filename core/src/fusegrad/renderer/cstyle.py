@@ -104,7 +104,7 @@ def _param(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # a buffer argu
 
 def _special(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # a grid index
     ctx.names[u] = u.arg[0]
-    ctx.emit(*ctx.renderer.render_grid_index(u))
+    ctx.emit(*ctx.renderer.render_grid_index(u, src[0] if src else None))
 
 
 def _range(ctx: RenderContext, u: UOp, src: list[str]) -> None:  # a loop, named by its kind
@@ -263,15 +263,19 @@ class CStyleRenderer(Renderer):
         wide = f"({self.type_name(u.dtype)})" if u.dtype.itemsize == 8 else ""
         return self.special_spellings[kind].format(d=dim, x="xyz"[dim], wide=wide)
 
-    def render_grid_index(self, u: UOp) -> list[str]:
+    def render_grid_index(self, u: UOp, bound: str | None = None) -> list[str]:
         """The lines that define grid index ``u`` (a SPECIAL ``(name, size)``), guarded if needed.
 
         Only a flat index (``gidx``) is guarded: a grouped kernel's launch is exact, and its
-        threads must not return before the barrier.
+        threads must not return before the barrier. ``bound`` is the rendered real size of a
+        variable one (the SPECIAL's source): the launch covers the largest, and the threads past
+        this launch's size must store nothing, so that guard is always there.
         """
         name, size = u.arg
         lines = [f"{self.type_name(u.dtype)} {name} = {self.render_special(u)};"]
-        if self.guard_grid and grid_index_kind(name) == "gidx":  # no barrier follows a flat index
+        if bound is not None:
+            lines.append(f"if ({name} >= {bound}) return;")
+        elif self.guard_grid and grid_index_kind(name) == "gidx":  # no barrier follows it
             lines.append(f"if ({name} >= {size}) return;")
         return lines
 

@@ -117,8 +117,9 @@ class PythonProgram:
                 values[pc] = np.array(arg, dtype=dtype.np)
             elif op is Ops.DEFINE_VAR:
                 values[pc] = np.array(vals[self.var_position[arg[0]]], dtype=np.int32)
-            elif op is Ops.SPECIAL:
-                values[pc] = np.arange(arg[1], dtype=np.int32)
+            elif op is Ops.SPECIAL:  # (the lanes of a variable size: as many as it has now)
+                count = int(values[src[0]]) if src else arg[1]
+                values[pc] = np.arange(count, dtype=np.int32)
             elif op is Ops.RANGE:
                 values[pc] = np.array(0, dtype=np.int32)
                 if values[src[0]] <= 0:

@@ -273,7 +273,13 @@ KERNEL: dict[Ops, tuple[Check, ...]] = {
         src_dtype(0),
         arg_is("(axis id, loop kind)", range_arg),
     ),
-    Ops.SPECIAL: (n_src(0), dtype_is(*INDEX_TYPES), arg_is("(name, size)", special_arg)),
+    # (a flat grid index may carry its real bound, a variable size: threads past it return)
+    Ops.SPECIAL: (
+        n_src(0, 1),
+        dtype_is(*INDEX_TYPES),
+        src_dtype(0),
+        arg_is("(name, size)", special_arg),
+    ),
     Ops.INDEX: (n_src(2), src_op(0, BUFFERS), src_dtype(0), index_src(1)),
     Ops.LOAD: (n_src(1, 3), src_op(0, {Ops.INDEX}), src_dtype(0), gated_load),
     Ops.STORE: (n_src(2), dtype_is(dtypes.void), src_op(0, {Ops.INDEX}), stored_dtype),
