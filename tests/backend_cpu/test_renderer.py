@@ -106,6 +106,21 @@ def test_elementwise_innermost_loop_is_vectorised_unless_strided():
     )
 
 
+def test_a_padded_copy_is_vectorised_along_its_padded_axis():
+    """A pad reads its source at a clamped index (it moves by one inside the source and stands
+    still at its edges): vector code does that with a min and a max, and gcc needs the hint."""
+    x = Tensor.rand(3, 6, 40, device="CPU").realize()
+    padded = (x * 2).relu().pad((None, (1, 1), (2, 2)))
+    (step,) = padded.contiguous().schedule()
+    source = generate(
+        step.ast, Device["CPU"].renderer, opts=heuristic_opts(step.ast, Device["CPU"].renderer)
+    ).source
+    innermost = list(_lines_before_loops(source).values())[-1]
+    assert innermost == "#pragma omp simd", source
+    expected = np.pad(np.maximum(x.numpy() * 2, 0), ((0, 0), (1, 1), (2, 2)))
+    np.testing.assert_allclose(padded.numpy(), expected, rtol=1e-6)
+
+
 def _run_matmul(a: Tensor, b: Tensor, opts: KernelOpts) -> tuple[str, np.ndarray]:
     """Source and result of ``a @ b``'s matmul kernel built with ``opts``."""
     *_, step = (a @ b).schedule()

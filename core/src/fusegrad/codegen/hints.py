@@ -50,9 +50,30 @@ def reads_consecutively(loop: UOp, body: list[UOp], halving: bool = False) -> bo
             moving = [t for t in terms(index) if loop in toposort([t])]
             for t in moving:
                 slow = t.op is Ops.IDIV and t.src[0] is loop and t.src[1].op is Ops.CONST
-                if t is not loop and not (halving and slow):
+                if t is not loop and not (halving and slow) and not _clamped_step(t, loop):
                     return False
     return True
+
+
+def _clamped_step(t: UOp, loop: UOp) -> bool:
+    """Whether index term ``t`` is ``loop`` (plus a constant) clamped into a range, as a pad's
+    loads index its source (lower.py ``clamp``: MAX with constants, under NEGs): it moves by one
+    inside the range and stands still at its ends, which vector code does with a min and a max
+    (a padded copy's loop, scalar without the hint, ran 4x slower)."""
+    flips = 0
+    while t.op in (Ops.NEG, Ops.MAX):
+        if t.op is Ops.NEG:
+            t, flips = t.src[0], flips + 1
+            continue
+        const = [s for s in t.src if s.op is Ops.CONST]
+        if len(const) != 1:
+            return False
+        t = t.src[0] if t.src[1] is const[0] else t.src[1]
+    if flips % 2:
+        return False
+    return t is loop or (
+        t.op is Ops.ADD and loop in t.src and any(s.op is Ops.CONST for s in t.src)
+    )
 
 
 def _uses_accumulators(body: list[UOp]) -> bool:
