@@ -188,11 +188,14 @@ def unpatchify(x: Tensor, w: Tensor) -> Tensor:
     convolution over an input spread with zeros."""
     kernel, spatial = tuple(w.shape[2:]), tuple(x.shape[2:])
     n, d = x.shape[0], len(kernel)
-    cols = x.permute(0, *range(2, 2 + d), 1).matmul(w.reshape(w.shape[0], -1))
+    # (C_out * prod(kernel), C_in) @ (C_in, prod(spatial)): the input as it is stored, and the
+    # result with the spatial positions innermost, so the reshuffle reads runs of them
+    flat = x.reshape(n, x.shape[1], -1)
+    cols = w.reshape(w.shape[0], -1).transpose(0, 1).matmul(flat)
     # its own kernel: fused with the reshuffle below (and the epilogue after), the matmul was
     # computed in the output's order, with a division and a remainder per element (25x slower)
-    cols = cols.contiguous().reshape(n, *spatial, w.shape[1], *kernel)  # (N, *spatial, C_out, *k)
-    order = [0, 1 + d] + [a for i in range(d) for a in (1 + i, 2 + d + i)]
+    cols = cols.contiguous().reshape(n, w.shape[1], *kernel, *spatial)  # (N, C_out, *k, *spatial)
+    order = [0, 1] + [a for i in range(d) for a in (2 + d + i, 2 + i)]
     out = cols.permute(*order)  # (N, C_out, s0, k0, s1, k1, ...)
     return out.reshape(n, w.shape[1], *[s * k for s, k in zip(spatial, kernel, strict=True)])
 
