@@ -77,6 +77,12 @@ def _directions(node: Node) -> list[bool]:
     return {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[direction]
 
 
+#: a recurrent cell: step t and the states (h first) -> the new states
+Cell = Callable[[int, list[Tensor]], list[Tensor]]
+#: direction d -> its initial states and its cell
+Direction = Callable[[int], tuple[list[Tensor], Cell]]
+
+
 class Recurrence:
     """What every recurrent op shares: the layout, the time loop and the masks of
     ``sequence_lens``."""
@@ -119,6 +125,21 @@ class Recurrence:
         mask = self.active(t)
         return h if mask is None else mask.where(h, 0.0).cast(h.dtype)
 
+    def run(self, directions: list[bool], direction: Direction) -> tuple[Tensor, ...]:
+        """Every direction over the sequence, then Y and the final states in the node's layout.
+        ``direction(d)`` gives direction d's initial states (h first) and its cell, which maps
+        step t and the states to the new states; a sequence shorter than t keeps its own."""
+        ys, finals = [], []
+        for d, reverse in enumerate(directions):
+            states, cell = direction(d)
+            out: list[Tensor] = [None] * self.seq  # type: ignore[list-item]
+            for t in self.steps(reverse):
+                states = [self.keep(t, new, old) for new, old in zip(cell(t, states), states)]
+                out[t] = self.emitted(t, states[0])
+            ys.append(out)
+            finals.append(states)
+        return self.outputs(ys, finals)
+
     def outputs(self, ys: list[list[Tensor]], finals: list[list[Tensor]]) -> tuple[Tensor, ...]:
         """Y (seq, dirs, batch, hidden) and the final states (dirs, batch, hidden), in the
         node's layout."""
@@ -149,22 +170,20 @@ def rnn(
     h0: Tensor | None = None,
 ) -> Any:
     """H_t = f(x_t W^T + H_{t-1} R^T + Wb + Rb)."""
-    rec = Recurrence(node, x, seq_lens, 1)
-    dirs = _directions(node)
+    rec, dirs = Recurrence(node, x, seq_lens, 1), _directions(node)
     acts = _activations(node, ["Tanh"], len(dirs))
-    ys, finals = [], []
-    for d, reverse in enumerate(dirs):
-        xw, rb, h = rec.projected(w, b, d), _recurrent_bias(b, rec, d), rec.initial(h0, d)
+
+    def direction(d: int) -> tuple[list[Tensor], Cell]:
+        xw, rb, act = rec.projected(w, b, d), _recurrent_bias(b, rec, d), acts[d][0]
         rt = r[d].transpose(0, 1)
-        out: list[Tensor] = [None] * rec.seq  # type: ignore[list-item]
-        for t in rec.steps(reverse):
-            pre = xw[t] + h.matmul(rt)
-            pre = pre if rb is None else pre + rb
-            h = rec.keep(t, acts[d][0](rec.cell_input(pre)), h)
-            out[t] = rec.emitted(t, h)
-        ys.append(out)
-        finals.append([h])
-    return rec.outputs(ys, finals)
+
+        def cell(t: int, states: list[Tensor]) -> list[Tensor]:
+            pre = xw[t] + states[0].matmul(rt)
+            return [act(rec.cell_input(pre if rb is None else pre + rb))]
+
+        return [rec.initial(h0, d)], cell
+
+    return rec.run(dirs, direction)
 
 
 @onnx_op("GRU")
@@ -183,14 +202,15 @@ def gru(
     dirs, hid = _directions(node), rec.hidden
     acts = _activations(node, ["Sigmoid", "Tanh"], len(dirs))
     before = bool(node.attr("linear_before_reset", 0))
-    ys, finals = [], []
-    for d, reverse in enumerate(dirs):
+
+    def direction(d: int) -> tuple[list[Tensor], Cell]:
         f, g = acts[d]
-        xw, rb, h = rec.projected(w, b, d), _recurrent_bias(b, rec, d), rec.initial(h0, d)
+        xw, rb = rec.projected(w, b, d), _recurrent_bias(b, rec, d)
         rz, rr, rh = (r[d][k * hid : (k + 1) * hid].transpose(0, 1) for k in range(3))
         bz, br, bh = _split(rb, 3, hid) if rb is not None else (0.0, 0.0, 0.0)
-        out: list[Tensor] = [None] * rec.seq  # type: ignore[list-item]
-        for t in rec.steps(reverse):
+
+        def cell(t: int, states: list[Tensor]) -> list[Tensor]:
+            (h,) = states
             xz, xr, xh = _split(xw[t], 3, hid)
             z = f(rec.cell_input(xz + h.matmul(rz) + bz))
             reset = f(rec.cell_input(xr + h.matmul(rr) + br))
@@ -199,11 +219,11 @@ def gru(
             else:
                 cand = xh + (reset * h).matmul(rh) + bh
             cand = g(rec.cell_input(cand))
-            h = rec.keep(t, (1 - z) * cand + z * h, h)
-            out[t] = rec.emitted(t, h)
-        ys.append(out)
-        finals.append([h])
-    return rec.outputs(ys, finals)
+            return [(1 - z) * cand + z * h]
+
+        return [rec.initial(h0, d)], cell
+
+    return rec.run(dirs, direction)
 
 
 @onnx_op("LSTM")
@@ -224,28 +244,27 @@ def lstm(
     dirs, hid = _directions(node), rec.hidden
     acts = _activations(node, ["Sigmoid", "Tanh", "Tanh"], len(dirs))
     coupled = bool(node.attr("input_forget", 0))
-    ys, finals = [], []
-    for d, reverse in enumerate(dirs):
+
+    def direction(d: int) -> tuple[list[Tensor], Cell]:
         f, g, act_h = acts[d]
         xw, rb = rec.projected(w, b, d), _recurrent_bias(b, rec, d)
         if rb is not None:
             xw = xw + rb
-        h, c = rec.initial(h0, d), rec.initial(c0, d)
         pi, po, pf = _split(peep[d], 3, hid) if peep is not None else (None, None, None)
         rt = r[d].transpose(0, 1)
-        out: list[Tensor] = [None] * rec.seq  # type: ignore[list-item]
-        for t in rec.steps(reverse):
+
+        def cell(t: int, states: list[Tensor]) -> list[Tensor]:
+            h, c = states
             gi, go, gf, gc = _split(xw[t] + h.matmul(rt), 4, hid)
             i = f(rec.cell_input(gi if pi is None else gi + pi * c))
             forget = 1 - i if coupled else f(rec.cell_input(gf if pf is None else gf + pf * c))
             c_new = forget * c + i * g(rec.cell_input(gc))
             o = f(rec.cell_input(go if po is None else go + po * c_new))
-            h_new = o * act_h(c_new)
-            h, c = rec.keep(t, h_new, h), rec.keep(t, c_new, c)
-            out[t] = rec.emitted(t, h)
-        ys.append(out)
-        finals.append([h, c])
-    return rec.outputs(ys, finals)
+            return [o * act_h(c_new), c_new]
+
+        return [rec.initial(h0, d), rec.initial(c0, d)], cell
+
+    return rec.run(dirs, direction)
 
 
 @onnx_check("RNN")
