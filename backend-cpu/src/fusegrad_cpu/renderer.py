@@ -48,6 +48,19 @@ def data_caches(root: str = CACHE_ROOT) -> dict[int, int]:
     return found
 
 
+@functools.cache
+def first_level_ways(root: str = CACHE_ROOT) -> int:
+    """The associativity of the first core's level-1 data cache (0: unknown)."""
+    for entry in glob.glob(os.path.join(root, "index*")):
+        try:
+            kind, level, ways = (_read(entry, n) for n in ("type", "level", "ways_of_associativity"))
+        except OSError:
+            continue
+        if kind == "Data" and level == "1" and ways.isdigit():
+            return int(ways)
+    return 0
+
+
 def last_level_cache(root: str = CACHE_ROOT) -> int:
     """Bytes of the highest-level data cache of the first core (0: unknown)."""
     caches = data_caches(root)
@@ -131,6 +144,7 @@ class CPURenderer(CStyleRenderer):
         self.vector_registers, self.vector_bytes = vector_register_file(features)
         self.cache_bytes = last_level_cache()
         self.core_cache_bytes = core_cache()
+        self.cache_ways = first_level_ways()
 
     def prelude(self, program: list[UOp]) -> str:
         return "#include <math.h>\n#include <stdbool.h>\n"

@@ -53,6 +53,29 @@ def test_convolution_weight_is_copied_with_output_channels_innermost():
     assert copy.shape == (1, 3, 5, 5, 16)  # (groups, C_in, *kernel, C_out)
 
 
+def test_filters_of_no_vector_width_keep_their_layout_and_a_one_sided_reflect_pad_is_copied():
+    """An STFT as a strided conv (silero-vad): 258 filters make no vector, so the weight keeps
+    its taps innermost (read transposed, each tap came from a line of its own); the input
+    reflect-padded on one side only is still copied (cat drops the empty left piece, whose
+    zero term hid the join from the layout pass), and the values are torch-like."""
+    x = Tensor(np.random.default_rng(0).standard_normal((1, 1, 576), dtype=np.float32))
+    w = Tensor(np.random.default_rng(1).standard_normal((258, 1, 256), dtype=np.float32))
+    y = x.pad(((0, 0), (0, 0), (0, 64)), mode="reflect").conv2d(w, stride=128)
+    (copy,) = [u for u in _laid_out(y, CPU) if u.op is Ops.CONTIGUOUS]
+    assert copy.shape == (1, 1, 640)  # the padded input; no weight copy
+    xp = np.pad(x.numpy()[0, 0], (0, 64), mode="reflect")
+    frames = np.stack([xp[t * 128 : t * 128 + 256] for t in range(4)], axis=1)
+    np.testing.assert_allclose(y.numpy()[0], w.numpy()[:, 0] @ frames, rtol=1e-4, atol=1e-4)
+
+
+def test_cat_of_an_empty_piece_adds_no_term():
+    a, empty = Tensor([1.0, 2.0]), Tensor.empty(0)
+    joined = a.cat(empty, a, dim=0)
+    assert _count(toposort([joined.uop]), Ops.ADD) == 1
+    assert joined.tolist() == [1.0, 2.0, 1.0, 2.0]
+    assert Tensor.cat(empty, empty).shape == (0,)
+
+
 def test_long_full_sum_is_split_where_the_device_runs_parts_in_parallel():
     big = _realized(1 << 20).sum()
     assert _count(_laid_out(big, CPU), Ops.REDUCE_AXIS) == 2

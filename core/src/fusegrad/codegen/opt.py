@@ -341,6 +341,9 @@ def _tile_bytes(renderer: Renderer) -> int:
 
 #: a row's length in bytes that is a multiple of this puts a matmul's rows in the same cache sets
 ALIASING_STRIDE = 4096
+#: ... and evict each other in a first-level cache of this many ways or fewer (0: unknown, taken
+#: as few); a 12-way one (Intel since Ice Lake) holds a tile's 8 rows and the panel beside them
+ALIASING_WAYS = 8
 
 
 def _matmul_tile(reduce: UOp, upcast: list[tuple[int, int]]) -> tuple[int, int, int] | None:
@@ -378,6 +381,7 @@ def _rows_outside(
         return True
     return (
         bool(renderer.cache_bytes)
+        and renderer.cache_ways <= ALIASING_WAYS
         and row_bytes % ALIASING_STRIDE == 0
         and row_bytes * shape[vec_axis] <= renderer.cache_bytes // 4
     )

@@ -86,6 +86,10 @@ class Renderer:
     #: bytes of the cache each core has to itself (a CPU's level 2); 0: unknown. The optimiser
     #: sizes the group of matmul panels that stays in it from this.
     core_cache_bytes: int = 0
+    #: ways of the first-level data cache (its associativity); 0: unknown. Rows of a multiple of
+    #: 4 KB fall in one set: with 8 ways a register tile's rows and the vectors loaded beside them
+    #: overfill it, with 12 they fit.
+    cache_ways: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8

@@ -134,7 +134,10 @@ class IndexMixin(TensorBase):
         work = [t.cast(dtypes.uint8) for t in tensors] if dtype == dtypes.bool else tensors
         total, start = sum(t.shape[dim] for t in work), 0
         out: Tensor | None = None
-        for t in work:
+        # an empty piece adds only a zero term, which hid the join from the layout pass (a
+        # reflect pad of one side cats an empty piece on the other)
+        pieces = [t for t in work if not isinstance(t.shape[dim], int) or t.shape[dim] > 0]
+        for t in pieces or work[:1]:
             size = t.shape[dim]
             placed = t.pad(
                 [(start, total - start - size) if i == dim else None for i in range(t.ndim)]

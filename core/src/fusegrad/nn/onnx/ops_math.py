@@ -58,7 +58,19 @@ def pow_(n: Node, a: Tensor, b: Tensor) -> Tensor:
         return a.cast(b.dtype).pow(b).round().cast(a.dtype)
     if a.dtype.is_int:
         return _int_pow(a, b).cast(a.dtype)
+    if (e := _known_exponent(n, b)) is not None and b.ndim <= a.ndim:
+        return a.pow(e).cast(a.dtype)
     return a.pow(b.cast(a.dtype) if b.dtype.is_float else b).cast(a.dtype)
+
+
+def _known_exponent(n: Node, b: Tensor) -> float | None:
+    """A float base's exponent as a number when it is one constant (an initializer): ``x ** 2``
+    is then ``x * x``, not the general pow's exp2(b * log2|x|) with its sign and nan tests
+    (silero-vad's STFT magnitude: 0.04 ms -> a few microseconds)."""
+    known = n.known(1) if n.known is not None and b.numel() == 1 else None
+    if known is None or known.dtype.kind not in "fiu":
+        return None
+    return float(np.asarray(known).reshape(-1)[0])
 
 
 def _int_pow(a: Tensor, b: Tensor) -> Tensor:
