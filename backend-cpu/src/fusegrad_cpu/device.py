@@ -11,6 +11,7 @@ import re
 import shutil
 import time
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -184,6 +185,14 @@ class CPUProgram:
         self.function(*args, *vals)
         return time.perf_counter() - start
 
+    @staticmethod
+    def batch(calls: list[tuple[CPUProgram, list[np.ndarray], tuple[int, ...]]]) -> CPUBatch | None:
+        """The launches ``calls`` (program, buffer handles, variables' values) as one callable
+        (``CPUBatch``), or None where a batch cannot call them (TinyJit then launches each)."""
+        if not batch_supported() or not all(CPUBatch.fits(p, len(b), len(v)) for p, b, v in calls):
+            return None
+        return CPUBatch(calls)
+
     def declare(self, buffers: int, vals: int) -> None:
         """Declare the C argument types; once, since the kernel's signature never changes."""
         if self.arity is not None:
@@ -196,3 +205,108 @@ class CPUProgram:
 
     def __repr__(self) -> str:
         return f"<CPUProgram {self.name}>"
+
+
+# ---- replaying many launches in one call (TinyJit) -------------------------------------------
+
+#: The most arguments (buffers and ints) of a kernel a batch calls; a kernel with more runs alone.
+BATCH_ARGUMENTS = 24
+
+
+def _batch_source() -> str:
+    """C for ``run_batch``: call ``n`` kernels in order, each through its address with its
+    arguments as pointer-sized words (an int argument too: the x86-64 and AArch64 Linux calling
+    conventions pass an int in the low half of a register or an 8-byte stack slot, as a pointer).
+    A kernel whose ``active`` byte is 0 is skipped."""
+    cases = []
+    for k in range(BATCH_ARGUMENTS + 1):
+        params = ", ".join(["W"] * k) or "void"
+        args = ", ".join(f"a[{j}]" for j in range(k))
+        cases.append(f"      case {k}: ((void (*)({params}))fns[i])({args}); break;")
+    body = "\n".join(cases)
+    return f"""#include <stdint.h>
+typedef uintptr_t W;
+void run_batch(int n, void **fns, const int *counts, const int *starts, const W *words,
+               const unsigned char *active) {{
+  for (int i = 0; i < n; i++) {{
+    if (!active[i]) continue;
+    const W *a = words + starts[i];
+    switch (counts[i]) {{
+{body}
+    }}
+  }}
+}}
+"""
+
+
+_batch_runner: Any = None
+
+
+def _run_batch() -> Any:
+    """The compiled ``run_batch`` (built once per process, then from the kernel cache)."""
+    global _batch_runner
+    if _batch_runner is None:
+        from fusegrad_cpu.compiler import CCompiler
+
+        binary = CCompiler().compile_cached(_batch_source())
+        function = load_library(binary, "run_batch").run_batch
+        function.restype = None
+        function.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5
+        _batch_runner = function
+    return _batch_runner
+
+
+def batch_supported() -> bool:
+    """Whether ``CPUBatch`` may call kernels here: Linux on x86-64 or AArch64, whose calling
+    conventions pass an int argument as a pointer-sized word (``_batch_source``)."""
+    import platform
+    import sys
+
+    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")
+
+
+class CPUBatch:
+    """Launches replayed by one C call instead of a ctypes call each (``CPUProgram.batch``):
+    TinyJit's replay of a small model is then the kernels' time, not Python's (silero-vad's 38
+    launches took about 3 us each through ctypes). Arguments are set in place between calls:
+    ``set_buffer`` (an input's new buffer), ``set_vals`` (variables' values), ``set_active``."""
+
+    def __init__(self, calls: list[tuple[CPUProgram, list[np.ndarray], tuple[int, ...]]]):
+        self.n = len(calls)
+        self.starts: list[int] = []
+        words: list[int] = []
+        counts = []
+        for _, buffers, vals in calls:
+            self.starts.append(len(words))
+            words += [address_of(b) for b in buffers] + [int(v) for v in vals]
+            counts.append(len(buffers) + len(vals))
+        self.buffers = [len(buffers) for _, buffers, _ in calls]
+        addresses = [
+            ctypes.cast(program.function, ctypes.c_void_p).value for program, _, _ in calls
+        ]
+        self.keep = [program for program, _, _ in calls]  # the libraries stay loaded
+        self.fns = (ctypes.c_void_p * self.n)(*addresses)
+        self.counts = (ctypes.c_int * self.n)(*counts)
+        self.start_words = (ctypes.c_int * self.n)(*self.starts)
+        self.words = (ctypes.c_size_t * max(1, len(words)))(*[w % (1 << 64) for w in words])
+        self.active = (ctypes.c_ubyte * self.n)(*([1] * self.n))
+        self.run = _run_batch()
+
+    @staticmethod
+    def fits(program: CPUProgram, buffers: int, vals: int) -> bool:
+        """Whether a launch of ``program`` can be one of a batch's."""
+        return isinstance(program, CPUProgram) and buffers + vals <= BATCH_ARGUMENTS
+
+    def set_buffer(self, call: int, position: int, handle: np.ndarray) -> None:
+        self.words[self.starts[call] + position] = address_of(handle)
+
+    def set_vals(self, call: int, vals: tuple[int, ...]) -> None:
+        start = self.starts[call] + self.buffers[call]
+        for j, v in enumerate(vals):
+            self.words[start + j] = int(v) % (1 << 64)
+
+    def set_active(self, call: int, active: bool) -> None:
+        self.active[call] = 1 if active else 0
+
+    def __call__(self) -> None:
+        self.run(self.n, self.fns, self.counts, self.start_words, self.words, self.active)

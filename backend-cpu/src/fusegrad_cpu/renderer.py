@@ -53,7 +53,9 @@ def first_level_ways(root: str = CACHE_ROOT) -> int:
     """The associativity of the first core's level-1 data cache (0: unknown)."""
     for entry in glob.glob(os.path.join(root, "index*")):
         try:
-            kind, level, ways = (_read(entry, n) for n in ("type", "level", "ways_of_associativity"))
+            kind, level, ways = (
+                _read(entry, n) for n in ("type", "level", "ways_of_associativity")
+            )
         except OSError:
             continue
         if kind == "Data" and level == "1" and ways.isdigit():

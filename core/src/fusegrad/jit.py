@@ -114,6 +114,8 @@ class _Captured(threading.local):
         self.sources: list[tuple[Buffer, int]] = []
         self.written: list[Buffer] = []  # the buffers the replayed launches write
         self.guards: list[_Guard] = []  # the values read back in the captured call
+        #: all launches as one call, where the device's program type offers it (``_batched``)
+        self.batch: Any = None
 
 
 class TinyJit:
@@ -141,6 +143,7 @@ class TinyJit:
     sources = _PerThread()
     written = _PerThread()
     guards = _PerThread()
+    batch = _PerThread()
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
@@ -159,6 +162,7 @@ class TinyJit:
         )
         self.free_signature, self.values, self.checks = None, {}, []
         self.sources, self.written, self.guards = [], [], []
+        self.batch = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -222,6 +226,7 @@ class TinyJit:
                     f"TinyJit: variable {missing[0]!r} is bound inside the function, so a replay "
                     "cannot know its value; bind it in the shape of an input instead"
                 )
+        self.batch = _batched(self.launches, self.values)
         return out
 
     def _replay(self, inputs: list[Buffer], values: dict | None) -> Any:
@@ -235,7 +240,9 @@ class TinyJit:
         rerun = any(b.version != version for b, version in self.sources)
         if rerun:  # a buffer the constant launches read was written since they last ran
             self.sources = [(b, b.version) for b, _ in self.sources]
-        for launch in self.launches:
+        if self.batch is not None:
+            self.batch.replay(handles, rerun, self.values)
+        for launch in () if self.batch is not None else self.launches:
             if launch.constant and not rerun:
                 continue
             args = launch.handles
@@ -312,6 +319,53 @@ def _constant_launches(
             else:
                 others[id(b)] = b
     return [(b, b.version) for key, b in sources.items() if key not in made], list(others.values())
+
+
+class _Batch:
+    """A capture's launches run by one call of the device's batch (a program type's ``batch``:
+    on the CPU one C loop calling each kernel, instead of a ctypes call each). A replay sets the
+    inputs' buffers, the variables' values and which constant launches run, then calls it."""
+
+    def __init__(self, launches: list[_Launch], batch: Any):
+        self.launches, self.batch = launches, batch
+        self.patches = [(i, k, n) for i, launch in enumerate(launches) for k, n in launch.patches]
+        self.symbolic = [i for i, launch in enumerate(launches) if launch.symbolic]
+        self.constant = [i for i, launch in enumerate(launches) if launch.constant]
+        self.rerun: bool | None = None  # whether the constant launches are set to run
+
+    def replay(self, handles: list[Any], rerun: bool, values: dict) -> None:
+        batch = self.batch
+        for i, k, n in self.patches:
+            batch.set_buffer(i, k, handles[n])
+        for i in self.symbolic:
+            batch.set_vals(i, self.launches[i].runner.vals(values))
+        if rerun is not self.rerun:
+            for i in self.constant:
+                batch.set_active(i, rerun)
+            self.rerun = rerun
+        batch()
+
+
+def _batched(launches: list[_Launch], values: dict) -> _Batch | None:
+    """The launches as one ``_Batch`` when they all run on one device whose program type can
+    batch them (a static ``batch(calls)`` returning a callable, or None), else None."""
+    programs = [launch.runner.program for launch in launches]
+    kind = type(programs[0]) if programs else None
+    make = getattr(kind, "batch", None)
+    if make is None or any(type(p) is not kind for p in programs):
+        return None
+    if any(v not in values for launch in launches for v in launch.runner.kernel.variables):
+        return None  # (the capture reports such a launch's variable)
+    calls = [
+        (
+            launch.runner.program,
+            launch.handles,
+            launch.runner.vals(values) if launch.symbolic else (),
+        )
+        for launch in launches
+    ]
+    batch = make(calls)
+    return None if batch is None else _Batch(launches, batch)
 
 
 def _unbound_signature(signature: tuple) -> tuple[tuple | None, dict]:

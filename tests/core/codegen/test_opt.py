@@ -173,7 +173,9 @@ def test_rows_that_alias_keep_the_columns_outside_in_a_first_level_cache_of_many
     for ways, rows_outside in ((12, False), (8, True), (0, True)):
         target = _target(32, 64)
         target.cache_bytes, target.cache_ways = 32 << 20, ways
-        ast = _reduce_ast(Tensor.empty(1024, 1024, device="CPU") @ Tensor.empty(1024, 1024, device="CPU"))
+        ast = _reduce_ast(
+            Tensor.empty(1024, 1024, device="CPU") @ Tensor.empty(1024, 1024, device="CPU")
+        )
         opts = heuristic_opts(ast, target)
         rows, cols = opts.upcast[0][0], opts.upcast[1][0]
         loops = tuple(d for d in opts.order if d in (rows, cols))

@@ -15,7 +15,7 @@ from fusegrad.codegen.grid import (
 )
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
-from fusegrad.codegen.opt import KernelOpts, heuristic_opts
+from fusegrad.codegen.opt import KernelOpts, heuristic_opts, symbolic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.staged import linearize_staged, lower_staged
 from fusegrad.codegen.tensorcore import (
@@ -190,8 +190,8 @@ def _plan(
     they are."""
     if isinstance(opts, Tiles | TensorCores):
         return None, None, opts if gridded else None
-    if symbolic:  # sizes unknown until the launch: one flat loop, no groups (see uop.ops.Variable)
-        return None, None, None
+    if symbolic:  # sizes unknown until the launch: no groups (see uop.ops.Variable)
+        return symbolic_opts(ast, renderer) if opts is _DEFAULT else None, None, None
     chosen = opts if isinstance(opts, KernelOpts) or opts is None else heuristic_opts(ast, renderer)
     if not gridded or chosen is not None:
         return chosen, None, None

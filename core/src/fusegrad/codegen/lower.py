@@ -288,6 +288,14 @@ def output_index(
         else:
             flat = axes.range(n, outermost)
         return unflatten(flat, shape), flat
+    if not opts.upcast and not opts.tile:  # a loop per axis; sizes may be variables
+        axes_looped = [d for d in opts.order if isinstance(shape[d], UOp) or shape[d] > 1]
+        ranges = {
+            d: axes.range(shape[d], outermost if n == 0 else AxisKind.GLOBAL)
+            for n, d in enumerate(axes_looped)
+        }
+        plain = tuple(ranges.get(d, idx_const(0, index)) for d in range(len(shape)))
+        return plain, flatten(plain, shape, index)
     upcast = dict(opts.upcast)
     blocks = {d: -(-shape[d] // upcast.get(d, 1)) for d in range(len(shape))}
     tile = {d: t for d, t in opts.tile if blocks[d] % t == 0}  # (a tile must divide its axis)
@@ -330,7 +338,9 @@ def online_opts(value: UOp) -> KernelOpts | None:
     Lowering keeps to them whatever else it is asked (BEAM's lanes or upcasts would split the
     keys, or give the running max a row of its own)."""
     longer = [d for d, size in enumerate(value.shape) if size != 1]
-    if not longer or value.shape[longer[-1]] > ONLINE_ROW or not has_online_softmax(value):
+    if not longer or any(isinstance(s, UOp) for s in value.shape):
+        return None  # (a size that is a variable: a loop per axis, see opt.symbolic_opts)
+    if value.shape[longer[-1]] > ONLINE_ROW or not has_online_softmax(value):
         return None
     last = longer[-1]  # (the sum's own axis, of 1, may come after it)
     order = tuple(d for d in range(len(value.shape)) if d != last)

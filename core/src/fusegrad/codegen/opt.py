@@ -288,6 +288,24 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     return opts
 
 
+def symbolic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
+    """The loops of a kernel whose sizes hold variables (a KV cache's length), on a target that
+    loops over its output: a loop per output axis, so that positions are sums of loop counters
+    (one flat loop over ``context * 9`` scores divided and took the remainder of each position
+    in every trip of the reduction: SmolLM2's attention scores took 0.2 ms a layer), and lanes
+    over a reduction's innermost axis when its size is a number. None on a grid target."""
+    value = ast.src[0].src[1]
+    if renderer.grid_dims is not None or Context.NOOPT:
+        return None
+    order = tuple(range(len(value.shape)))
+    reduce = _reduce_of(value)
+    if reduce is None or not isinstance(reduce.src[0].shape[max(reduce.arg[1])], int):
+        return KernelOpts(order)
+    return KernelOpts(
+        order, lanes=_lanes(reduce, RegisterBudget.of(renderer, value.dtype.itemsize))
+    )
+
+
 def _tile_rows(
     shape: tuple[int, ...], candidates: list[int], vector: int, regs: RegisterBudget, whole: bool
 ) -> tuple[list[tuple[int, int]], int]:
