@@ -10,6 +10,7 @@ from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
 from fusegrad.renderer import Renderer
 from fusegrad.schedule.kernelize import abstract, make_plan
 from fusegrad.tensor.movement import _unreshaped
+from fusegrad.uop.ops import Ops
 
 
 def _target(registers: int, vector_bytes: int) -> Renderer:
@@ -358,3 +359,47 @@ def test_an_elementwise_kernel_reading_a_transposed_input_takes_rows_together():
     np.testing.assert_allclose(
         (m * 0.9 + g.T * 0.1).numpy(), m.numpy() * 0.9 + g.numpy().T * 0.1, rtol=1e-6
     )
+
+
+def _cached_attention(length: int) -> tuple[Tensor, np.ndarray]:
+    """SmolLM2's decode attention over the first ``length`` rows of a KV cache (a Variable), the
+    way models/llama.py views it; and numpy's result."""
+    import math
+
+    from fusegrad import Variable
+
+    rng = np.random.default_rng(length)
+    cache_np = rng.standard_normal((64, 1, 192), dtype=np.float32)
+    q_np = rng.standard_normal((1, 1, 9, 64), dtype=np.float32)
+    n = Variable("context", 1, 64).bind(length)
+    keys = Tensor(cache_np, device="CPU").shrink(((0, n), None, None)).permute(1, 0, 2)
+    q = Tensor(q_np, device="CPU").reshape(1, 1, 3, 3, 64).permute(0, 2, 3, 1, 4)
+    k = keys.reshape(1, n, 3, 1, 64).permute(0, 2, 3, 4, 1)
+    v = keys.reshape(1, n, 3, 1, 64).permute(0, 2, 3, 1, 4)
+    out = ((q @ k) * (1 / math.sqrt(64))).softmax(-1) @ v  # (1, 3, 3, 1, 64)
+    kv = cache_np[:length, 0].reshape(length, 3, 64)
+    qn = q_np.reshape(3, 3, 64)
+    s = np.einsum("hgd,lhd->hgl", qn, kv) / 8
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return out, np.einsum("hgl,lhd->hgd", p, kv).reshape(1, 3, 3, 1, 64)
+
+
+def test_kernels_of_a_variable_length_loop_per_axis_without_division():
+    """Attention over a KV cache of variable length: each kernel loops per axis (no flat loop
+    over ``9 * context`` whose position is divided back into axes), the views through reshapes
+    of that length simplify to sums of counters (no ``/`` or ``%`` left), the scores' dot runs
+    in lanes and the weighted sum as vectors of the head's 64 values; values match numpy at
+    each length."""
+    out, _ = _cached_attention(5)
+    rt = Device["CPU"]
+    kernels = [generate(s.ast, rt.renderer, rt.rules) for s in out.schedule()]
+    for kernel in kernels:
+        assert kernel.opts is not None, kernel.name
+        assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in kernel.program), kernel.source
+    scores, weighted = kernels[0], kernels[-1]
+    assert scores.opts.lanes is not None
+    assert weighted.opts.upcast and weighted.opts.upcast[0][0] == 4
+    for length in (1, 5, 17, 64):
+        out, want = _cached_attention(length)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)

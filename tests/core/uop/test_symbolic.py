@@ -237,3 +237,34 @@ def test_unsigned_and_narrow_arithmetic_is_not_regrouped(device):
     assert (-x // 3).tolist() == ((-u) // 3).tolist()
     s = np.arange(-127, 128, 9, dtype=np.int8)
     assert ((Tensor(s, device=device) * 3) // 5).tolist() == ((s * np.int8(3)) // 5).tolist()
+
+
+def test_division_by_a_variable_simplifies_and_matches_c_everywhere():
+    """A view through a reshape of variable size (a KV cache of ``n`` rows) divides by ``n`` or
+    ``n*64``: ``(a*n + b) // n -> a`` and ``% n -> b`` when ``b`` is a loop counting to ``n`` (or
+    ``b*64 + r`` with ``r < 64``), checked against Python for every value; what is not provably
+    below the divisor keeps its division."""
+    n = Variable("n", 1, 6)
+    h, j, r = var("h", 3), UOp(Ops.RANGE, i32, (n,), ("j", "reduce")), var("r", 4)
+    cases = [
+        ((h * (n * 4) + j * 4 + r) // (n * 4), lambda hv, jv, rv, nv: hv),
+        ((h * n + j) % n, lambda hv, jv, rv, nv: jv),
+        ((h * n + j) // n, lambda hv, jv, rv, nv: hv),
+        ((h * (4 * n) + r * n + j) // (n * 4), lambda hv, jv, rv, nv: hv),
+        ((h * (4 * n) + r * n + j) % n, lambda hv, jv, rv, nv: jv),
+    ]
+    for expr, want in cases:
+        simple = simplify(expr)
+        assert not {u.op for u in simple.toposort()} & {Ops.IDIV, Ops.MOD}, expr
+        for nv in range(1, 7):
+            for hv in range(3):
+                for jv in range(nv):
+                    for rv in range(4):
+                        env = {n: nv, h: hv, j: jv, r: rv}
+                        assert _evaluate(simple, env) == want(hv, jv, rv, nv)
+    kept = simplify((h * n + r) // n)  # r < 4 is not below every n
+    assert Ops.IDIV in {u.op for u in kept.toposort()}
+    for nv in range(1, 7):
+        for hv in range(3):
+            for rv in range(4):
+                assert _evaluate(kept, {n: nv, h: hv, r: rv}) == (hv * nv + rv) // nv

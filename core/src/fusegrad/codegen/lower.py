@@ -288,36 +288,38 @@ def output_index(
         else:
             flat = axes.range(n, outermost)
         return unflatten(flat, shape), flat
-    if not opts.upcast and not opts.tile:  # a loop per axis; sizes may be variables
-        axes_looped = [d for d in opts.order if isinstance(shape[d], UOp) or shape[d] > 1]
-        ranges = {
-            d: axes.range(shape[d], outermost if n == 0 else AxisKind.GLOBAL)
-            for n, d in enumerate(axes_looped)
-        }
-        plain = tuple(ranges.get(d, idx_const(0, index)) for d in range(len(shape)))
-        return plain, flatten(plain, shape, index)
-    upcast = dict(opts.upcast)
-    blocks = {d: -(-shape[d] // upcast.get(d, 1)) for d in range(len(shape))}
-    tile = {d: t for d, t in opts.tile if blocks[d] % t == 0}  # (a tile must divide its axis)
-    looped = [
-        (d, blocks[d] // tile.get(d, 1)) for d in opts.order if blocks[d] // tile.get(d, 1) > 1
-    ]
+    # (an axis whose size is a variable is looped whole: no upcast, no tile)
+    upcast = {d: u for d, u in opts.upcast if isinstance(shape[d], int)}
+    blocks = {d: _blocks(s, upcast.get(d, 1)) for d, s in enumerate(shape)}
+    tile = {d: t for d, t in opts.tile if isinstance(blocks[d], int) and blocks[d] % t == 0}
+    trips = {d: blocks[d] // tile[d] if d in tile else blocks[d] for d in range(len(shape))}
+    looped = [(d, trips[d]) for d in opts.order if _longer_than_one(trips[d])]
     looped += [(d, tile[d]) for d in opts.order if d in tile]  # tiles: innermost output loops
     loops: dict[int, list[UOp]] = {}
-    for n, (d, trips) in enumerate(looped):
-        loops.setdefault(d, []).append(axes.range(trips, outermost if n == 0 else AxisKind.GLOBAL))
-    inner = {d: axes.range(u, AxisKind.UPCAST) for d, u in opts.upcast}
+    for n, (d, count) in enumerate(looped):
+        loops.setdefault(d, []).append(axes.range(count, outermost if n == 0 else AxisKind.GLOBAL))
+    inner = {d: axes.range(u, AxisKind.UPCAST) for d, u in upcast.items()}
     idx = []
     for d, size in enumerate(shape):
-        block = idx_const(0, index)
+        block: UOp | None = None
         for loop in loops.get(d, []):
-            block = block * loop.src[0].arg + loop
+            block = loop if block is None else block * loop.src[0].arg + loop
+        block = idx_const(0, index) if block is None else block
         i = block * upcast.get(d, 1) + inner.get(d, idx_const(0, index))
         # an upcast that does not divide the axis computes its last block's spare elements
         # again at the last position: same inputs, same value, written to the same place
-        i = clamp(i, 0, size - 1) if size % upcast.get(d, 1) else i
-        idx.append(i if size > 1 else idx_const(0, index))
+        i = clamp(i, 0, size - 1) if isinstance(size, int) and size % upcast.get(d, 1) else i
+        idx.append(i if _longer_than_one(size) else idx_const(0, index))
     return tuple(idx), flatten(tuple(idx), shape, index)
+
+
+def _blocks(size: int | UOp, upcast: int) -> int | UOp:
+    """How many blocks of ``upcast`` elements an axis of ``size`` takes (a variable: itself)."""
+    return size if isinstance(size, UOp) else -(-size // upcast)
+
+
+def _longer_than_one(size: int | UOp) -> bool:
+    return isinstance(size, UOp) or size > 1
 
 
 def row_reductions(value: UOp) -> list[UOp]:

@@ -171,6 +171,99 @@ def simplify_mod(x: UOp, c: UOp) -> UOp | None:
     return rest if rest.vmax < c.arg else rest % c.arg
 
 
+def _factors(t: UOp) -> tuple[int, list[UOp]]:
+    """``t`` as a product: its constant factor and the other factors (``(i*n)*64``: 64, [i, n])."""
+    if t.op is Ops.CONST:
+        return t.arg, []
+    if t.op is Ops.MUL:
+        (a, fa), (b, fb) = _factors(t.src[0]), _factors(t.src[1])
+        return a * b, fa + fb
+    return 1, [t]
+
+
+def _exact_quotient(t: UOp, c: UOp) -> UOp | None:
+    """``t / c`` when ``c``'s factors are among ``t``'s (``(i*n)*64 / (n*64)`` is ``i``)."""
+    (kt, ft), (kc, fc) = _factors(t), _factors(c)
+    if kc <= 0 or kt % kc:
+        return None
+    for f in fc:
+        if f not in ft:
+            return None
+        ft.remove(f)
+    return multiply_all(ft, kt // kc, t.dtype)
+
+
+def multiply_all(factors: list[UOp], k: int, dtype: DType) -> UOp:
+    """The product of ``factors`` and the constant ``k``."""
+    if not factors:
+        return UOp.const(dtype, k)
+    out = factors[0]
+    for f in factors[1:]:
+        out = out * f
+    return out * k if k != 1 else out
+
+
+def _below(x: UOp, c: UOp) -> bool:
+    """Whether ``0 <= x < c`` for a ``c`` holding a variable: by their bounds, or as
+    ``a*k + b`` with ``0 <= b < k`` and a loop ``a`` that counts to ``n``, for ``c = n*k``."""
+    if x.vmin < 0:
+        return False
+    if x.vmax < c.vmin:
+        return True
+    k, factors = _factors(c)
+    if len(factors) != 1 or k <= 0:
+        return False
+    big = [t for t in terms(x) if t.op is not Ops.CONST and coefficient(t) % k == 0]
+    small = [t for t in terms(x) if t.op is Ops.CONST or coefficient(t) % k]
+    b = add_all(small, x.dtype)
+    n = factors[0]
+    if big and 0 <= b.vmin and b.vmax < k:  # x = a*k + b, a < n
+        a = add_all([multiply_all(f, kt // k, x.dtype) for kt, f in map(_factors, big)], x.dtype)
+        if a.vmax < n.vmin or (a.op is Ops.RANGE and a.src[0] == n):
+            return True
+    split = _split_by(x, n)  # x = a*n + b with 0 <= b < n, a < k
+    if split is None or not split[0] or k == 1:
+        return False
+    a = add_all(split[0], x.dtype)
+    return 0 <= a.vmin and a.vmax < k and _below(split[1], n)
+
+
+def _split_by(x: UOp, c: UOp) -> tuple[list[UOp], UOp] | None:
+    """``x``'s terms divided by a ``c`` holding a variable where they divide exactly, and the sum
+    of the others; None unless every term is nonnegative and ``c`` positive."""
+    if c.op is Ops.CONST or c.vmin <= 0 or x.vmin < 0 or may_wrap(x):
+        return None
+    parts = terms(x)
+    if any(t.vmin < 0 for t in parts):
+        return None
+    quotients, rest = [], []
+    for t in parts:
+        q = _exact_quotient(t, c)
+        if q is None:
+            rest.append(t)
+        else:
+            quotients.append(q)
+    return quotients, add_all(rest, x.dtype)
+
+
+def simplify_symbolic_div(x: UOp, c: UOp) -> UOp | None:
+    """``(a*c + b) // c -> a`` for a divisor holding a variable (a KV cache's length) when
+    ``0 <= b < c``: a view through a reshape of variable size divides by it."""
+    if (split := _split_by(x, c)) is None:
+        return None
+    quotients, rest = split
+    if not _below(rest, c):
+        return None
+    return add_all(quotients, x.dtype)
+
+
+def simplify_symbolic_mod(x: UOp, c: UOp) -> UOp | None:
+    """``(a*c + b) % c -> b`` for a divisor holding a variable, when ``0 <= b < c``."""
+    if (split := _split_by(x, c)) is None or not _below(split[1], c):
+        return None
+    return split[1]
+
+
 def recombine_divmod(x: UOp, c: UOp, y: UOp) -> UOp | None:
     """(x // c) * c + x % c -> x, the identity a reshape round trip leaves behind."""
     return x if y.op is Ops.MOD and y.src[0] is x and y.src[1] is c else None
@@ -234,6 +327,10 @@ SIMPLIFY = PatternMatcher(
         ),  # (x+y)*b
         (_ix // UPat.cvar("c"), simplify_div),
         (_ix % UPat.cvar("c"), simplify_mod),
+        (UPat.cvar("c") * _ix, lambda c, x: x * c.arg if x.op is not Ops.CONST else None),
+        (_ix * (UPat.var("y", dtype=_int) * UPat.cvar("c")), lambda x, y, c: (x * y) * c.arg),
+        (_ix // UPat.var("c", dtype=_int), simplify_symbolic_div),
+        (_ix % UPat.var("c", dtype=_int), simplify_symbolic_mod),
         ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
         (UPat(Ops.ADD, dtype=_int, name="x"), recombine_in_sum),
         (UPat(Ops.CMPLT, src=(_ix, UPat.cvar("c"))), fold_compare),  # decided by bounds
