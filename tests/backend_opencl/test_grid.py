@@ -26,9 +26,12 @@ def kernels(t: Tensor):
 
 @pytest.mark.parametrize("n", [1 << 20, 1000003, 255, 64])
 def test_full_sum_of_floats(cl_device, n):
-    x = RNG.standard_normal(n).astype(np.float32)
+    """Against float64: a float32 sum of n normal values is off by about eps * sqrt(n) (its own
+    values, so that the order tests run in does not pick harder ones: 1e-4 failed a run by 1e-3)."""
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     want = x.astype(np.float64).sum()
-    np.testing.assert_allclose(on_device(x).sum().numpy(), want, rtol=1e-5, atol=1e-4)
+    atol = 1e-4 * max(1.0, (n / 1000) ** 0.5)
+    np.testing.assert_allclose(on_device(x).sum().numpy(), want, rtol=1e-5, atol=atol)
 
 
 @pytest.mark.parametrize("n", [1 << 20, 1000003])
