@@ -51,7 +51,8 @@ class OpenCLRenderer(CStyleRenderer):
     #: a register tile unrolled whole (clang left a 4 x 16 tile's nest rolled: 2x slower)
     loop_pragmas = UNROLL_REGISTER_TILES
     #: MULACC is OpenCL's ``fma`` (one rounding, as the CPU backend's): PoCL kept a matmul's
-    #: separate multiply and add apart, half the tile's arithmetic (1024²: 41 -> 58 GFLOP/s, 70 with ``CPU_TILE``)
+    #: separate multiply and add apart, half the tile's arithmetic (1024²: 41 -> 58 GFLOP/s,
+    #: 70 with ``CPU_TILE``)
     native_ops = GroupOp.ALU
 
     def render_alu(self, u: UOp, src: list[str]) -> str:

@@ -270,25 +270,28 @@ def recombine_divmod(x: UOp, c: UOp, y: UOp) -> UOp | None:
 
 
 def recombine_in_sum(x: UOp) -> UOp | None:
-    """``... + (a // c) * c + ... + a % c + ...`` -> ``... + a + ...``: the same identity when
-    the two terms are not next to each other in the chain of additions."""
+    """``... + (a // c) * (c*k) + ... + (a % c) * k + ...`` -> ``... + a*k + ...``: the identity
+    a reshape round trip leaves behind, also when the two terms are not next to each other in
+    the chain of additions and both are scaled (two reduced axes run as one loop, ``m // 128``
+    and ``m % 128``, in rows 1024 long: ``m * 1024``)."""
     parts = terms(x)
-    mods = {
-        (t.src[0], t.src[1].arg): t for t in parts if t.op is Ops.MOD and t.src[1].op is Ops.CONST
-    }
+    mods: dict[tuple[UOp, int], tuple[UOp, int]] = {}
+    for t in parts:
+        m, k = (t.src[0], t.src[1].arg) if t.op is Ops.MUL and t.src[1].op is Ops.CONST else (t, 1)
+        if m.op is Ops.MOD and m.src[1].op is Ops.CONST:
+            mods[(m.src[0], m.src[1].arg)] = (t, k)
     if not mods:
         return None
     for t in parts:
-        if (
-            t.op is Ops.MUL
-            and t.src[1].op is Ops.CONST
-            and t.src[0].op is Ops.IDIV
-            and t.src[0].src[1].op is Ops.CONST
-            and t.src[0].src[1].arg == t.src[1].arg
-            and (mod := mods.get((t.src[0].src[0], t.src[1].arg))) is not None
-        ):
-            rest = [p for p in parts if p is not t and p is not mod]
-            return add_all([*rest, t.src[0].src[0]], x.dtype)
+        if t.op is not Ops.MUL or t.src[1].op is not Ops.CONST or t.src[0].op is not Ops.IDIV:
+            continue
+        a, c = t.src[0].src
+        if c.op is not Ops.CONST or c.arg <= 0 or t.src[1].arg % c.arg:
+            continue
+        k = t.src[1].arg // c.arg
+        if (found := mods.get((a, c.arg))) is not None and found[1] == k:
+            rest = [p for p in parts if p is not t and p is not found[0]]
+            return add_all([*rest, a * k if k != 1 else a], x.dtype)
     return None
 
 
