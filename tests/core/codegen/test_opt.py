@@ -403,3 +403,17 @@ def test_kernels_of_a_variable_length_loop_per_axis_without_division():
     for length in (1, 5, 17, 64):
         out, want = _cached_attention(length)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_tile_summed_over_two_adjacent_axes_runs_them_as_one_loop():
+    """``sum over (batch, time) of x[..., :, None] * dy[..., None, :]``: both axes are one run in
+    both operands, so the register tile sums them in one loop (inside two, gcc kept its
+    accumulators in memory); merged only when that adds no division."""
+    x, dy = Tensor.empty(4, 128, 256, device="CPU"), Tensor.empty(4, 128, 1024, device="CPU")
+    grad = (x.reshape(4, 128, 256, 1) * dy.reshape(4, 128, 1, 1024)).sum((0, 1))
+    opts = heuristic_opts(_reduce_ast(grad), AVX512)
+    assert opts.merge and len(opts.upcast) == 2
+    rt = Device["CPU"]
+    kernel = generate(_reduce_ast(grad), rt.renderer, rt.rules, opts)
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in kernel.program)
+    assert sum(1 for u in kernel.program if u.op is Ops.RANGE and u.arg.kind.name == "REDUCE") == 1
