@@ -92,6 +92,10 @@ def reduce_in_reading_order(roots: tuple[UOp, ...], order: list[UOp]) -> tuple[U
         new = _rebuilt(u, done, set())
         if new.op is Ops.PERMUTE and (moved := _permute_into_reduce(u, new, users)) is not None:
             new = moved
+        elif (
+            new.op is Ops.PERMUTE and (moved := _permute_into_sum(u, new, users, done)) is not None
+        ):
+            new = moved
         done[u] = new
     return tuple(done[r] for r in roots)
 
@@ -125,6 +129,34 @@ def _permute_into_reduce(old: UOp, new: UOp, users: dict[UOp, int]) -> UOp | Non
         order[position] = axis
     summed = UOp(Ops.REDUCE_AXIS, below.dtype, (_permute(source, tuple(order)),), below.arg)
     return _reshape(summed, old.shape)
+
+
+def _permute_into_sum(
+    old: UOp, new: UOp, users: dict[UOp, int], done: dict[UOp, UOp]
+) -> UOp | None:
+    """A permute of an ADD of reductions (a weight used twice, as a tied embedding and the
+    output head: autograd adds its two gradients, then transposes the sum) as the ADD of the
+    permuted reductions, each moved into its reduction (``_permute_into_reduce``); None unless
+    both move."""
+    add = old.src[0]
+    if add.op is not Ops.ADD or users.get(add, 0) != 1 or new.src[0].op is not Ops.ADD:
+        return None
+    moved = []
+    for old_term, new_term in zip(add.src, new.src[0].src):
+        order = old.arg
+        if old_term.op is Ops.PERMUTE:  # a permute of a permute: one permute of what is below
+            order = tuple(old_term.arg[a] for a in order)
+            old_term = old_term.src[0]
+            new_term = done[old_term]
+        if order == tuple(range(len(order))):
+            moved.append(new_term)  # (the two permutes undo each other)
+            continue
+        outer_old = UOp(Ops.PERMUTE, old.dtype, (old_term,), order)
+        outer_new = UOp(Ops.PERMUTE, new.dtype, (new_term,), order)
+        if (term := _permute_into_reduce(outer_old, outer_new, users)) is None:
+            return None
+        moved.append(term)
+    return UOp(Ops.ADD, new.dtype, tuple(moved))
 
 
 def _rebuilt(u: UOp, done: dict[UOp, UOp], added: set[UOp]) -> UOp:
