@@ -10,7 +10,9 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from fusegrad import Tensor, dtypes  # noqa: E402
 from fusegrad.errors import FileFormatError  # noqa: E402
 from fusegrad.nn.gguf import (  # noqa: E402
+    INLINE_KINDS,
     _half_to_float,
+    block_scales,
     dequantize,
     gguf_metadata,
     quantized_linear,
@@ -81,6 +83,26 @@ def test_quantized_linear_equals_matmul_with_the_dequantized_weight(written, nam
     x = np.random.default_rng(1).standard_normal((3, SHAPE[1])).astype(np.float32)
     got = quantized_linear(Tensor(x), raw, kind, shape).numpy()
     np.testing.assert_allclose(got, x @ expected[name].T, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
+def test_quantized_linear_with_its_blocks_scales_decoded_once(written, name):
+    """``block_scales`` (4- and 5-bit types; None for the others): float16 scales and offsets
+    per group, and the product summed in one pass over each row is the dequantized matmul's;
+    the decode is one kernel of its own (one sum, no partial dots per group)."""
+    path, expected = written
+    _, tensors = gguf_load(path, packed=True)
+    raw, kind, shape = tensors[name]
+    scales = block_scales(raw, kind, shape)
+    if name not in INLINE_KINDS:
+        assert scales is None
+        return
+    assert scales[0].dtype == dtypes.float16 and scales[0].shape == (shape[0], shape[1] // 32, 1)
+    assert (scales[1] is None) == (name in ("Q4_0", "Q5_0"))
+    x = np.random.default_rng(1).standard_normal((3, SHAPE[1])).astype(np.float32)
+    out = quantized_linear(Tensor(x), raw, kind, shape, scales)
+    assert len(out.schedule()) == 1
+    np.testing.assert_allclose(out.numpy(), x @ expected[name].T, rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])

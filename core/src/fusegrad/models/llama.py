@@ -56,9 +56,10 @@ from typing import Any
 
 import numpy as np
 
+from fusegrad.device import Device
 from fusegrad.errors import FileFormatError, InvalidValue
 from fusegrad.jit import TinyJit
-from fusegrad.nn.gguf import dequantize, gguf_host, quantized_linear, to_device
+from fusegrad.nn.gguf import block_scales, dequantize, gguf_host, quantized_linear, to_device
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Variable
 
@@ -145,11 +146,14 @@ class Linear:
     packed: Tensor
     kind: int
     shape: tuple[int, int]
+    #: the blocks' scales decoded once (``gguf.block_scales``), on devices that loop over their
+    #: output: there the decode step's products sum in one pass per row
+    scales: tuple[Tensor, Tensor | None] | None = None
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.shape[0] >= GEMM_ROWS:  # the layout pass copies w into float32 panels: a GEMM
             return x @ dequantize(self.packed, self.kind, self.shape, block_scales=True).T
-        return quantized_linear(x, self.packed, self.kind, self.shape)
+        return quantized_linear(x, self.packed, self.kind, self.shape, self.scales)
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -484,6 +488,13 @@ def _prefixed(tensors: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
+def _linear(packed: Tensor, kind: int, shape: tuple[int, int]) -> Linear:
+    """A ``Linear``, with its blocks' scales decoded once on a device that loops over its output
+    (a grid device decodes them where the weights are read)."""
+    loops = Device[packed.device].renderer.grid_dims is None
+    return Linear(packed, kind, shape, block_scales(packed, kind, shape) if loops else None)
+
+
 def _load(path: str | os.PathLike, device: str | None):
     """Metadata, the tensors (matrices as ``Linear``, the ``JOINED`` ones joined, vectors as
     float32), and the token embedding's packed rows, kept on the host."""
@@ -496,13 +507,13 @@ def _load(path: str | os.PathLike, device: str | None):
         if (found := _joined_rows(table, layer, parts)) is not None:
             kind, shape, views = found
             raw = to_device(np.concatenate(views), kind, device, *views)
-            tensors[f"{layer}{joined}.weight"] = Linear(raw, kind, shape)
+            tensors[f"{layer}{joined}.weight"] = _linear(raw, kind, shape)
             for part in parts:
                 table.pop(f"{layer}{part}.weight")
     for name, (kind, shape, host) in table.items():
         raw = to_device(host, kind, device)
         if len(shape) == 2:
-            tensors[name] = Linear(raw, kind, (shape[0], shape[1]))
+            tensors[name] = _linear(raw, kind, (shape[0], shape[1]))
         else:
             tensors[name] = dequantize(raw, kind, shape)
     kind, shape, host = table["token_embd.weight"]

@@ -43,6 +43,7 @@ __all__ = [
     "gguf_host",
     "gguf_metadata",
     "gguf_read",
+    "block_scales",
     "quantized_linear",
     "to_device",
 ]
@@ -259,8 +260,20 @@ def dequantize(
     return w.reshape(shape)
 
 
-def quantized_linear(x: Tensor, packed: Tensor, kind: int, shape: tuple[int, int]) -> Tensor:
+def quantized_linear(
+    x: Tensor,
+    packed: Tensor,
+    kind: int,
+    shape: tuple[int, int],
+    scales: tuple[Tensor, Tensor | None] | None = None,
+) -> Tensor:
     """``x @ w.T`` for ``x`` ``(T, k)`` and a GGUF weight ``w`` ``(m, k)``, without making ``w``.
+
+    With ``scales`` (``block_scales``: each group's scale and offset decoded once, into
+    buffers of their own) a 4- or 5-bit weight is one sum over all of ``k`` of ``x`` times
+    ``scale * q + offset``: the dot products of the groups are then not summed apart, once per
+    group (a chain of adds across the vector's lanes each time), but in the same lanes to the
+    end of the row (SmolLM2's decode step on two cores: 37 -> 31 ms).
 
     Per group of ``g`` weights sharing a scale: ``scale * (q . x) + offset * sum(x)``. The
     scales are read and converted once per group instead of once per weight, which makes a
@@ -283,6 +296,8 @@ def quantized_linear(x: Tensor, packed: Tensor, kind: int, shape: tuple[int, int
     planes, scale, offset = unpack(packed.reshape(-1, block_bytes), 1)
     n, size = len(planes), planes[0].shape[2]
     groups = k // (size * n)
+    if scales is not None and n > 1:
+        return _inline_dots(x, planes, scales, (m, groups))
     if n == 1:
         xg = x.reshape(t, 1, groups, size).expand(t, m, groups, size).reshape(t, m * groups, size)
         dots = (xg * planes[0].reshape(1, m * groups, size)).sum(-1) * scale.reshape(1, -1)
@@ -298,6 +313,53 @@ def quantized_linear(x: Tensor, packed: Tensor, kind: int, shape: tuple[int, int
         sums = x.reshape(t, groups, 1, n * size).sum(-1).expand(t, groups, m)
         dots = dots + sums * offset.reshape(1, m, groups).permute(0, 2, 1)
     return dots.contiguous().sum(1)
+
+
+#: the block types ``block_scales`` decodes: two planes of 16 weights, one scale (and offset)
+INLINE_KINDS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1")
+
+
+def block_scales(
+    packed: Tensor, kind: int, shape: tuple[int, int]
+) -> tuple[Tensor, Tensor | None] | None:
+    """Each group's scale and offset of the 4- or 5-bit weight ``packed`` ``(m, k)``, decoded
+    once into float16 buffers ``(m, groups, 1)`` (exactly: GGUF keeps them as float16), for
+    ``quantized_linear``; None for the other types."""
+    name, per_block, block_bytes, unpack = _kind(kind)
+    if name not in INLINE_KINDS or unpack is None:
+        return None
+    m, k = shape
+    _, scale, offset = unpack(packed.reshape(-1, block_bytes), 1)
+    groups = k // per_block
+    made = [
+        t.reshape(m, groups, 1).cast(dtypes.float16).contiguous()
+        for t in (scale, offset)
+        if t is not None
+    ]
+    Tensor.realize(*made)
+    return made[0], made[1] if offset is not None else None
+
+
+def _inline_dots(
+    x: Tensor,
+    planes: tuple[Tensor, ...],
+    scales: tuple[Tensor, Tensor | None],
+    groups_shape: tuple[int, int],
+) -> Tensor:
+    """``x @ w.T`` as one sum over groups and their weights of ``x * (scale * q + offset)``."""
+    (m, groups), t = groups_shape, x.shape[0]
+    scale = scales[0].cast(dtypes.float32)
+    offset = scales[1].cast(dtypes.float32) if scales[1] is not None else None
+    size = planes[0].shape[2]
+    xs = x.reshape(t, 1, groups, len(planes), size)
+    total: Tensor | None = None
+    for i, plane in enumerate(planes):
+        w = plane.reshape(m, groups, size) * scale
+        w = w + offset if offset is not None else w
+        term = xs[:, :, :, i] * w.reshape(1, m, groups, size)
+        total = term if total is None else total + term
+    assert total is not None
+    return total.sum((2, 3))
 
 
 # ---- the file: header, metadata, tensor table ----------------------------------------------------

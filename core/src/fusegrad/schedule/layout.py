@@ -257,39 +257,42 @@ def panel_columns_operand(red: UOp, caps: Capabilities) -> UOp | None:
     A matmul here is ``sum(a * b)`` over one axis k, where ``a`` is broadcast along exactly one
     output axis (the columns m, which ``b`` varies along) and ``b`` along one or more (the rows).
     """
-    if caps.grid_dims is not None or len(red.arg[1]) != 1:
-        return None
-    if (found := _product(red, permuted=True)) is None:
+    if caps.grid_dims is not None or (found := _product(red, permuted=True)) is None:
         return None
     chain, a, b = found
-    k = red.arg[1][0]
+    ks = red.arg[1]
     if len(chain) < 2 or chain[1].op is not Ops.PERMUTE:
-        return _panelled(chain, a, b, k, caps)
+        return _panelled(chain, a, b, ks, caps)
     # summed through a permute, as autograd sums a weight's gradient ``x^T @ dy``: the columns
     # may be either operand's. The one whose rows alias (4 KB long) is copied first: read in
     # place, each step along k takes a new page whether its values are the tile's vectors or
     # its broadcast rows (the GPT's (1024, 256) gradients: 81 -> 237 GFLOP/s with dy copied)
-    k = chain[1].arg[k]
+    ks = tuple(chain[1].arg[k] for k in ks)
     mul = chain[-1]
     swapped = [*chain[:-1], mul.replace(src=(mul.src[1], mul.src[0]))]
+    # (only those: a softmax's probabilities, read through the permute of attention's heads,
+    # copied into panels would cut the one-kernel attention apart)
     orders = [(chain, a, b), (swapped, b, a)]
-    orders.sort(key=lambda order: not _aliasing_rows(order[2], k))
-    for c, x, y in orders:
-        if (new := _panelled(c, x, y, k, caps)) is not None:
+    for c, x, y in (order for order in orders if _aliasing_rows(order[2], ks)):
+        if (new := _panelled(c, x, y, ks, caps)) is not None:
             return new
     return None
 
 
-def _aliasing_rows(b: UOp, k: int) -> bool:
+def _aliasing_rows(b: UOp, ks: tuple[int, ...]) -> bool:
     """Whether ``b`` (below its broadcasts) has rows of a multiple of ``ALIASING_BYTES`` along
-    the summed axis ``k``: the elements it varies along, other than ``k``, that long in bytes."""
+    the summed axes ``ks``: the elements it varies along, other than those, that long in bytes."""
     src = _below(b, (Ops.EXPAND,))
-    width = prod(s for d, s in enumerate(src.shape) if d != k)
-    return src.shape[k] > 1 and (width * src.dtype.itemsize) % ALIASING_BYTES == 0
+    width = prod(s for d, s in enumerate(src.shape) if d not in ks)
+    return prod(src.shape[k] for k in ks) > 1 and (width * src.dtype.itemsize) % ALIASING_BYTES == 0
 
 
-def _panelled(chain: list[UOp], a: UOp, b: UOp, k: int, caps: Capabilities) -> UOp | None:
-    """``panel_columns_operand`` for the product ``a * b`` summed over the MUL's axis ``k``."""
+def _panelled(
+    chain: list[UOp], a: UOp, b: UOp, ks: tuple[int, ...], caps: Capabilities
+) -> UOp | None:
+    """``panel_columns_operand`` for the product ``a * b`` summed over the MUL's axes ``ks``
+    (several: a weight's gradient over batch and time): panels ``(..., m/p, k, p)`` with ``k``
+    all the summed axes' elements."""
     shape = chain[-1].shape
     a_views, a_src = _views_down(a, (Ops.EXPAND,))
     views, b_src = _views_down(b, (Ops.EXPAND,))
@@ -297,23 +300,32 @@ def _panelled(chain: list[UOp], a: UOp, b: UOp, k: int, caps: Capabilities) -> U
         return None
     columns = [d for d, s in enumerate(shape) if a_src.shape[d] == 1 < s and b_src.shape[d] == s]
     rows = prod(s for d, s in enumerate(shape) if b_src.shape[d] == 1 < s)
-    if len(columns) != 1 or columns[0] == k or b_src.shape[k] == 1 or rows < PANEL_ROWS:
+    if len(columns) != 1 or columns[0] in ks or rows < PANEL_ROWS:
+        return None
+    if any(b_src.shape[k] != shape[k] for k in ks) or prod(shape[k] for k in ks) == 1:
         return None
     (m,) = columns
     p = 2 * caps.vector_bytes // b_src.dtype.itemsize
     size = shape[m]
     if size % p or size == p or prod(b_src.shape) < PANEL_ELEMENTS // 16:
         return None
-    if _innermost_in_source(b_src, m) and (size * b_src.dtype.itemsize) % ALIASING_BYTES:
+    if (
+        len(ks) == 1
+        and _innermost_in_source(b_src, m)
+        and (size * b_src.dtype.itemsize) % ALIASING_BYTES
+    ):
         return None
-    order = (*(d for d in range(len(shape)) if d not in (m, k)), m, k)
-    lead = tuple(b_src.shape[d] for d in order[:-2])
-    split = _reshape(_permute(b_src, order), (*lead, size // p, p, shape[k]))
+    if len(ks) > 1 and not _aliasing_rows(b, ks):
+        return None  # (several summed axes: copied only for the aliasing rows)
+    order = (*(d for d in range(len(shape)) if d != m and d not in ks), m, *ks)
+    lead = tuple(b_src.shape[d] for d in order[: -1 - len(ks)])
+    summed = prod(shape[k] for k in ks)
+    split = _reshape(_permute(b_src, order), (*lead, size // p, p, summed))
     swap = (*range(len(lead) + 1), len(lead) + 2, len(lead) + 1)  # (..., m/p, k, p) and back
     panels = _permute(UOp(Ops.CONTIGUOUS, b_src.dtype, (_permute(split, swap),)), swap)
     back = tuple(order.index(d) for d in range(len(order)))
-    copy = _permute(_reshape(panels, (*lead, size, shape[k])), back)
-    return _rebuild_chain(chain + views, copy)
+    copy = _reshape(panels, (*lead, size, *(shape[k] for k in ks)))
+    return _rebuild_chain(chain + views, _permute(copy, back))
 
 
 #: a matmul computes this many rows or more for its right operand to be worth a copy

@@ -932,13 +932,6 @@ def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
     xs, ws = xu.shape, wu.shape
     if ops.VARIABLES_USED and (is_symbolic(xs) or is_symbolic(ws)):
         return None
-    out_shape = None
-    if len(ws) == 2 and len(xs) > 2:
-        # (..., n, k) @ (k, m) as one (rows, k) @ (k, m), as PyTorch's linear: the same forward
-        # kernel, and the gradient of w sums over one axis of rows instead of several (a GPT's
-        # weight gradients, summed over batch and time, ran at half a matmul's speed)
-        out_shape, xs = xs[:-1] + (ws[-1],), (prod(xs[:-1]), xs[-1])
-        xu = UOp(Ops.RESHAPE, dtype, (xu,), xs)
     batch = broadcast_shapes(xs[:-2], ws[:-2])
     n, k, m = xs[-2], xs[-1], ws[-1]
     full = batch + (n, m, k)
@@ -948,7 +941,7 @@ def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
     we = _broadcast_node(UOp(Ops.RESHAPE, dtype, (we,), ws[:-2] + (1, m, k)), full)
     axis = len(full) - 1
     summed = UOp(Ops.REDUCE_AXIS, dtype, (UOp(Ops.MUL, dtype, (xe, we)),), (Ops.ADD, (axis,)))
-    return x._wrap(UOp(Ops.RESHAPE, dtype, (summed,), out_shape or full[:-1]), x.device)
+    return x._wrap(UOp(Ops.RESHAPE, dtype, (summed,), full[:-1]), x.device)
 
 
 def _broadcast_node(u: UOp, shape: tuple[int, ...]) -> UOp:
