@@ -546,7 +546,7 @@ def _lanes(reduce: UOp, regs: RegisterBudget) -> tuple[int, int] | None:
     # several trips per lane: combining the lanes at the end is a chain of adds
     amount = next((c for c in regs.lane_amounts() if size % c == 0 and size >= 8 * c), None)
     outer = prod(src.shape[a] for a in reduce.arg[1] if a != axis)
-    if amount is None and outer >= 8 and isinstance(outer, int) and size % regs.width == 0:
+    if amount is None and isinstance(outer, int) and outer >= 8 and size % regs.width == 0:
         # a short innermost axis inside a long reduction (the 16 bytes of a 4-bit block, 18
         # blocks a row): the lanes add up over all of it, so one register's worth, one trip
         amount = regs.width
