@@ -34,7 +34,8 @@ class KernelOpts:
     order: tuple[int, ...]
     upcast: tuple[tuple[int, int], ...] = ()
     #: ``(reduced axis, amount)``: that axis of the reduction runs as vector lanes, each with an
-    #: accumulator of its own, combined after the loop
+    #: accumulator of its own, combined after the loop; axis ``INNERMOST``: each reduction's own
+    #: innermost reduced axis (a kernel of several sums)
     lanes: tuple[int, int] | None = None
     #: the two innermost reduced axes, when next to each other, run as one loop (rows of 20
     #: become one run of 400: room for wide lanes); ``lanes`` then names the inner one
@@ -43,6 +44,10 @@ class KernelOpts:
     #: innermost of the output loops (a matmul walks ``trips`` column panels for each block of
     #: rows, so the rows are read once per panel group, the panels stay in cache for all rows)
     tile: tuple[tuple[int, int], ...] = ()
+
+
+#: ``KernelOpts.lanes``' axis meaning each reduction's innermost reduced axis
+INNERMOST = -1
 
 
 def idx_const(v: int | UOp, index: DType = dtypes.index) -> UOp:
@@ -238,8 +243,10 @@ class Lowerer:
         src = u.src[0]
         if any(src.shape[a] == 0 for a in axes):  # nothing to reduce: the identity
             return reduce_identity(reduce_op, u.dtype)
-        lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (-1, 1)
+        lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (-2, 1)
         looped = sorted(a for a in axes if src.shape[a] != 1)
+        if lane_axis == INNERMOST and looped:  # (each sum's own innermost axis: opt._shared_lanes)
+            lane_axis = looped[-1]
         # the two innermost reduced axes as one loop (KernelOpts.merge): its counter m gives
         # m // width and m % width, which simplify back into the inputs' flat positions
         pair = looped[-2:] if self.opts and self.opts.merge and len(looped) >= 2 else []

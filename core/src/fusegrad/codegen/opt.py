@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusegrad.codegen.lower import (  # (KernelOpts: what lowering follows)
+    INNERMOST,
     KernelOpts,
     lower_kernel,
     online_opts,
@@ -229,7 +230,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     if (online := online_opts(value)) is not None:
         return online
     if reduce is None:
-        return _elementwise_opts(value)
+        return _shared_lanes(value, renderer) or _elementwise_opts(value)
     shape = value.shape
     axes = [d for d, s in enumerate(shape) if s > 1]
     upcast: list[tuple[int, int]] = []
@@ -477,6 +478,21 @@ def _merged_tile(value: UOp, opts: KernelOpts, reduce: UOp) -> KernelOpts:
         return opts
     merged = KernelOpts(opts.order, opts.upcast, opts.lanes, merge=True, tile=opts.tile)
     return merged if _index_divisions(value, merged) <= _index_divisions(value, opts) else opts
+
+
+def _shared_lanes(value: UOp, renderer: Renderer) -> KernelOpts | None:
+    """A kernel of several sums over the same axes of sources of one shape (an LSTM cell's
+    eight matrix-vector products, one per gate and input): a loop per output axis and the
+    sums' innermost axis in lanes, for each of them. As one flat loop, each sum ran scalar."""
+    reduces = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
+    if len(reduces) < 2 or any(isinstance(s, UOp) for s in value.shape):
+        return None
+    inner = {(r.arg[0], r.src[0].shape[max(r.arg[1])], r.src[0].size // r.size) for r in reduces}
+    if len(inner) != 1:
+        return None  # (sums of different ops or lengths)
+    lanes = _lanes(reduces[0], RegisterBudget.of(renderer, value.dtype.itemsize))
+    order = tuple(range(len(value.shape)))
+    return KernelOpts(order, lanes=(INNERMOST, lanes[1])) if lanes else None
 
 
 def _elementwise_opts(value: UOp) -> KernelOpts | None:
