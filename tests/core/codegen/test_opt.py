@@ -437,3 +437,22 @@ def test_a_kernel_of_several_sums_runs_each_in_lanes():
     g = w @ x + r @ h
     want = 1 / (1 + np.exp(-g[:128])) * np.tanh(g[128:256])
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_lanes_reading_every_other_element_run_as_vectors():
+    """A matrix-vector product whose vector is every other element of an input, through a relu
+    (a select): the lanes cannot be unrolled into registers (gcc leaves selects scalar), and a
+    load moving by 2 still takes the SIMD hint, not none (scalar: silero-vad's LSTM input)."""
+    from fusegrad.uop.loops import LoopHint
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 128), dtype=np.float32)
+    x = rng.standard_normal(256, dtype=np.float32)
+    tx = Tensor(x, device="CPU")
+    out = Tensor(w, device="CPU") @ tx.reshape(128, 2)[:, 0].relu()
+    rt = Device["CPU"]
+    (step,) = out.schedule()
+    kernel = generate(step.ast, rt.renderer, rt.rules)
+    lanes = [u for u in kernel.program if u.op is Ops.RANGE and u.arg.kind.name == "LANE"]
+    assert lanes and all(u.arg.hint is LoopHint.SIMD for u in lanes)
+    np.testing.assert_allclose(out.numpy(), w @ np.maximum(x[::2], 0), rtol=1e-4, atol=1e-4)

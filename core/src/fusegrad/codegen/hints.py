@@ -40,19 +40,35 @@ _UNROLL_STATEMENTS = 512
 _SHORT_EPILOGUE = 16
 
 
-def reads_consecutively(loop: UOp, body: list[UOp], halving: bool = False) -> bool:
+def reads_consecutively(
+    loop: UOp, body: list[UOp], halving: bool = False, strided: bool = False
+) -> bool:
     """Whether every memory access in ``body`` that moves with ``loop`` moves by one element
     (or, with ``halving``, by one element every ``k`` steps: ``loop // k``, as a pooling's
-    backward reads, which vector code does with a shuffle)."""
+    backward reads, which vector code does with a shuffle; with ``strided``, a load may move by
+    up to ``MAX_STRIDE`` elements, which vector code reads as whole vectors and shuffles)."""
     for u in body:
         if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
             index = u.src[0].src[1]
             moving = [t for t in terms(index) if loop in toposort([t])]
             for t in moving:
                 slow = t.op is Ops.IDIV and t.src[0] is loop and t.src[1].op is Ops.CONST
-                if t is not loop and not (halving and slow) and not _clamped_step(t, loop):
-                    return False
+                step = (
+                    strided
+                    and u.op is Ops.LOAD
+                    and t.op is Ops.MUL
+                    and t.src[0] is loop
+                    and t.src[1].op is Ops.CONST
+                    and 1 < t.src[1].arg <= MAX_STRIDE
+                )
+                if t is not loop and not (halving and slow) and not step:
+                    if not _clamped_step(t, loop):
+                        return False
     return True
+
+
+#: the longest step of a strided load a short loop still runs as vectors (``reads_consecutively``)
+MAX_STRIDE = 4
 
 
 def _clamped_step(t: UOp, loop: UOp) -> bool:
@@ -164,7 +180,9 @@ def _hint(
             _uses_accumulators(body) and _packs_in_registers(loop, body) and around < 2
         ):
             return LoopHint.UNROLL
-        return LoopHint.SIMD if reads_consecutively(loop, body) else LoopHint.NONE
+        # (a load every other element, silero-vad's LSTM input: scalar without the hint)
+        strided = loop.arg.kind is AxisKind.LANE
+        return LoopHint.SIMD if reads_consecutively(loop, body, strided=strided) else LoopHint.NONE
     if elementwise and innermost and reads_consecutively(loop, body, halving=True):
         # gcc leaves many such loops scalar on its own: a pooling's backward ran 4x slower
         return LoopHint.SIMD
