@@ -16,6 +16,7 @@ from fusegrad.nn.gguf import (  # noqa: E402
     dequantize,
     gguf_metadata,
     quantized_linear,
+    split_nibbles,
 )
 from fusegrad.nn.state import gguf_load  # noqa: E402
 
@@ -103,6 +104,26 @@ def test_quantized_linear_with_its_blocks_scales_decoded_once(written, name):
     out = quantized_linear(Tensor(x), raw, kind, shape, scales)
     assert len(out.schedule()) == 1
     np.testing.assert_allclose(out.numpy(), x @ expected[name].T, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
+def test_a_4_bit_weight_kept_as_nibbles_and_scales(written, name):
+    """``split_nibbles`` (Q4_0 and Q4_1; None for the others): 16 bytes of nibbles and float16
+    scales per block, no more bytes than the file's; dequantized bit for bit as gguf does, and
+    its product with ``x`` the dequantized matmul's."""
+    path, expected = written
+    _, tensors = gguf_load(path, packed=True)
+    raw, kind, shape = tensors[name]
+    split = split_nibbles(raw, kind, shape)
+    if name not in ("Q4_0", "Q4_1"):
+        assert split is None
+        return
+    parts = [t for t in (split.nibbles, split.scale, split.offset) if t is not None]
+    assert sum(t.numel() * t.dtype.itemsize for t in parts) == raw.numel() * raw.dtype.itemsize
+    np.testing.assert_array_equal(split.dequantize().numpy(), expected[name])
+    x = np.random.default_rng(2).standard_normal((2, SHAPE[1])).astype(np.float32)
+    got = split.linear(Tensor(x)).numpy()
+    np.testing.assert_allclose(got, x @ expected[name].T, rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])

@@ -59,7 +59,15 @@ import numpy as np
 from fusegrad.device import Device
 from fusegrad.errors import FileFormatError, InvalidValue
 from fusegrad.jit import TinyJit
-from fusegrad.nn.gguf import block_scales, dequantize, gguf_host, quantized_linear, to_device
+from fusegrad.nn.gguf import (
+    Nibbles,
+    block_scales,
+    dequantize,
+    gguf_host,
+    quantized_linear,
+    split_nibbles,
+    to_device,
+)
 from fusegrad.tensor import Tensor
 from fusegrad.uop.ops import Variable
 
@@ -143,15 +151,21 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 class Linear:
     """A weight ``(out, in)`` as the file packs it; ``linear(x)`` is ``x @ weight.T``."""
 
-    packed: Tensor
+    packed: Tensor | None
     kind: int
     shape: tuple[int, int]
     #: the blocks' scales decoded once (``gguf.block_scales``), on devices that loop over their
     #: output: there the decode step's products sum in one pass per row
     scales: tuple[Tensor, Tensor | None] | None = None
+    #: a 4-bit weight there kept as nibbles and scales (``gguf.split_nibbles``; ``packed`` None)
+    split: Nibbles | None = None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if x.shape[0] >= GEMM_ROWS:  # the layout pass copies w into float32 panels: a GEMM
+        gemm = x.shape[0] >= GEMM_ROWS  # the layout pass copies w into float32 panels: a GEMM
+        if self.split is not None:
+            return x @ self.split.dequantize().T if gemm else self.split.linear(x)
+        assert self.packed is not None
+        if gemm:
             return x @ dequantize(self.packed, self.kind, self.shape, block_scales=True).T
         return quantized_linear(x, self.packed, self.kind, self.shape, self.scales)
 
@@ -491,8 +505,11 @@ def _prefixed(tensors: dict[str, Any], prefix: str) -> dict[str, Any]:
 def _linear(packed: Tensor, kind: int, shape: tuple[int, int]) -> Linear:
     """A ``Linear``, with its blocks' scales decoded once on a device that loops over its output
     (a grid device decodes them where the weights are read)."""
-    loops = Device[packed.device].renderer.grid_dims is None
-    return Linear(packed, kind, shape, block_scales(packed, kind, shape) if loops else None)
+    if Device[packed.device].renderer.grid_dims is not None:
+        return Linear(packed, kind, shape)
+    if (split := split_nibbles(packed, kind, shape)) is not None:
+        return Linear(None, kind, shape, split=split)  # (the blocks' bytes are freed)
+    return Linear(packed, kind, shape, block_scales(packed, kind, shape))
 
 
 def _load(path: str | os.PathLike, device: str | None):

@@ -28,6 +28,7 @@ import mmap
 import os
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,8 +44,10 @@ __all__ = [
     "gguf_host",
     "gguf_metadata",
     "gguf_read",
+    "Nibbles",
     "block_scales",
     "quantized_linear",
+    "split_nibbles",
     "to_device",
 ]
 
@@ -320,7 +323,7 @@ INLINE_KINDS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1")
 
 
 def block_scales(
-    packed: Tensor, kind: int, shape: tuple[int, int]
+    packed: Tensor, kind: int, shape: tuple[int, int], realize: bool = True
 ) -> tuple[Tensor, Tensor | None] | None:
     """Each group's scale and offset of the 4- or 5-bit weight ``packed`` ``(m, k)``, decoded
     once into float16 buffers ``(m, groups, 1)`` (exactly: GGUF keeps them as float16), for
@@ -336,8 +339,59 @@ def block_scales(
         for t in (scale, offset)
         if t is not None
     ]
-    Tensor.realize(*made)
+    if realize:
+        Tensor.realize(*made)
     return made[0], made[1] if offset is not None else None
+
+
+#: 4-bit types a loop device keeps as nibbles and decoded scales apart (``split_nibbles``): where
+#: a block's 16 bytes of nibbles start, and what is subtracted from each nibble
+NIBBLE_KINDS = {"Q4_0": (2, 8), "Q4_1": (4, 0)}
+
+
+@dataclass(frozen=True, slots=True)
+class Nibbles:
+    """A 4-bit weight ``(m, k)`` kept apart: its blocks' nibbles ``(blocks, 16)`` uint8 and each
+    group's scale and offset ``(m, groups, 1)`` float16 (``block_scales``): the same 20 bytes a
+    block has in the file, the scales no longer decoded from bytes in every kernel."""
+
+    nibbles: Tensor
+    scale: Tensor
+    offset: Tensor | None
+    kind: int
+    shape: tuple[int, int]
+
+    def planes(self) -> tuple[Tensor, ...]:
+        """The low and high nibbles (weights 0-15 and 16-31 of each block) as float32."""
+        return _floats(_planes(self.nibbles), NIBBLE_KINDS[_kind(self.kind)[0]][1])
+
+    def linear(self, x: Tensor) -> Tensor:
+        """``x @ w.T``: one sum per row of ``x * (scale * q + offset)`` (``_inline_dots``)."""
+        m, k = self.shape
+        return _inline_dots(x, self.planes(), (self.scale, self.offset), (m, k // 32))
+
+    def dequantize(self) -> Tensor:
+        """``w`` in float32, bit for bit as ``dequantize`` (gguf's order: ``d * q + m``)."""
+        low, high = self.planes()
+        q = low.cat(high, dim=-1)  # (blocks, 1, 32)
+        w = self.scale.cast(dtypes.float32).reshape(-1, 1, 1) * q
+        if self.offset is not None:
+            w = w + self.offset.cast(dtypes.float32).reshape(-1, 1, 1)
+        return w.reshape(self.shape)
+
+
+def split_nibbles(packed: Tensor, kind: int, shape: tuple[int, int]) -> Nibbles | None:
+    """``packed`` (a Q4_0 or Q4_1 weight's blocks) as ``Nibbles``, realized; None for other
+    types. Memory stays that of the file's blocks: ``packed`` is not needed any more."""
+    name, _, block_bytes, _ = _kind(kind)
+    if name not in NIBBLE_KINDS:
+        return None
+    start = NIBBLE_KINDS[name][0]
+    nibbles = packed.reshape(-1, block_bytes)[:, start : start + 16].contiguous()
+    scales = block_scales(packed, kind, shape, realize=False)
+    assert scales is not None
+    Tensor.realize(nibbles, *(t for t in scales if t is not None))
+    return Nibbles(nibbles, scales[0], scales[1], kind, shape)
 
 
 def _inline_dots(
