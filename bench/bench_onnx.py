@@ -1,6 +1,7 @@
 """Real ONNX models from pip packages: fusegrad CPU against onnxruntime on 1 and 2 threads.
 
     python bench/bench_onnx.py [--repeats 20] [--models det,rec,cls,silero_vad] [--det-size 640]
+                               [--gap-ms 0]
                                [--fusegrad-threads N]
 
 Models: PP-OCRv4 detection (1x3x640x640 by default), recognition (1x3x48x320) and the angle
@@ -9,7 +10,8 @@ classifier (1x3x48x192) from rapidocr-onnxruntime, and the silero-vad exports fr
 (under TinyJit when the model allows it, else the plain runner), onnxruntime with
 ``intra_op_num_threads`` 1 and 2, and the ratios ort / fusegrad (> 1: fusegrad is faster).
 Every contender runs once before timing (fusegrad's compile and capture are excluded; its first
-call is printed separately), and the contenders take turns in each round.
+call is printed separately), and the contenders take turns in each round. The fastest call of
+each is printed too, with its ratios: on a machine with busy neighbours the medians carry them.
 """
 
 from __future__ import annotations
@@ -111,20 +113,25 @@ def ort_call(path: Path, feeds: dict[str, np.ndarray], threads: int) -> Callable
     return lambda: session.run(None, feeds)
 
 
-def medians(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds per call of each contender, taking turns in each round."""
+def medians(
+    contenders: dict[str, Callable[[], object]], repeats: int, gap: float = 0.0
+) -> dict[str, tuple[float, float]]:
+    """Median and fastest seconds per call of each contender, taking turns in each round (on a
+    machine with busy neighbours the medians carry their noise; the fastest calls less so)."""
     for fn in contenders.values():
         fn()
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(repeats):
         for key, fn in contenders.items():
+            if gap:
+                time.sleep(gap)  # the last contender's threads stop spinning on the cores
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
-def bench(name: str, repeats: int, det_size: int) -> None:
+def bench(name: str, repeats: int, det_size: int, gap: float = 0.0) -> None:
     path = model_path(name)
     if path is None:
         pip = "rapidocr-onnxruntime" if name in OCR else "silero-vad"
@@ -137,13 +144,16 @@ def bench(name: str, repeats: int, det_size: int) -> None:
     result = medians(
         {"fusegrad": fusegrad, "ort1": ort_call(path, feeds, 1), "ort2": ort_call(path, feeds, 2)},
         repeats,
+        gap,
     )
-    fg, o1, o2 = (result[k] * 1e3 for k in ("fusegrad", "ort1", "ort2"))
+    fg, o1, o2 = (result[k][0] * 1e3 for k in ("fusegrad", "ort1", "ort2"))
+    bf, b1, b2 = (result[k][1] * 1e3 for k in ("fusegrad", "ort1", "ort2"))
     shape = "x".join(map(str, next(iter(feeds.values())).shape))
     print(
         f"{name:24s} {shape:>12s}  fusegrad({how}) {fg:8.2f} ms (first calls {first:.1f} s)"
         f"  ort1 {o1:8.2f} ms  ort2 {o2:8.2f} ms  ratio ort1/fg {o1 / fg:5.2f}"
-        f"  ort2/fg {o2 / fg:5.2f}"
+        f"  ort2/fg {o2 / fg:5.2f}  | fastest calls: {bf:.2f} / {b1:.2f} / {b2:.2f} ms,"
+        f" ratios {b1 / bf:5.2f} {b2 / bf:5.2f}"
     )
 
 
@@ -157,6 +167,13 @@ def main() -> None:
     )
     parser.add_argument("--det-size", type=int, default=640, help="detection input side")
     parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=0.0,
+        help="pause before each timed call, so that no library's idle threads still spin on the "
+        "cores (a voice detector is called once per 32 ms chunk); default 0: back to back",
+    )
+    parser.add_argument(
         "--fusegrad-threads",
         type=int,
         default=0,
@@ -169,7 +186,7 @@ def main() -> None:
     print(f"fusegrad CPU threads (OMP_NUM_THREADS): {os.environ.get('OMP_NUM_THREADS', 'default')}")
     for name in args.models.split(","):
         try:
-            bench(name.strip(), args.repeats, args.det_size)
+            bench(name.strip(), args.repeats, args.det_size, args.gap_ms / 1000)
         except Exception as e:  # one model failing must not hide the others' figures
             print(f"{name.strip()}: FAILED {type(e).__name__}: {str(e)[:200]}")
 
