@@ -49,9 +49,9 @@ def test_neighbouring_threads_read_neighbouring_columns():
 
 
 def test_a_software_adapter_takes_larger_register_blocks():
-    """On the processor (llvmpipe) each read is a gather across the lanes: 32 x 16 outputs per
-    thread; a GPU's registers hold 8 x 8."""
-    assert WGSLRenderer(on_cpu=True).tile_upcast == (32, 16)
+    """On the processor (llvmpipe) each read is a gather across the lanes: 32 x 32 outputs per
+    thread (in groups of 4 x 4 threads, a block of 128 x 128); a GPU's registers hold 8 x 8."""
+    assert WGSLRenderer(on_cpu=True).tile_upcast == (32, 32)
     assert WGSLRenderer().tile_upcast == (8, 8)
 
 
