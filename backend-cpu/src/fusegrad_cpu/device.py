@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import hashlib
 import itertools
 import os
+import platform
 import re
 import shutil
+import sys
 import time
 import weakref
 from typing import Any
@@ -239,29 +242,21 @@ void run_batch(int n, void **fns, const int *counts, const int *starts, const W 
 """
 
 
-_batch_runner: Any = None
-
-
+@functools.cache
 def _run_batch() -> Any:
     """The compiled ``run_batch`` (built once per process, then from the kernel cache)."""
-    global _batch_runner
-    if _batch_runner is None:
-        from fusegrad_cpu.compiler import CCompiler
+    from fusegrad_cpu.compiler import CCompiler  # (compiler.py imports this module)
 
-        binary = CCompiler().compile_cached(_batch_source())
-        function = load_library(binary, "run_batch").run_batch
-        function.restype = None
-        function.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5
-        _batch_runner = function
-    return _batch_runner
+    binary = CCompiler().compile_cached(_batch_source())
+    function = load_library(binary, "run_batch").run_batch
+    function.restype = None
+    function.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5
+    return function
 
 
 def batch_supported() -> bool:
     """Whether ``CPUBatch`` may call kernels here: Linux on x86-64 or AArch64, whose calling
     conventions pass an int argument as a pointer-sized word (``_batch_source``)."""
-    import platform
-    import sys
-
     return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64")
 
 

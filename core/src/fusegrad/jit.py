@@ -242,18 +242,19 @@ class TinyJit:
             self.sources = [(b, b.version) for b, _ in self.sources]
         if self.batch is not None:
             self.batch.replay(handles, rerun, self.values)
-        for launch in () if self.batch is not None else self.launches:
-            if launch.constant and not rerun:
-                continue
-            args = launch.handles
-            if launch.patches:
-                args = list(args)
-                for k, i in launch.patches:
-                    args[k] = handles[i]
-            if launch.symbolic:
-                launch.runner(args, vals=launch.runner.vals(self.values))
-            else:
-                launch.runner(args)
+        else:
+            for launch in self.launches:
+                if launch.constant and not rerun:
+                    continue
+                args = launch.handles
+                if launch.patches:
+                    args = list(args)
+                    for k, i in launch.patches:
+                        args[k] = handles[i]
+                if launch.symbolic:
+                    launch.runner(args, vals=launch.runner.vals(self.values))
+                else:
+                    launch.runner(args)
         for b in self.written:
             b.version += 1
         for guard in self.guards:
@@ -354,8 +355,6 @@ def _batched(launches: list[_Launch], values: dict) -> _Batch | None:
     make = getattr(kind, "batch", None)
     if make is None or any(type(p) is not kind for p in programs):
         return None
-    if any(v not in values for launch in launches for v in launch.runner.kernel.variables):
-        return None  # (the capture reports such a launch's variable)
     calls = [
         (
             launch.runner.program,

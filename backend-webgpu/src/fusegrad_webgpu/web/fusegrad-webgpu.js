@@ -19,6 +19,24 @@ export function parseSafetensors(bytes) {
   return tensors;
 }
 
+/** The tensors of the safetensors file at ``url`` (``parseSafetensors``). */
+export async function fetchTensors(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+  return parseSafetensors(new Uint8Array(await response.arrayBuffer()));
+}
+
+/** A WebGPU device with the limits ``model`` needs (``wantedLimits``); its uncaptured errors
+ * go to ``onError`` (a message). */
+export async function openDevice(model, onError) {
+  if (!navigator.gpu) throw new Error("this browser has no WebGPU (navigator.gpu is missing)");
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) throw new Error("navigator.gpu found no adapter");
+  const device = await adapter.requestDevice({ requiredLimits: wantedLimits(adapter, model) });
+  device.addEventListener("uncapturederror", (e) => onError(e.error.message));
+  return device;
+}
+
 /** ``data`` (a typed array) as bytes padded to whole 32-bit words, as WebGPU copies them. */
 function words(data) {
   const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);

@@ -243,7 +243,7 @@ class Lowerer:
         src = u.src[0]
         if any(src.shape[a] == 0 for a in axes):  # nothing to reduce: the identity
             return reduce_identity(reduce_op, u.dtype)
-        lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (-2, 1)
+        lane_axis, lanes = self.opts.lanes if self.opts and self.opts.lanes else (None, 1)
         looped = sorted(a for a in axes if src.shape[a] != 1)
         if lane_axis == INNERMOST and looped:  # (each sum's own innermost axis: opt._shared_lanes)
             lane_axis = looped[-1]

@@ -98,7 +98,7 @@ def _index_divisions(value: UOp, opts: KernelOpts | None) -> int:
 def _output_loops(nodes: list[UOp], shape: tuple[int, ...]) -> dict[int, UOp]:
     """Output axis -> its loop in the plain kernel (size-1 axes have none; the output loops are
     numbered first, loop number i is the i-th axis longer than 1)."""
-    looped = [d for d, s in enumerate(shape) if s > 1]
+    looped = [d for d, s in enumerate(shape) if isinstance(s, UOp) or s > 1]  # (a variable too)
     outputs = (AxisKind.GLOBAL, AxisKind.PARALLEL)
     return {looped[u.arg.axis]: u for u in nodes if u.op is Ops.RANGE and u.arg.kind in outputs}
 
@@ -308,11 +308,8 @@ def symbolic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     # a fixed output axis along which an input is read consecutively runs as vectors (the head
     # size of attention's weighted sum over a cache of variable length)
     nodes = _lowered(value, KernelOpts(order))
-    looped = [d for d in order if isinstance(shape[d], UOp) or shape[d] > 1]
-    outputs = (AxisKind.GLOBAL, AxisKind.PARALLEL)
-    loops = {looped[u.arg.axis]: u for u in nodes if u.op is Ops.RANGE and u.arg.kind in outputs}
-    for d in reversed(looped):
-        if isinstance(shape[d], int) and d in loops and _reads_consecutively(nodes, loops[d]):
+    for d in reversed(order):
+        if isinstance(shape[d], int) and _output_axis_is_contiguous(nodes, shape, d):
             if (amount := _amount(shape[d], regs.vector_amounts())) > 1:
                 return KernelOpts(order, ((d, amount),))
     if not isinstance(reduce.src[0].shape[max(reduce.arg[1])], int):
@@ -481,9 +478,9 @@ def _merged_tile(value: UOp, opts: KernelOpts, reduce: UOp) -> KernelOpts:
 
 
 def _shared_lanes(value: UOp, renderer: Renderer) -> KernelOpts | None:
-    """A kernel of several sums over the same axes of sources of one shape (an LSTM cell's
-    eight matrix-vector products, one per gate and input): a loop per output axis and the
-    sums' innermost axis in lanes, for each of them. As one flat loop, each sum ran scalar."""
+    """A kernel of several sums of one op and one length (an LSTM cell's eight matrix-vector
+    products, one per gate and input, through views of different shapes): a loop per output
+    axis and each sum's own innermost axis in lanes. As one flat loop, each sum ran scalar."""
     reduces = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
     if len(reduces) < 2 or any(isinstance(s, UOp) for s in value.shape):
         return None

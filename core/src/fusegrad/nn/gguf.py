@@ -129,13 +129,24 @@ def _floats(planes: tuple[Tensor, ...], minus: int = 0) -> tuple[Tensor, ...]:
     )
 
 
+#: 4-bit types a loop device keeps as nibbles and decoded scales apart (``split_nibbles``): where
+#: a block's 16 bytes of nibbles start, and what is subtracted from each nibble
+NIBBLE_KINDS = {"Q4_0": (2, 8), "Q4_1": (4, 0)}
+
+
+def _nibble_floats(b: Tensor, name: str) -> tuple[Tensor, ...]:
+    """A Q4_0 or Q4_1 block's weights as float32 planes, from its bytes (``NIBBLE_KINDS``)."""
+    start, minus = NIBBLE_KINDS[name]
+    return _floats(_planes(b[:, start : start + 16]), minus)
+
+
 def _q4_0(b: Tensor, width: int) -> Parts:
-    return _floats(_planes(b[:, 2:18]), 8), _f16(b, 0, (b.shape[0], 1, width)), None
+    return _nibble_floats(b, "Q4_0"), _f16(b, 0, (b.shape[0], 1, width)), None
 
 
 def _q4_1(b: Tensor, width: int) -> Parts:
     shape = (b.shape[0], 1, width)
-    return _floats(_planes(b[:, 4:20])), _f16(b, 0, shape), _f16(b, 2, shape)
+    return _nibble_floats(b, "Q4_1"), _f16(b, 0, shape), _f16(b, 2, shape)
 
 
 def _q5_0(b: Tensor, width: int) -> Parts:
@@ -344,11 +355,6 @@ def block_scales(
     return made[0], made[1] if offset is not None else None
 
 
-#: 4-bit types a loop device keeps as nibbles and decoded scales apart (``split_nibbles``): where
-#: a block's 16 bytes of nibbles start, and what is subtracted from each nibble
-NIBBLE_KINDS = {"Q4_0": (2, 8), "Q4_1": (4, 0)}
-
-
 @dataclass(frozen=True, slots=True)
 class Nibbles:
     """A 4-bit weight ``(m, k)`` kept apart: its blocks' nibbles ``(blocks, 16)`` uint8 and each
@@ -363,12 +369,14 @@ class Nibbles:
 
     def planes(self) -> tuple[Tensor, ...]:
         """The low and high nibbles (weights 0-15 and 16-31 of each block) as float32."""
-        return _floats(_planes(self.nibbles), NIBBLE_KINDS[_kind(self.kind)[0]][1])
+        name = _kind(self.kind)[0]
+        return _floats(_planes(self.nibbles), NIBBLE_KINDS[name][1])
 
     def linear(self, x: Tensor) -> Tensor:
         """``x @ w.T``: one sum per row of ``x * (scale * q + offset)`` (``_inline_dots``)."""
         m, k = self.shape
-        return _inline_dots(x, self.planes(), (self.scale, self.offset), (m, k // 32))
+        groups = k // _kind(self.kind)[1]
+        return _inline_dots(x, self.planes(), (self.scale, self.offset), (m, groups))
 
     def dequantize(self) -> Tensor:
         """``w`` in float32, bit for bit as ``dequantize`` (gguf's order: ``d * q + m``)."""

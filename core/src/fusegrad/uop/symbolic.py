@@ -54,7 +54,8 @@ def divide_term(term: UOp, c: int) -> UOp:
     if term.op is Ops.CONST:
         return UOp.const(term.dtype, term.arg // c)
     if term.op is Ops.MUL and term.src[1].op is Ops.CONST:
-        return term.src[0] * (term.src[1].arg // c)
+        k = term.src[1].arg // c
+        return term.src[0] if k == 1 else term.src[0] * k
     return term  # c == 1
 
 
@@ -204,8 +205,9 @@ def multiply_all(factors: list[UOp], k: int, dtype: DType) -> UOp:
 
 
 def _below(x: UOp, c: UOp) -> bool:
-    """Whether ``0 <= x < c`` for a ``c`` holding a variable: by their bounds, or as
-    ``a*k + b`` with ``0 <= b < k`` and a loop ``a`` that counts to ``n``, for ``c = n*k``."""
+    """Whether ``0 <= x < c`` for a ``c = n*k`` holding a variable ``n``: by their bounds, or as
+    ``a*k + b`` with ``0 <= b < k`` and a loop ``a`` that counts to ``n``, or as ``a*n + b`` with
+    ``a < k`` and ``0 <= b < n``."""
     if x.vmin < 0:
         return False
     if x.vmax < c.vmin:
@@ -218,7 +220,7 @@ def _below(x: UOp, c: UOp) -> bool:
     b = add_all(small, x.dtype)
     n = factors[0]
     if big and 0 <= b.vmin and b.vmax < k:  # x = a*k + b, a < n
-        a = add_all([multiply_all(f, kt // k, x.dtype) for kt, f in map(_factors, big)], x.dtype)
+        a = add_all([divide_term(t, k) for t in big], x.dtype)
         if a.vmax < n.vmin or (a.op is Ops.RANGE and a.src[0] == n):
             return True
     split = _split_by(x, n)  # x = a*n + b with 0 <= b < n, a < k
@@ -246,22 +248,22 @@ def _split_by(x: UOp, c: UOp) -> tuple[list[UOp], UOp] | None:
     return quotients, add_all(rest, x.dtype)
 
 
+def _divided(x: UOp, c: UOp) -> tuple[UOp, UOp] | None:
+    """``x`` as ``a*c + b`` with ``0 <= b < c``, for a divisor holding a variable: ``(a, b)``."""
+    if (split := _split_by(x, c)) is None or not _below(split[1], c):
+        return None
+    return add_all(split[0], x.dtype), split[1]
+
+
 def simplify_symbolic_div(x: UOp, c: UOp) -> UOp | None:
     """``(a*c + b) // c -> a`` for a divisor holding a variable (a KV cache's length) when
     ``0 <= b < c``: a view through a reshape of variable size divides by it."""
-    if (split := _split_by(x, c)) is None:
-        return None
-    quotients, rest = split
-    if not _below(rest, c):
-        return None
-    return add_all(quotients, x.dtype)
+    return None if (parts := _divided(x, c)) is None else parts[0]
 
 
 def simplify_symbolic_mod(x: UOp, c: UOp) -> UOp | None:
     """``(a*c + b) % c -> b`` for a divisor holding a variable, when ``0 <= b < c``."""
-    if (split := _split_by(x, c)) is None or not _below(split[1], c):
-        return None
-    return split[1]
+    return None if (parts := _divided(x, c)) is None else parts[1]
 
 
 def recombine_divmod(x: UOp, c: UOp, y: UOp) -> UOp | None:
