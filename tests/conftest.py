@@ -40,9 +40,9 @@ def available(name: str) -> bool:
     return spec is not None and spec.unavailable() is None
 
 
-#: The devices core's op tests compare: the interpreter (the oracle), compiled C, and OpenCL
-#: where a driver is installed (PoCL's CPU device in CI), with the same tolerances.
-DEVICES = ["PYTHON", "CPU"] + [name for name in ("OPENCL",) if available(name)]
+#: The devices core's op tests compare: the interpreter (the oracle), compiled C, OpenCL where a
+#: driver is installed (PoCL's CPU device in CI) and CUDA where a GPU is, with the same tolerances.
+DEVICES = ["PYTHON", "CPU"] + [name for name in ("OPENCL", "CUDA") if available(name)]
 
 
 @pytest.fixture(params=DEVICES)

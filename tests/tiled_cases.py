@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusegrad import Tensor, caches
+from fusegrad import Tensor, caches, dtypes
 from fusegrad.codegen.kernel import KernelSource, generate
+from fusegrad.codegen.lower import index_type
 from fusegrad.codegen.search import beam_search
 from fusegrad.codegen.tiled import Tiles, plan_tiles, tile_options
 from fusegrad.device import Device
@@ -186,3 +187,15 @@ def run_tiles(dev: GridDevice, ast: UOp, tiles: Tiles, a: np.ndarray, b: np.ndar
     handles = [t._buffer().handle for t in inputs]
     program(*handles, global_size=kernel.global_size, local_size=kernel.local_size, wait=True)
     return out._buffer().numpy().reshape(a.shape[0], b.shape[1])
+
+
+def check_past_two_to_the_31_products(dev: GridDevice) -> None:
+    """A matmul of 2048 x 2048 x 1024 (2**32 products) counts in 32 bits: its broadcast view is
+    never flattened (codegen/lower.py's index_type). Once it counted in 64 and so ran one
+    thread per output, untiled (a 4096² matmul on an H200: 5 TFLOP/s, torch 41)."""
+    a, b = normal(2048, 1024), normal(1024, 2048)
+    t = dev.tensor(a) @ dev.tensor(b)
+    dev.assert_tiled(t)
+    ast, _ = dev.kernel(t)
+    assert index_type(ast) == dtypes.index
+    np.testing.assert_allclose(t.numpy(), a @ b, rtol=1e-4, atol=1e-3)

@@ -116,3 +116,16 @@ def test_columns_reduce_in_blocks_of_neighbouring_outputs(cl_device, shape):
     assert "barrier(CLK_LOCAL_MEM_FENCE);" in kernel.source
     np.testing.assert_array_equal(on_device(x).sum(0).numpy(), x.sum(0))
     np.testing.assert_array_equal(on_device(x).max(0).numpy(), x.max(0))
+
+
+@pytest.mark.parametrize("n", [64, 1000])
+def test_two_sums_of_one_output_combine_in_one_group(cl_device, n):
+    """A masked mean (a loss's sum over the counted rows / their count): two grouped sums in one
+    kernel. The second combine loop reads the thread's clamped index that the first one placed:
+    it must sit outside the first loop (once it sat inside it and the kernel failed to build)."""
+    x = RNG.standard_normal(n).astype(np.float32)
+    keep = RNG.integers(0, 2, n).astype(np.float32)
+    got = (on_device(x) * on_device(keep)).sum() / on_device(keep).sum()
+    (kernel,) = kernels(got)
+    assert kernel.source.count("for (") == 4  # each sum: a share loop, then a combine loop
+    np.testing.assert_allclose(got.numpy(), (x * keep).sum() / keep.sum(), rtol=1e-5)

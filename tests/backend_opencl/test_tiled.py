@@ -74,3 +74,7 @@ def test_beam_search_times_tile_sizes_and_caches_the_fastest(cl_device, tmp_path
 
 def test_an_integer_matmul_stays_one_thread_per_output(cl_device):
     shared.check_integer_matmul_untiled(OPENCL)
+
+
+def test_a_matmul_past_two_to_the_31_products_is_tiled(cl_device):
+    shared.check_past_two_to_the_31_products(OPENCL)

@@ -1,45 +1,36 @@
-"""NVIDIA GPUs through pycuda: a context per device, memory, cubin modules, launches, events.
+"""NVIDIA GPUs through the CUDA driver API (driver.py): a context per device, memory, cubin
+modules, launches, events.
 
-Everything here imports pycuda; the plugin module imports this only when a CUDA device is
-opened, after its probe has found both the driver and pycuda.
+The plugin module imports this only when a CUDA device is opened, after its probe has found the
+driver. Everything runs on the default stream, so launches and copies happen in the order they
+are asked for, and a copy to the host waits for the kernels before it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import functools
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import pycuda.driver as cuda
-
 from fusegrad.device import Allocator, whole_groups
+from fusegrad_cuda import driver
 from fusegrad_cuda.renderer import BLOCK_SIZE
 
 
 @dataclass(frozen=True)
 class CUDADevice:
-    """One opened GPU: its pycuda context (made current while it is used) and architecture."""
+    """One opened GPU: its index, its primary context (made current before each use) and its
+    architecture, e.g. ``sm_90``."""
 
     name: str
-    device: Any
-    context: Any
+    index: int
+    context: int
+    arch: str
 
-    @contextlib.contextmanager
-    def current(self) -> Iterator[None]:
-        """Make this device's context the current one for the duration."""
-        self.context.push()
-        try:
-            yield
-        finally:
-            cuda.Context.pop()
-
-    @property
-    def arch(self) -> str:
-        major, minor = self.device.compute_capability()
-        return f"sm_{major}{minor}"
+    def current(self) -> None:
+        """Make this device's context the calling thread's current one."""
+        driver.set_current(self.context)
 
 
 def device_index(name: str) -> int:
@@ -54,34 +45,34 @@ def open_device(name: str) -> CUDADevice:
 
 @functools.cache
 def _open(index: int) -> CUDADevice:
-    cuda.init()
-    device = cuda.Device(index)
-    context = device.retain_primary_context()
-    return CUDADevice(f"CUDA:{index}" if index else "CUDA", device, context)
+    major, minor = driver.compute_capability(index)
+    name = f"CUDA:{index}" if index else "CUDA"
+    return CUDADevice(name, index, driver.primary_context(index), f"sm_{major}{minor}")
 
 
 class CUDAAllocator(Allocator):
-    """``cuda.mem_alloc`` memory; copies are synchronous."""
+    """Device memory from ``cuMemAlloc``, handles are its addresses; copies are synchronous."""
 
     def __init__(self, device: CUDADevice):
         self.device = device
 
-    def alloc(self, nbytes: int) -> Any:
-        with self.device.current():
-            return cuda.mem_alloc(nbytes)
+    def alloc(self, nbytes: int) -> int:
+        self.device.current()
+        return driver.alloc(nbytes)
 
-    def free(self, handle: Any, nbytes: int) -> None:
-        handle.free()
+    def free(self, handle: int, nbytes: int) -> None:
+        self.device.current()
+        driver.free(handle)
 
-    def copyin(self, handle: Any, src: memoryview) -> None:
+    def copyin(self, handle: int, src: memoryview) -> None:
         """Copy host bytes in, after the kernels launched before (one stream orders them)."""
-        with self.device.current():
-            cuda.memcpy_htod(handle, np.frombuffer(src, dtype=np.uint8))
+        self.device.current()
+        driver.copy_to_device(handle, src)
 
-    def copyout(self, dest: memoryview, handle: Any) -> None:
+    def copyout(self, dest: memoryview, handle: int) -> None:
         """Copy to the host once the kernels launched before have finished."""
-        with self.device.current():
-            cuda.memcpy_dtoh(np.frombuffer(dest, dtype=np.uint8), handle)
+        self.device.current()
+        driver.copy_to_host(dest, handle)
 
 
 class CUDAProgram:
@@ -92,13 +83,13 @@ class CUDAProgram:
 
     def __init__(self, device: CUDADevice, name: str, binary: bytes):
         self.device, self.name = device, name
-        with device.current():
-            self.module = cuda.module_from_buffer(binary)
-            self.function = self.module.get_function(name)
+        device.current()
+        self.module = driver.load_module(binary)
+        self.function = driver.get_function(self.module, name)
 
     def __call__(
         self,
-        *buffers: Any,
+        *buffers: int,
         global_size: tuple[int, ...] | None = None,
         local_size: tuple[int, ...] | None = None,
         vals: tuple[int, ...] = (),
@@ -107,18 +98,15 @@ class CUDAProgram:
         """Launch over ``global_size`` (one thread when None) in blocks of ``local_size`` threads
         (``BLOCK_SIZE`` when None); the seconds it took if ``wait``."""
         blocks, threads = whole_groups(global_size, local_size[0] if local_size else BLOCK_SIZE)
-        grid, block = (blocks, 1, 1), (threads, 1, 1)
-        args = (*buffers, *(np.int32(v) for v in vals))
-        with self.device.current():
-            if not wait:
-                self.function(*args, block=block, grid=grid)
-                return None
-            start, end = cuda.Event(), cuda.Event()
-            start.record()
-            self.function(*args, block=block, grid=grid)
-            end.record()
-            end.synchronize()
-            return start.time_till(end) * 1e-3
+        args: list[Any] = [ctypes.c_uint64(b) for b in buffers]
+        args += [ctypes.c_int32(v) for v in vals]
+        self.device.current()
+        if not wait:
+            driver.launch(self.function, (blocks, 1, 1), (threads, 1, 1), args)
+            return None
+        with driver.Timer() as timer:
+            driver.launch(self.function, (blocks, 1, 1), (threads, 1, 1), args)
+        return timer.seconds
 
     def __repr__(self) -> str:
         return f"<CUDAProgram {self.name} on {self.device.name}>"

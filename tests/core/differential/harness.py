@@ -13,8 +13,8 @@ axis, extra dtypes and extreme values. A new op is one line in its family's list
 A case that fails because of a known bug carries ``xfail={"*": reason}`` (or one device's name
 for the key): it is marked ``xfail(strict=True)``, so the fix shows up as a failure to remove it.
 
-Besides PYTHON and CPU, cases run on ``EXTRA_DEVICES`` (OPENCL, WEBGPU) where they can be used:
-outputs only, the first case of each op and input dtypes (conftest.py picks them).
+Besides PYTHON and CPU, cases run on ``EXTRA_DEVICES`` (OPENCL, WEBGPU, CUDA) where they can be
+used: outputs only, the first case of each op and input dtypes (conftest.py picks them).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _available(name: str) -> bool:
 
 #: Devices where every case also runs, forward values only, when they can be used here (CI
 #: installs PoCL for OPENCL and llvmpipe for WEBGPU): their gradients are more of the same kernels.
-EXTRA_DEVICES = tuple(name for name in ("OPENCL", "WEBGPU") if _available(name))
+EXTRA_DEVICES = tuple(name for name in ("OPENCL", "WEBGPU", "CUDA") if _available(name))
 #: The devices every case runs on: the interpreter (the oracle), compiled C, and the extra ones.
 DEVICES = ("PYTHON", "CPU", *EXTRA_DEVICES)
 #: Devices whose language does not promise IEEE infinities and nan: where an input or torch's

@@ -196,8 +196,11 @@ class GroupedLinearizer(Linearizer):
         current = UOp(Ops.LOAD, red.dtype, (acc, loop))
         # share j of this output is at l + j*O. The guard holds l < O; clamped to it, l's bounds
         # show the verifier (codegen/verify.py) the load stays in the shared array
-        position = clamp(self.thread, 0, block - 1) + (loop + 1) * block
+        thread = clamp(self.thread, 0, block - 1)
+        position = thread + (loop + 1) * block
         other = UOp(Ops.LOAD, red.dtype, (UOp(Ops.INDEX, red.dtype, (shared, position)),))
+        # placed before the loop: the next output's loop reads it too, outside this one's scope
+        self.place_tree(thread)
         self.place([loop.src[0], loop])
         self.place_tree(UOp(Ops.STORE, src=(acc, current.alu(red.arg, other))))
         end = UOp(Ops.END, src=(loop,))

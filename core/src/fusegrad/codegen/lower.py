@@ -63,16 +63,22 @@ INDEX32_LIMIT = 2**31
 def index_type(ast: UOp) -> DType:
     """The integer type of a kernel's index arithmetic (loop counters, grid indices, positions).
 
-    32 bits (``dtypes.index``) where every element count in the kernel is below ``INDEX32_LIMIT``,
-    else 64 bits. The count decides because no index value exceeds it: a flat position, an axis
-    index, a pad's or shrink's offset each stay inside a view that the kernel holds. Loops over
-    32-bit counters are faster (and all that WGSL has), so only kernels that need 64 get them.
+    32 bits (``dtypes.index``) where every index value the kernel computes stays below
+    ``INDEX32_LIMIT``, else 64 bits. Flat positions are computed over a buffer, a reshape's view
+    and the axes one reduction sums (a grouped reduction shares them out flat); every other
+    index (an axis index, a pad's or shrink's offset) stays inside one axis of a view. The
+    broadcast view of a matmul (M x N x K elements) is never flattened, so it needs no 64 bits.
+    Loops over 32-bit counters are faster (and all that WGSL has), so only kernels that need 64
+    get them.
     """
-    counts = (
-        sym_max(prod(u.shape))
-        for u in toposort([ast])
-        if u.op in GroupOp.Movement or u.op in (Ops.PARAM, Ops.BUFFER, Ops.REDUCE_AXIS)
-    )
+    counts = []
+    for u in toposort([ast]):
+        if u.op in (Ops.PARAM, Ops.BUFFER, Ops.RESHAPE):
+            counts.append(sym_max(prod(u.shape)))
+        elif u.op is Ops.REDUCE_AXIS:
+            counts.append(sym_max(prod(u.src[0].shape[a] for a in u.arg[1])))
+        if u.op in GroupOp.Movement:
+            counts.extend(sym_max(s) for s in u.shape)
     return dtypes.int64 if max(counts, default=0) >= INDEX32_LIMIT else dtypes.index
 
 
