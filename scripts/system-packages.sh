@@ -16,6 +16,8 @@ command -v chromium >/dev/null || missing+=(chromium)
 # (Zen 5: "unknown target CPU 'generic'"); Debian's PoCL (LLVM 15) can, and comes first among
 # pyopencl's platforms
 ldconfig -p | grep -q libpocl.so.2 || missing+=(pocl-opencl-icd)
+# fusegrad.distributed: OpenMPI's mpirun and library (mpi4py links against them)
+command -v mpirun >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null) \
     || echo "warning: could not install ${missing[*]}; the tests that need them will say so" >&2

@@ -84,6 +84,13 @@ def test_every_page_is_built(site: Path):
     assert (site / "index.html").is_file()
 
 
+def test_every_page_is_in_the_nav():
+    """A page left out of mkdocs.yml's nav is built but reached by no menu."""
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n")[1]
+    pages = {page.name for page in (ROOT / "docs").glob("*.md")}
+    assert {page for page in pages if f": {page}\n" not in nav} == set()
+
+
 def test_no_dead_internal_links(site: Path):
     assert dead_links(site) == []
 

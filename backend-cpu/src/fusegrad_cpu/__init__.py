@@ -6,9 +6,11 @@ program class and the renderer are imported by ``open_runtime``, when the CPU de
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from fusegrad.device import DeviceSpec, Runtime
+from fusegrad.errors import InvalidArgument
 from fusegrad.plugin import hookimpl
 
 if TYPE_CHECKING:
@@ -31,6 +33,33 @@ def probe() -> str | None:
     return None
 
 
+def device_count() -> int:
+    """How many CPU devices there are: ``$CPU_DEVICES`` (default 1). Several devices ("CPU",
+    "CPU:1", ...) share the processor, each running its kernels on its own share of the cores,
+    so that sharding across devices (``Tensor.shard``) is real and testable on one machine."""
+    return _positive_int("CPU_DEVICES", 1)
+
+
+def device_threads() -> int | None:
+    """The OpenMP threads of each CPU device's kernels: ``$CPU_THREADS``, else the usable cores
+    shared out between the devices; None (OpenMP's own default, every core) with one device."""
+    devices = device_count()
+    if "CPU_THREADS" not in os.environ and devices == 1:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return _positive_int("CPU_THREADS", max(1, (cores or 1) // devices))
+
+
+def _positive_int(variable: str, default: int) -> int:
+    """The positive integer in environment ``variable``, ``default`` when unset."""
+    text = os.environ.get(variable, "")
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidArgument(f"{variable}={text!r}: expected a positive integer such as 2")
+    return int(text)
+
+
 def open_runtime(name: str) -> Runtime:
     """Host memory in 64-byte aligned numpy arrays, C99 with OpenMP pragmas, the system C compiler
     (``$CC``, else clang, else gcc) and shared objects loaded from memory, called through ctypes."""
@@ -38,13 +67,14 @@ def open_runtime(name: str) -> Runtime:
     from fusegrad_cpu.device import CPUAllocator, CPUProgram
     from fusegrad_cpu.renderer import CPURenderer
 
-    return Runtime(name, CPUAllocator(), CPURenderer(name), CCompiler(), CPUProgram)
+    renderer = CPURenderer(name, threads=device_threads())
+    return Runtime(name, CPUAllocator(), renderer, CCompiler(), CPUProgram)
 
 
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
-    """The one CPU device; usable wherever clang or gcc is installed."""
-    return [DeviceSpec("CPU", PRIORITY, probe, open=open_runtime)]
+    """The CPU devices (``$CPU_DEVICES`` of them); usable wherever clang or gcc is installed."""
+    return [DeviceSpec("CPU", PRIORITY, probe, count=device_count, open=open_runtime)]
 
 
 @hookimpl

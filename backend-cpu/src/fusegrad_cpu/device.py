@@ -49,6 +49,13 @@ class CPUAllocator(Allocator):
             )
         np.frombuffer(dest, dtype=np.uint8)[:] = handle
 
+    def transfer(self, dest: np.ndarray, source: Allocator, handle: Any, nbytes: int) -> bool:
+        """From another CPU device (both are host memory): one memory copy, not two."""
+        if not isinstance(source, CPUAllocator):
+            return False
+        dest[:nbytes] = handle[:nbytes]
+        return True
+
 
 # numpy takes about a microsecond to say where an array's data is, more than the kernel call
 # itself; so addresses are remembered, keyed by id and checked through a weak reference (an id

@@ -112,13 +112,15 @@ PROGRAM_RULES = PatternMatcher(
 )
 
 
-def _loop_pragmas() -> dict[tuple[AxisKind, LoopHint], str]:
+def _loop_pragmas(threads: int | None = None) -> dict[tuple[AxisKind, LoopHint], str]:
     """The pragma before a loop, by its kind and hint: OpenMP spreads a PARALLEL loop over the
-    cores, ``GCC unroll`` keeps a register tile's accumulators in registers, ``omp simd`` makes
-    gcc vectorise a loop it would leave scalar."""
+    cores (over ``threads`` of them when set: one CPU device's share), ``GCC unroll`` keeps a
+    register tile's accumulators in registers, ``omp simd`` makes gcc vectorise a loop it would
+    leave scalar."""
+    team = f" num_threads({threads})" if threads else ""
     pragmas = {
-        (AxisKind.PARALLEL, LoopHint.NONE): "#pragma omp parallel for schedule(static)",
-        (AxisKind.PARALLEL, LoopHint.SIMD): "#pragma omp parallel for simd schedule(static)",
+        (AxisKind.PARALLEL, LoopHint.NONE): f"#pragma omp parallel for{team} schedule(static)",
+        (AxisKind.PARALLEL, LoopHint.SIMD): f"#pragma omp parallel for simd{team} schedule(static)",
     }
     for kind in AxisKind:
         if kind is not AxisKind.PARALLEL:
@@ -140,8 +142,10 @@ class CPURenderer(CStyleRenderer):
     fma_builtins = {dtypes.float32: "__builtin_fmaf", dtypes.float64: "__builtin_fma"}
     loop_pragmas = _loop_pragmas()
 
-    def __init__(self, device: str = ""):
+    def __init__(self, device: str = "", threads: int | None = None):
         super().__init__(device)
+        if threads is not None:  # one of several CPU devices: its share of the cores
+            self.loop_pragmas = _loop_pragmas(threads)
         features = target_features(find_c_compiler())
         self.vector_registers, self.vector_bytes = vector_register_file(features)
         self.cache_bytes = last_level_cache()

@@ -39,7 +39,17 @@ def open_runtime(name: str) -> Runtime:
     return Runtime(name, WebGPUAllocator(), renderer, WGSLCompiler(), WebGPUProgram)
 
 
+def describe() -> str:
+    """The adapter wgpu found: its name, driver and graphics API, for ``fusegrad devices``."""
+    from fusegrad_webgpu.device import find_adapter
+
+    info = find_adapter().info
+    kind = f", {str(info['adapter_type']).lower()} adapter" if info.get("adapter_type") else ""
+    driver = f"{info['description']}; " if info.get("description") else ""
+    return f"{info.get('device', '?')} ({driver}{info.get('backend_type', '?')}{kind})"
+
+
 @hookimpl
 def fusegrad_devices() -> list[DeviceSpec]:
     """One WEBGPU device: the adapter wgpu prefers (``FUSEGRAD_WEBGPU_BACKEND`` picks another)."""
-    return [DeviceSpec("WEBGPU", PRIORITY, probe, open=open_runtime)]
+    return [DeviceSpec("WEBGPU", PRIORITY, probe, open=open_runtime, describe=describe)]

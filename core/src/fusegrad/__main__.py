@@ -1,6 +1,8 @@
 """The ``fusegrad`` command: ``fusegrad devices`` shows the plugins found, their devices, why
 a device cannot be used, and which plugin supplies each part of a device (loudly when a plugin
 replaces a part of another plugin's device). Also run as ``python -m fusegrad devices``.
+The other verbs (``chat``, ``onnx``, ``cache``, ``profile``, ``export-web``, ``viz``) live in
+their own modules; ``fusegrad --help`` lists them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import warnings
 from typing import Any
 
 import fusegrad
+from fusegrad.commands import add_cache_command, add_export_web_command, add_profile_command
 from fusegrad.device import PARTS, Device, DeviceSpec
 from fusegrad.errors import FusegradError
 from fusegrad.models.chat import add_chat_command
@@ -25,6 +28,7 @@ except ImportError as missing:
     ONNX_MISSING = str(missing)
 from fusegrad.plugin.hookspecs import BACKEND_API_VERSION
 from fusegrad.plugin.manager import PluginInfo, PluginManager, plugins
+from fusegrad.viz.server import add_viz_command
 
 
 def dev_strings(spec: DeviceSpec) -> list[str]:
@@ -53,6 +57,7 @@ def survey() -> dict[str, Any]:
                     "count": spec.instances(),
                     "available": why is None,
                     "reason": why,
+                    "hardware": _describe(spec) if why is None else None,
                     "dev": dev_strings(spec),
                     "open_error": Device.open_errors.get(name),
                     **_parts_record(pm, name, info.name, usable=why is None),
@@ -67,6 +72,16 @@ def survey() -> dict[str, Any]:
         "default_from": "DEV" if os.environ.get("DEV") else "priority",
         "default_error": default_error,
     }
+
+
+def _describe(spec: DeviceSpec) -> str | None:
+    """The plugin's line naming the hardware behind ``spec`` (a WebGPU adapter), if it has one."""
+    if spec.describe is None:
+        return None
+    try:
+        return spec.describe()
+    except Exception as e:  # noqa: BLE001 - a broken plugin must not hide the others
+        return f"unknown ({type(e).__name__}: {e})"
 
 
 def _default() -> tuple[str | None, str | None]:
@@ -165,6 +180,8 @@ def _device_line(device: dict[str, Any], default: str | None) -> str:
     )
     line = f"      {device['name']:<10} priority {device['priority']:<4} {state:<12} "
     line += "  ".join(device["dev"]) + mark
+    if device.get("hardware"):
+        line += "\n" + _indent(f"hardware: {device['hardware']}", 10)
     if not device["available"]:
         line += "\n" + _indent(f"why: {device['reason']}", 10)
     if device["open_error"] is not None:
@@ -236,6 +253,10 @@ def make_parser() -> argparse.ArgumentParser:
     devices.add_argument("--json", action="store_true", help="print machine-readable JSON")
     devices.set_defaults(run=devices_command)
     add_chat_command(commands)
+    add_cache_command(commands)
+    add_profile_command(commands)
+    add_export_web_command(commands)
+    add_viz_command(commands)
     if not ONNX_MISSING:
         add_onnx_command(commands)
     else:
@@ -253,7 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        # the reader stopped reading (`fusegrad devices --json | head -1`): end quietly, with
+        # Python's exit code for it; stdout goes to devnull so that its final flush fails not
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from fusegrad import caches
+from fusegrad import caches, profiler
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.dtype import DType
 from fusegrad.errors import CompileError, DeviceNotFound, DeviceUnavailable, PluginError
@@ -46,6 +47,14 @@ class Allocator:
 
     def copyout(self, dest: memoryview, handle: Any) -> None:
         raise NotImplementedError
+
+    def transfer(self, dest: Any, source: Allocator, handle: Any, nbytes: int) -> bool:
+        """Optional direct copy between devices: copy ``nbytes`` from ``handle``, memory of
+        allocator ``source`` (another device's, maybe another backend's), into ``dest``, one of
+        this allocator's handles, and return True; return False where this backend has no
+        direct path from ``source``, and core copies through host memory (``copyout`` then
+        ``copyin``). Called for every copy between devices (``Tensor.to``, sharding)."""
+        return False
 
 
 class Compiler:
@@ -157,6 +166,8 @@ class DeviceSpec:
     ``count`` (how many instances: NAME, NAME:1, ...) may be a function, asked when needed.
     ``open(name)`` returns the ``Runtime`` of instance ``name`` (``"OPENCL:1"``); it is called
     once per instance, the first time it is used, and is where the runtime library is imported.
+    ``describe()`` (optional) names the hardware behind a usable device in a line ("llvmpipe
+    (LLVM 15.0.6), Vulkan"), for ``fusegrad devices``; it is asked only after the probe said yes.
     """
 
     name: str
@@ -164,6 +175,7 @@ class DeviceSpec:
     probe: Any  # Callable[[], str | None]
     count: Any = 1  # int, or Callable[[], int]
     open: Any = None  # Callable[[str], Runtime]; required to use the device (backend API 2)
+    describe: Any = None  # Callable[[], str | None]
 
     def instances(self) -> int:
         """How many devices of this kind there are (``count``, called if it is a function)."""
@@ -235,18 +247,38 @@ class Buffer:
     """A 1-d array of ``size`` elements of ``dtype`` on ``device``; memory is allocated on first
     use."""
 
-    __slots__ = ("device", "size", "dtype", "version", "_handle", "_allocator", "__weakref__")
+    __slots__ = (
+        "device",
+        "size",
+        "dtype",
+        "version",
+        "replaced_at",
+        "_handle",
+        "_allocator",
+        "__weakref__",
+    )
+    #: how many times a tensor has let go of its buffer for another value (``mark_replaced``)
+    replacements = 0
 
     def __init__(self, device: str, size: int, dtype: DType):
         self.device, self.size, self.dtype = device, size, dtype
         #: counts the writes into this buffer (copyin, kernel launches): TinyJit re-runs a
         #: launch it keeps from one replay to the next when a buffer it reads has changed
         self.version = 0
+        #: ``replacements`` when a tensor last let go of this buffer; 0 if none ever did
+        self.replaced_at = 0
         self._handle: Any = None
         self._allocator: Allocator | None = None
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
+
+    def mark_replaced(self) -> None:
+        """A tensor that held this buffer holds another value now (a whole-tensor ``assign``, a
+        loaded state dict, not written in place): TinyJit captures that read this buffer
+        through that tensor are out of date, and capture again."""
+        Buffer.replacements += 1
+        self.replaced_at = Buffer.replacements
 
     @property
     def nbytes(self) -> int:
@@ -275,7 +307,10 @@ class Buffer:
         if flat.nbytes != self.nbytes:
             raise ValueError(f"copyin of {flat.nbytes} bytes into a {self.nbytes}-byte buffer")
         if self.nbytes:
+            start = time.perf_counter()
             Device[self.device].allocator.copyin(self.handle, flat.data.cast("B"))
+            if (active := profiler.ACTIVE) is not None:
+                active.copy("copyin", self.device, start, self.nbytes)
         self.version += 1
         return self
 
@@ -283,7 +318,10 @@ class Buffer:
         """A host copy of the contents."""
         out = np.empty(self.size, dtype=self.dtype.np)
         if self.nbytes:
+            start = time.perf_counter()
             Device[self.device].allocator.copyout(out.data.cast("B"), self.handle)
+            if (active := profiler.ACTIVE) is not None:
+                active.copy("copyout", self.device, start, self.nbytes)
         return out
 
     def __del__(self) -> None:

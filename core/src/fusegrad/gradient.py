@@ -109,6 +109,7 @@ DERIVATIVES = PatternMatcher(
         ),
         (UPat((Ops.BITCAST, Ops.DETACH), name="ret"), lambda ctx, ret: (None,)),
         (UPat(Ops.CONTIGUOUS, name="ret"), lambda ctx, ret: (ctx,)),
+        (UPat(Ops.SHARD, name="ret"), lambda ctx, ret: (ctx,)),  # placement keeps values
         (
             UPat(Ops.CUSTOM_GRAD, name="ret"),  # the op's own rule
             lambda ctx, ret: (None, *ret.arg[0](ctx, ret.src[1:], ret.arg[1])),

@@ -22,7 +22,16 @@ moments). The capture logs each assign: the buffer the kernels read the old valu
 buffer they write the new value to. A replay first copies the tensor's current value into the
 read buffer, runs the kernels, and points the tensor at the written buffer again. Plain Python
 values the function reads (a learning rate as a float) are baked into the kernels: what should
-change between calls must be a tensor.
+change between calls must be a tensor. Its arguments are compared: tensors (also inside lists,
+tuples and dicts) are inputs, replaced at each replay; another number, string or flag, or
+another object, than the captured call's makes it capture again (a value that changes at every
+call runs the function every call: pass it as a tensor).
+
+A tensor the function reads from outside (a model's weight) may be given a new value between
+calls (an eager optimizer step, a loaded state dict, ``w[0] = ...``): that gives it another
+buffer, and marks the one it let go of (``Buffer.mark_replaced``); a replay that would read a
+marked buffer captures again instead. (Not seen: a tensor that was unrealized when captured,
+then realized, then given a new value: the capture read the buffers its graph read.)
 
 A size that changes between calls (a sequence length) can be a ``Variable`` bound in the shape
 of an input, ``x.reshape(seq.bind(n), 64)``: calls whose inputs differ only in the variables'
@@ -40,16 +49,18 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from fusegrad import profiler
 from fusegrad.device import Buffer
 from fusegrad.engine import capture, realize
 from fusegrad.errors import JitError  # re-exported: fusegrad.jit.JitError
 from fusegrad.tensor import Tensor, bounds, buffer_of
+from fusegrad.tensor.autograd import replace_value
 from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
 
 
@@ -114,6 +125,12 @@ class _Captured(threading.local):
         self.sources: list[tuple[Buffer, int]] = []
         self.written: list[Buffer] = []  # the buffers the replayed launches write
         self.guards: list[_Guard] = []  # the values read back in the captured call
+        #: the arguments that are no tensors, as ``_plain`` keeps them (a change captures again)
+        self.plain: tuple = ()
+        #: the buffers the launches read from outside the call (``_external_reads``), and
+        #: ``Buffer.replacements`` when none of them had been let go of by its tensor
+        self.external: list[Buffer] = []
+        self.seen = Buffer.replacements
         #: all launches as one call, where the device's program type offers it (``_batched``)
         self.batch: Any = None
 
@@ -143,6 +160,9 @@ class TinyJit:
     sources = _PerThread()
     written = _PerThread()
     guards = _PerThread()
+    external = _PerThread()
+    seen = _PerThread()
+    plain = _PerThread()
     batch = _PerThread()
 
     def __init__(self, fn: Callable[..., Any]):
@@ -161,24 +181,47 @@ class TinyJit:
             None,
         )
         self.free_signature, self.values, self.checks = None, {}, []
-        self.sources, self.written, self.guards = [], [], []
+        self.sources, self.written, self.guards, self.external = [], [], [], []
+        self.seen = Buffer.replacements
         self.batch = None
+
+    def _read_replaced_buffers(self) -> bool:
+        """Whether a buffer the captured kernels read from outside (a weight in the function's
+        closure) was let go of by its tensor since the capture (an ``assign`` outside the
+        function, a loaded state dict: ``Buffer.mark_replaced``)."""
+        if Buffer.replacements == self.seen:
+            return False  # nothing was replaced anywhere: one comparison per call
+        if any(b.replaced_at > self.seen for b in self.external):
+            return True
+        self.seen = Buffer.replacements
+        return False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
-            return self._call(args, kwargs)
+            if (active := profiler.ACTIVE) is None:
+                return self._call(args, kwargs)
+            phase = "replay" if self.calls >= 2 else "capture" if self.calls == 1 else "first call"
+            name = getattr(self.fn, "__name__", "function")
+            with active.timed(f"TinyJit {phase} {name}", "jit", "TinyJit"):
+                return self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        leaves = list(_leaves((args, kwargs)))
+        tensors = [a for a in leaves if isinstance(a, Tensor)]
         buffers = [t._buffer() for t in tensors]  # realizes lazy inputs into buffers
         signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        plain = tuple(_plain(a) for a in leaves if not isinstance(a, Tensor))
         values = None
+        if self.signature is not None and plain != self.plain:
+            self.reset()  # another number, flag or object: the captured kernels have the old one
         if self.signature is not None and signature != self.signature:
             free, values = _unbound_signature(signature)
             if free is None or free != self.free_signature:
                 self.reset()  # new shapes or dtypes: capture again
             else:
                 self.signature = signature  # the same capture, with new values of its variables
+        if self.calls >= 2 and self._read_replaced_buffers():
+            self.reset()  # a tensor it reads holds another buffer now: run and capture again
         if self.calls >= 2:
             if capture.active() is not None:  # inside another capture: run, so it sees the kernels
                 return _realized(self.fn(*args, **kwargs))
@@ -189,6 +232,7 @@ class TinyJit:
         self.calls += 1
         if self.calls == 1:
             self.signature, self.free_signature = signature, _unbound_signature(signature)[0]
+            self.plain = plain
             return _realized(self.fn(*args, **kwargs))
         return self._capture(buffers, signature, args, kwargs)
 
@@ -215,6 +259,8 @@ class TinyJit:
             for runner, bufs in recorded.launches
         ]
         self.sources, self.written = _constant_launches(self.launches, inputs, self.assigned)
+        self.external = _external_reads(self.launches, inputs, self.assigned)
+        self.seen = Buffer.replacements
         self.signature, self.outputs = signature, out
         self.free_signature, self.values = _unbound_signature(signature)
         for launch in self.launches:
@@ -232,7 +278,7 @@ class TinyJit:
     def _replay(self, inputs: list[Buffer], values: dict | None) -> Any:
         for a in self.assigned:  # the kernels read the value the tensor has now
             if (current := a.tensor._buffer()) is not a.before:
-                realize._copy(a.before, current)
+                realize.copy_buffer(a.before, current)
         if values and values != self.values:
             self.values = values
             _rebind_outputs(self.outputs, values)
@@ -240,7 +286,8 @@ class TinyJit:
         rerun = any(b.version != version for b, version in self.sources)
         if rerun:  # a buffer the constant launches read was written since they last ran
             self.sources = [(b, b.version) for b, _ in self.sources]
-        if self.batch is not None:
+        active = profiler.ACTIVE
+        if self.batch is not None and active is None:  # profiled: each launch, timed
             self.batch.replay(handles, rerun, self.values)
         else:
             for launch in self.launches:
@@ -251,10 +298,11 @@ class TinyJit:
                     args = list(args)
                     for k, i in launch.patches:
                         args[k] = handles[i]
-                if launch.symbolic:
-                    launch.runner(args, vals=launch.runner.vals(self.values))
+                vals = launch.runner.vals(self.values) if launch.symbolic else ()
+                if active is None:
+                    launch.runner(args, vals=vals)
                 else:
-                    launch.runner(args)
+                    launch.runner.profiled(active, args, vals)
         for b in self.written:
             b.version += 1
         for guard in self.guards:
@@ -265,7 +313,8 @@ class TinyJit:
         realize.GlobalCounters.kernel_count += len(ran)
         realize.GlobalCounters.global_mem += sum(launch.runner.mem_bytes for launch in ran)
         for a in self.assigned:
-            a.tensor.uop, a.tensor._graph = a.after, None
+            replace_value(a.tensor, a.after)
+            a.tensor._graph = None
         bounds.queue(self.checks)  # rewritten by the replayed kernels: read at the next read
         return self.outputs
 
@@ -320,6 +369,39 @@ def _constant_launches(
             else:
                 others[id(b)] = b
     return [(b, b.version) for key, b in sources.items() if key not in made], list(others.values())
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    """The values inside ``value``'s lists, tuples and dicts (keys too), in order."""
+    if isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _plain(value: Any) -> Any:
+    """How a call's argument that is no tensor is compared with the captured call's: a number,
+    string, bool or None by type and value (``2 == 2.0 == True`` are three captures); anything
+    else by identity (the same model object each call replays)."""
+    if value is None or isinstance(value, int | float | complex | str | bytes):
+        return type(value), value
+    return type(value), id(value)
+
+
+def _external_reads(
+    launches: list[_Launch], inputs: list[Buffer], assigned: list[_Assigned]
+) -> list[Buffer]:
+    """The buffers the launches read that come from outside the call: not an input, not
+    assigned to by it, not written by a launch (weights the function reads from its closure)."""
+    inside = {id(b) for b in inputs} | {id(a.before) for a in assigned}
+    inside |= {id(launch.buffers[k]) for launch in launches for k in launch.runner.written}
+    found = {id(b): b for launch in launches for b in launch.buffers if id(b) not in inside}
+    return list(found.values())
 
 
 class _Batch:

@@ -10,6 +10,9 @@ or is not an entry at all (foreign) is deleted with one ``KernelCacheWarning`` n
 its kernel is compiled again: the caller sees a miss, never bad bytes. Each format version
 has a folder of its own, so that fusegrad versions sharing a cache never meet each other's
 entries (``kernels/`` holds the headerless entries of versions before this format: delete it).
+
+``usage()`` and ``clear()`` list and delete what fusegrad keeps on disk (``fusegrad cache info``
+and ``fusegrad cache clear``): these folders, and BEAM's choices (``BEAM_FOLDER``), only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import hashlib
 import os
 import struct
 import warnings
+from dataclasses import dataclass, field
 
 from fusegrad.helpers import cache_dir, write_atomically
 
@@ -25,8 +29,24 @@ from fusegrad.helpers import cache_dir, write_atomically
 MAGIC = b"FGKERN\x00\x01"
 #: The folder of the entries, inside ``helpers.cache_dir()``: named after the format version.
 FOLDER = "kernels-v1"
+#: The folder of BEAM search's choices (``codegen/search.py``), one JSON file per kernel.
+BEAM_FOLDER = "beam"
 #: magic, key, payload length, payload sha256
 HEADER = struct.Struct("<8s32sQ32s")
+#: What each folder of ``cache_dir()`` that fusegrad fills holds; nothing else there is touched
+#: (downloaded datasets may share the folder).
+FOLDERS = {
+    FOLDER: "compiled kernels",
+    "kernels": "compiled kernels of fusegrad versions before the checked format",
+    BEAM_FOLDER: "BEAM search's choices",
+}
+#: The first bytes of a payload, and the kind of binary they start (the backend that made it).
+PAYLOAD_KINDS = (
+    (b"fusegrad shared library", "CPU shared libraries"),
+    (b"\x7fELF", "ELF objects (CPU libraries, CUDA cubins)"),
+    (b"poclbin", "OpenCL binaries (PoCL)"),
+    (b"//", "source text (PTX, WGSL)"),
+)
 
 
 class KernelCacheWarning(UserWarning):
@@ -102,3 +122,86 @@ def _discard(path: str) -> None:
         os.unlink(path)
     except OSError:  # gone already, or a read-only cache: it is a miss either way
         pass
+
+
+@dataclass
+class FolderUsage:
+    """The files of one cache folder: how many, their bytes, and both per kind of content."""
+
+    name: str
+    holds: str
+    path: str
+    files: int = 0
+    nbytes: int = 0
+    kinds: dict[str, list[int]] = field(default_factory=dict)  # kind -> [files, bytes]
+
+
+def usage() -> list[FolderUsage]:
+    """What each of ``FOLDERS`` holds now (those that exist), entries sorted by payload kind."""
+    found = []
+    for name, holds in FOLDERS.items():
+        path = os.path.join(cache_dir(), name)
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        folder = FolderUsage(name, holds, path)
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if not entry.is_file(follow_symlinks=False) or not _ours(entry.name):
+                    continue
+                size = entry.stat(follow_symlinks=False).st_size
+                kind = _kind(entry.path) if name == FOLDER else holds
+                count = folder.kinds.setdefault(kind, [0, 0])
+                count[0], count[1] = count[0] + 1, count[1] + size
+                folder.files, folder.nbytes = folder.files + 1, folder.nbytes + size
+        found.append(folder)
+    return found
+
+
+def _ours(name: str) -> bool:
+    """Whether a file name is one fusegrad writes: a sha256 in hex (``.json`` for BEAM's
+    choices), or a temporary file of ``write_atomically``."""
+    key = name.removesuffix(".json")
+    return name.startswith(".tmp-") or (len(key) == 64 and all(c in HEX for c in key))
+
+
+HEX = frozenset("0123456789abcdef")
+
+
+def _kind(path: str) -> str:
+    """The kind of an entry, read from the first bytes of its payload."""
+    if os.path.basename(path).startswith(".tmp-"):
+        return "unfinished writes"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(HEADER.size + 32)
+    except OSError:
+        return "unreadable"
+    if not head.startswith(MAGIC):
+        return "not entries (foreign files)"
+    payload = head[HEADER.size :]
+    return next((kind for magic, kind in PAYLOAD_KINDS if payload.startswith(magic)), "other")
+
+
+def clear() -> tuple[int, int]:
+    """Delete the files fusegrad wrote in ``FOLDERS``, then each folder left empty; nothing
+    else under ``cache_dir()`` (a folder of the same name holding other files keeps them).
+    Returns the files and bytes removed.
+
+    Safe while other processes use the cache: a reader of a deleted entry sees a miss and
+    compiles again, and a writer's atomic rename recreates its entry whole."""
+    files = nbytes = 0
+    for folder in usage():
+        with os.scandir(folder.path) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False) and _ours(entry.name):
+                    size = entry.stat(follow_symlinks=False).st_size
+                    try:
+                        os.unlink(entry.path)
+                    except FileNotFoundError:  # another process cleared it first
+                        continue
+                    files, nbytes = files + 1, nbytes + size
+        try:
+            os.rmdir(folder.path)
+        except OSError:  # not empty: files that are not ours, or an entry written meanwhile
+            pass
+    return files, nbytes

@@ -227,3 +227,114 @@ def test_launches_that_read_an_input_or_what_the_call_computes_are_never_constan
     for i in range(4):
         assert f(Tensor([float(i), 1.0], device=device)).tolist() == [i + 2.0, i + 3.0]
     assert not any(launch.constant for launch in f.launches)
+
+
+# ---- tensors the function reads from its closure, given another value outside it ---------------
+
+
+def closure_eval() -> tuple[Tensor, Tensor, TinyJit]:
+    """A weight, an input, and a jitted product that reads the weight from its closure, replayed."""
+    w = Tensor(np.ones((4, 3), np.float32), requires_grad=True).realize()
+    x = Tensor(np.arange(8, dtype=np.float32).reshape(2, 4)).realize()
+    evaluate = TinyJit(lambda x: (x @ w).realize())
+    for _ in range(3):
+        evaluate(x)
+    assert evaluate.calls == 2
+    return w, x, evaluate
+
+
+def test_a_replay_sees_weights_an_eager_optimizer_step_changed():
+    """Once a silent stale result: ``assign`` gives the weight a new buffer, the replay read the
+    old one."""
+    from fusegrad.nn.optim import SGD
+
+    w, x, evaluate = closure_eval()
+    optimizer = SGD([w], lr=0.1)
+    with Tensor.train():
+        for _ in range(2):
+            optimizer.zero_grad()
+            (x @ w).sum().backward()
+            optimizer.step()
+            np.testing.assert_allclose(evaluate(x).numpy(), x.numpy() @ w.numpy(), rtol=1e-6)
+    for _ in range(3):  # it captured again and replays again
+        np.testing.assert_allclose(evaluate(x).numpy(), x.numpy() @ w.numpy(), rtol=1e-6)
+    assert evaluate.calls == 2
+
+
+def test_a_replay_sees_an_assign_a_setitem_and_a_loaded_state_dict():
+    from fusegrad.nn.state import load_state_dict
+
+    w, x, evaluate = closure_eval()
+    w.assign(Tensor(np.full((4, 3), 2, np.float32)))
+    np.testing.assert_allclose(evaluate(x).numpy(), x.numpy() @ np.full((4, 3), 2))
+    w[0] = Tensor(np.zeros(3, np.float32))  # (left unrealized: the capture computes it)
+    np.testing.assert_allclose(evaluate(x).numpy(), x.numpy() @ [[0, 0, 0], *[[2, 2, 2]] * 3])
+    load_state_dict({"w": w}, {"w": Tensor(np.full((4, 3), -1, np.float32))})
+    np.testing.assert_allclose(evaluate(x).numpy(), x.numpy() @ np.full((4, 3), -1))
+
+
+def test_a_buffer_let_go_of_before_the_capture_does_not_capture_again():
+    """A detached copy keeps the buffer its tensor let go of: replays of a function reading the
+    copy stay replays."""
+    w = Tensor(np.ones(4, np.float32)).realize()
+    kept = w.detach()
+    w.assign(w * 2).realize()
+    f = TinyJit(lambda x: (x + kept).realize())
+    for _ in range(4):
+        np.testing.assert_allclose(f(Tensor(np.zeros(4, np.float32))).numpy(), np.ones(4))
+    assert f.calls == 2
+
+
+def test_a_jitted_training_step_and_a_jitted_evaluation_take_turns():
+    from fusegrad.nn.optim import SGD
+
+    w, x, evaluate = closure_eval()
+    optimizer = SGD([w], lr=0.01)
+
+    @TinyJit
+    def step(x: Tensor) -> Tensor:
+        with Tensor.train():
+            optimizer.zero_grad()
+            loss = (x @ w).square().mean()
+            loss.backward()
+            optimizer.step()
+        return loss.realize()
+
+    for _ in range(5):
+        step(x)
+        np.testing.assert_allclose(evaluate(x).numpy(), x.numpy() @ w.numpy(), rtol=1e-5)
+    assert step.calls == 2
+
+
+# ---- arguments that are no tensors, and tensors inside lists -----------------------------------
+
+
+def test_another_number_or_flag_captures_again():
+    """Once a silent stale result: a replay ran the kernels with the captured call's number."""
+    x = Tensor(np.ones(4, np.float32)).realize()
+    scaled = TinyJit(lambda x, s: (x * s).realize())
+    for s in (2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0):
+        assert scaled(x, s).tolist() == [s] * 4
+    assert scaled.calls == 2  # the new number captured once, then replayed
+    shifted = TinyJit(lambda x, up=False: (x + 1 if up else x - 1).realize())
+    for up in (False, False, False, True, 1):  # True and 1 are kept apart by type
+        assert shifted(x, up=up).tolist() == [2.0 if up else 0.0] * 4
+
+
+def test_the_same_object_argument_replays():
+    class Scale:
+        factor = 3.0
+
+    x, scale = Tensor(np.ones(2, np.float32)).realize(), Scale()
+    f = TinyJit(lambda x, scale: (x * scale.factor).realize())
+    for _ in range(4):
+        assert f(x, scale).tolist() == [3.0, 3.0]
+    assert f.calls == 2
+
+
+def test_tensors_inside_lists_and_dicts_are_inputs():
+    f = TinyJit(lambda pair, extra: (pair[0] + pair[1] * extra["w"]).realize())
+    for i in range(5):
+        a, b = Tensor([float(i)]), Tensor([1.0])
+        assert f([a, b], {"w": Tensor([2.0])}).tolist() == [i + 2.0]
+    assert f.calls == 2

@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.server
+import os
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import fusegrad.progress
 from fusegrad import dtypes
 from fusegrad.errors import DatasetNotFound, DownloadError, FileFormatError
 from fusegrad.nn import datasets
@@ -222,7 +226,11 @@ def cached(tmp_path: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
-def test_download_once_into_the_cache_with_progress(server, payloads, tmp_path, capsys):
+def test_download_once_into_the_cache_with_progress(
+    server, payloads, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("PROGRESS", "1")  # stderr is not a terminal here: bars are forced on
+    monkeypatch.setattr(fusegrad.progress, "_tqdm", lambda *args: None)  # the plain bar
     check(mnist(), payloads)
     assert sorted(server.requests) == sorted(f"{n}.gz" for n in MNIST_FILES)
     assert cached(tmp_path) == sorted(f"{n}.gz" for n in MNIST_FILES)
@@ -253,3 +261,23 @@ def test_unreachable_mirror_is_a_download_error(server, tmp_path):
     with pytest.raises(DownloadError, match="could not download .*t10k-labels.*404"):
         mnist()
     assert "t10k-labels-idx1-ubyte.gz" not in cached(tmp_path)
+
+
+def test_mnist_example_names_its_data_flag_when_the_download_fails(tmp_path):
+    """examples/mnist.py, with no network (a proxy that refuses): its error says --data DIR."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FUSEGRAD_DATA", "NO_PROXY")}
+    proxy = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused
+    env |= {"XDG_CACHE_HOME": str(tmp_path), "https_proxy": proxy, "http_proxy": proxy}
+    env |= {"no_proxy": "", "DEV": "PYTHON"}
+    example = Path(__file__).parents[3] / "examples" / "mnist.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--steps", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "could not download" in done.stderr and "--data DIR" in done.stderr
+    assert "Traceback" not in done.stderr

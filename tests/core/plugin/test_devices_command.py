@@ -132,6 +132,7 @@ def test_devices_json(installed, capsys):
         "count": 1,
         "available": True,
         "reason": None,
+        "hardware": None,
         "dev": ["DEV=PYTHON"],
         "open_error": None,
         "parts": dict.fromkeys(["allocator", "renderer", "compiler", "program"], "python"),

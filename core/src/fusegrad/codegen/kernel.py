@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ from fusegrad.uop.listing import print_listing
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
 from fusegrad.uop.pattern import fired_summary, graph_rewrite, rules_fired
 from fusegrad.uop.spec import DECOMPOSED, LINEAR, LOWERED, check_stage
+from fusegrad.viz import recorder
 
 
 @dataclass(frozen=True)
@@ -76,20 +78,25 @@ def _dim_name(size: int | UOp) -> str:
     return "".join(u.arg[0] for u in toposort([size]) if u.op is Ops.DEFINE_VAR)
 
 
-def _debug_stage(title: str, graph: UOp | list[UOp]) -> None:
-    """At ``DEBUG>=4``, list a stage's result, one numbered line per node (``uop/listing.py``)."""
+def _debug_stage(title: str, graph: UOp | list[UOp], fired: Counter | None = None) -> None:
+    """At ``DEBUG>=4``, list a stage's result, one numbered line per node (``uop/listing.py``),
+    and the rules that ``fired``; under ``VIZ`` record it (``viz/recorder.py``)."""
     if Context.DEBUG >= 4:
         print_listing(title, graph)
+        if fired is not None:
+            print(fired_summary(fired))
+    if (trace := recorder.ACTIVE) is not None:
+        trace.stage(title, graph, fired)
 
 
 def _rewrite_stage(title: str, rewrite: Callable[[UOp], UOp], graph: UOp) -> UOp:
-    """Run one rewriting stage; at ``DEBUG>=4`` list its result and the rules that fired."""
-    if Context.DEBUG < 4:
+    """Run one rewriting stage; at ``DEBUG>=4`` (or under ``VIZ``) show its result and the
+    rules that fired."""
+    if Context.DEBUG < 4 and recorder.ACTIVE is None:
         return rewrite(graph)
     with rules_fired() as fired:
         graph = rewrite(graph)
-    _debug_stage(title, graph)
-    print(fired_summary(fired))
+    _debug_stage(title, graph, fired)
     return graph
 
 
@@ -128,6 +135,8 @@ def generate(
     chosen, group, tiles = _plan(ast, renderer, opts, grid and not symbolic and narrow, symbolic)
     if Context.DEBUG >= 4:
         print(f"--- optimisation ---\nloops: {chosen}\ngroups: {group}\ntiles: {tiles}")
+    if (trace := recorder.ACTIVE) is not None:
+        trace.choices(loops=chosen, groups=group, tiles=tiles)
     # (a tensor-core program holds WMMA ops, which its own check knows)
     check = check_tensor_core_stage if isinstance(tiles, TensorCores) else check_stage
     if isinstance(tiles, TensorCores):
@@ -166,6 +175,8 @@ def generate(
     global_size, local_size = launch_size(program, renderer)
     flops = count_flops(program)
     n_buffers = sum(1 for u in program if u.op is Ops.PARAM)
+    if (trace := recorder.ACTIVE) is not None:
+        trace.rendered(name, source, program, renderer, global_size, local_size, flops)
     return KernelSource(
         name,
         source,

@@ -25,12 +25,14 @@ from dataclasses import asdict
 
 import numpy as np
 
-from fusegrad.codegen.kernel import KernelSource, generate
+from fusegrad.codegen.kernel import KernelSource, generate, kernel_name
 from fusegrad.codegen.opt import MAX_ACCUMULATORS, KernelOpts, _reduce_of, heuristic_opts
 from fusegrad.codegen.tensorcore import TensorCores, tensor_core_options
 from fusegrad.codegen.tiled import Tiles, tile_options
 from fusegrad.device import Buffer, Runtime
 from fusegrad.helpers import cache_dir, write_atomically
+from fusegrad.kernel_cache import BEAM_FOLDER
+from fusegrad.progress import progress
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 REPEATS = 5
@@ -115,7 +117,7 @@ def _zeroed(buffer: Buffer) -> Buffer:
 
 def _cache_path(ast: UOp, device: str, rt: Runtime) -> str:
     key = hashlib.sha256(f"{rt.compiler.identity}\0{device}\0{ast!r}".encode()).hexdigest()
-    return os.path.join(cache_dir(), "beam", key + ".json")
+    return os.path.join(cache_dir(), BEAM_FOLDER, key + ".json")
 
 
 def _load(path: str) -> KernelOpts | Tiles | TensorCores | None | bool:
@@ -165,6 +167,7 @@ def beam_search(
     )
     timed: dict[KernelOpts | Tiles | TensorCores | None, float] = {}
     frontier: list[KernelOpts | Tiles | TensorCores | None] = [default]
+    name = kernel_name(ast)
     for _ in range(1 if tiles else 2):
         candidates = tiles or frontier + [
             n
@@ -181,18 +184,17 @@ def beam_search(
                 pool.map(lambda b: rt.compiler.compile_cached_batch([k.source for k in b]), batches)
             )
         binary_of = {id(k): r for b, results in zip(batches, built) for k, r in zip(b, results)}
-        for o, k in zip(todo, kernels):
+        for o, k in progress(list(zip(todo, kernels)), desc=f"BEAM {name}", unit="candidates"):
             best = min(timed.values(), default=float("inf"))
             if isinstance(binary := binary_of[id(k)], bytes):
                 timed[o] = _time(k, rt, device, ast, give_up=3 * best, binary=binary)
             else:  # a candidate that does not compile is never chosen
                 timed[o] = float("inf")
         frontier = sorted(timed, key=timed.__getitem__)[:width]
-        sys.stderr.write(
-            f"\rBEAM {kernels[0].name if kernels else ''}: {len(timed)} candidates, "
-            f"best {timed[frontier[0]] * 1e3:.3f} ms (default {timed[default] * 1e3:.3f} ms)"
-        )
     chosen = frontier[0]
-    sys.stderr.write(f" in {time.perf_counter() - start:.1f} s\n")
+    sys.stderr.write(
+        f"BEAM {name}: {len(timed)} candidates, best {timed[chosen] * 1e3:.3f} ms "
+        f"(default {timed[default] * 1e3:.3f} ms) in {time.perf_counter() - start:.1f} s\n"
+    )
     _save(path, chosen)
     return chosen

@@ -9,23 +9,26 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from fusegrad import caches
+from fusegrad import caches, profiler
 from fusegrad.codegen.kernel import KernelSource, generate, kernel_name
 from fusegrad.codegen.search import beam_search
 from fusegrad.device import Buffer, Device, plugin_manager
 from fusegrad.engine import capture
 from fusegrad.errors import CompileError, JitError
 from fusegrad.helpers import Context
+from fusegrad.progress import Progress, progress
 from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
 from fusegrad.schedule.layout import Capabilities
 from fusegrad.uop.listing import print_listing
 from fusegrad.uop.loops import LoopHint
 from fusegrad.uop.ops import Ops, UOp, graph_variables, toposort
+from fusegrad.viz import recorder
 
 
 class GlobalCounters:
@@ -84,6 +87,17 @@ class Runner:
             wait=wait,
         )
 
+    def profiled(
+        self, active: profiler.Profiler, handles: list[Any], vals: tuple[int, ...] = ()
+    ) -> float:
+        """Launch, wait for the kernel and record it in the ``active`` profile; its seconds (the
+        program's own measure, or the host's where the program gives none)."""
+        start = time.perf_counter()
+        seconds = self(handles, True, vals) or time.perf_counter() - start
+        k = self.kernel
+        active.kernel(k.name, self.device, start, seconds, k.flops, self.mem_bytes, k.global_size)
+        return seconds
+
     def vals(self, values: dict[UOp, int]) -> tuple[int, ...]:
         """The integer arguments of this kernel: its variables' ``values``, in its order."""
         return tuple(values[v] for v in self.kernel.variables)
@@ -106,7 +120,19 @@ def _compile_batch(kernels: list[KernelSource], device: str) -> list[Runner | Co
     rt = Device[device]
     start = time.perf_counter()
     binaries = rt.compiler.compile_cached_batch([k.source for k in kernels])
-    seconds = (time.perf_counter() - start) / len(kernels)  # shared out, so that times add up
+    elapsed = time.perf_counter() - start
+    seconds = elapsed / len(kernels)  # shared out, so that times add up
+    if (active := profiler.ACTIVE) is not None:
+        names = [k.name for k in kernels]
+        where = (profiler.HOST, f"compile ({threading.current_thread().name})")
+        active.span(
+            f"compile {len(kernels)} kernel(s)",
+            "compile",
+            where,
+            start,
+            elapsed,
+            {"device": device, "kernels": names},
+        )
     runners: list[Runner | CompileError] = []
     for kernel, binary in zip(kernels, binaries):
         if isinstance(binary, CompileError):
@@ -132,6 +158,18 @@ def _load(rt: Any, kernel: KernelSource, binary: bytes) -> Any:
 
 
 def _generate(ast: UOp, device: str) -> KernelSource:
+    if (active := profiler.ACTIVE) is not None:
+        with active.timed(
+            f"codegen {kernel_name(ast)}",
+            "codegen",
+            "codegen",
+            {"device": device, "BEAM": Context.BEAM},
+        ):
+            return _generate_kernel(ast, device)
+    return _generate_kernel(ast, device)
+
+
+def _generate_kernel(ast: UOp, device: str) -> KernelSource:
     rt = Device[device]
     # BEAM searches the optimiser's actions; none apply to a kernel over a variable
     if Context.BEAM and rt.renderer.grid_dims is None and not graph_variables([ast]):
@@ -181,9 +219,10 @@ caches.register("kernels being compiled", _compiling.clear)
 
 
 def _forget_compiles() -> None:
-    """In a forked child: the parent's compiler threads and their jobs are not there."""
+    """In a forked child: the parent's compiler and device threads and their jobs are not there."""
     _pool.clear()
     _compiling.clear()
+    _device_pool.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -231,6 +270,8 @@ def compile_steps(steps: list) -> None:
     )
     if len(todo) < 2:
         return
+    # a bar (on a terminal) counts the kernels built; from the compiler threads, as batches end
+    bar = progress(total=len(todo), desc="compiling", unit="kernels")
     if not _pool:  # threads that live as long as the process: a plan's compiles outlive its call
         _pool.append(ThreadPoolExecutor(usable_cores(), thread_name_prefix="fusegrad-compile"))
     for device in dict.fromkeys(d for _, d in todo):
@@ -241,10 +282,10 @@ def compile_steps(steps: list) -> None:
             batch.append((key, kernel))
             work += compile_cost(kernel)
             if work >= BATCH_COST or len(batch) >= MAX_BATCH:
-                _submit(batch, device)
+                _submit(batch, device, bar)
                 batch, work = [], 0
         if batch:
-            _submit(batch, device)
+            _submit(batch, device, bar)
 
 
 def usable_cores() -> int:
@@ -255,9 +296,11 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _submit(batch: list[tuple[tuple[UOp, str], KernelSource]], device: str) -> None:
-    """Hand ``batch`` (its kernels, and the keys they are kept under) to a compiler thread."""
+def _submit(batch: list[tuple[tuple[UOp, str], KernelSource]], device: str, bar: Progress) -> None:
+    """Hand ``batch`` (its kernels, and the keys they are kept under) to a compiler thread;
+    ``bar`` counts them when it is done."""
     job = _pool[0].submit(_compile_batch, [kernel for _, kernel in batch], device)
+    job.add_done_callback(lambda _: bar.update(len(batch)))
     for index, (key, _) in enumerate(batch):
         _compiling[key] = (job, index)
 
@@ -275,6 +318,7 @@ def run_plan(
     if not plan.compiled:
         compile_steps(plan.steps)
         plan.compiled = True
+    active = profiler.ACTIVE  # one check per plan; per kernel only while profiling
     timing, listeners, recording = Context.DEBUG >= 2, _has_run_listeners(), capture.active()
     start = time.perf_counter()
     for step in plan.steps:
@@ -282,7 +326,11 @@ def run_plan(
             if step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
             vals = step.runner.vals(values) if step.runner.kernel.variables else ()
-            seconds = step.runner([buffers[s].handle for s in step.slots], timing, vals)
+            handles = [buffers[s].handle for s in step.slots]
+            if active is None:
+                seconds = step.runner(handles, timing, vals)
+            else:
+                seconds = step.runner.profiled(active, handles, vals)
             for s in step.slots[: step.writes]:
                 buffers[s].version += 1
             if recording is not None:
@@ -301,7 +349,7 @@ def run_plan(
                 raise JitError(
                     "TinyJit cannot capture a copy between devices yet; move tensors first"
                 )
-            _copy(buffers[step.dest], buffers[step.source])
+            copy_buffer(buffers[step.dest], buffers[step.source])
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
         GlobalCounters.time_sum_s += elapsed
@@ -325,8 +373,15 @@ def _report(runner: Runner, seconds: float | None) -> None:
     print(f"  {runner.device:<8s} {k.name:<32s} {ms} {gflops}")
 
 
-def _copy(dest: Buffer, source: Buffer) -> None:
-    """Move bytes from one buffer to another (on any devices) through the host."""
+def copy_buffer(dest: Buffer, source: Buffer) -> None:
+    """Move bytes from one buffer to another (on any devices): directly where the destination's
+    allocator can (``Allocator.transfer``), else through host memory."""
+    allocator = Device[dest.device].allocator
+    if source.nbytes and allocator.transfer(
+        dest.handle, Device[source.device].allocator, source.handle, source.nbytes
+    ):
+        dest.version += 1
+        return
     dest.copyin(source.numpy())
 
 
@@ -343,6 +398,8 @@ def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dic
         plan = _plans[key] = make_plan(abstract_roots, list(devices), slot_devices, capabilities)
     if Context.DEBUG >= 4:
         print_plan(roots, inputs, plan)
+    if (trace := recorder.ACTIVE) is not None:
+        trace.planned(roots, plan, inputs)
     return plan, inputs, values
 
 
@@ -394,8 +451,45 @@ def plan_for(roots: list[UOp], devices: list[str]) -> Plan:
     return _plan(roots, devices)[0]
 
 
+def realize_on_devices(work: dict[str, list[UOp]]) -> dict[str, list[Buffer]]:
+    """Realize each device's ``roots`` (``realize_uops`` on that device): plans are made and
+    kernels compiled here, then the devices' plans run at the same time, one thread each (a
+    kernel call releases the GIL), so independent work of different devices overlaps. Under
+    TinyJit's capture, whose recording lives in this thread, they run one after the other."""
+    planned = {device: _plan(roots, [device] * len(roots)) for device, roots in work.items()}
+    for plan, _, _ in planned.values():
+        if not plan.compiled:
+            compile_steps(plan.steps)
+            plan.compiled = True
+        for step in plan.steps:
+            if type(step) is KernelStep and step.runner is None:
+                step.runner = get_runner(step.ast, step.device)
+
+    def run(device: str) -> list[Buffer]:
+        plan, inputs, values = planned[device]
+        buffers = run_plan(plan, inputs, values)
+        return [buffers[s] for s in plan.outputs]
+
+    if len(work) < 2 or capture.active() is not None:
+        return {device: run(device) for device in work}
+    if not _device_pool or _device_pool[0][1] < len(work):
+        if _device_pool:
+            _device_pool[0][0].shutdown(wait=False)
+        _device_pool[:] = [(ThreadPoolExecutor(len(work), "fusegrad-device"), len(work))]
+    jobs = {device: _device_pool[0][0].submit(run, device) for device in work}
+    return {device: job.result() for device, job in jobs.items()}
+
+
+#: the threads that run several devices' plans at once, and how many there are
+_device_pool: list[tuple[ThreadPoolExecutor, int]] = []
+
+
 def realize_uops(roots: list[UOp], devices: list[str]) -> list[Buffer]:
     """Compute ``roots`` (tensor-graph nodes on ``devices``); return one 1-d buffer for each."""
-    plan, inputs, values = _plan(roots, devices)
+    if (active := profiler.ACTIVE) is not None:
+        with active.timed("schedule", "schedule", "schedule", {"roots": len(roots)}):
+            plan, inputs, values = _plan(roots, devices)
+    else:
+        plan, inputs, values = _plan(roots, devices)
     buffers = run_plan(plan, inputs, values)
     return [buffers[s] for s in plan.outputs]

@@ -14,19 +14,19 @@ import hashlib
 import http.client
 import os
 import struct
-import sys
 import tempfile
 import urllib.error
 import urllib.request
 import warnings
 import zlib
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
 from fusegrad.errors import DatasetNotFound, DownloadError, FileFormatError
 from fusegrad.helpers import prod
+from fusegrad.progress import progress
 from fusegrad.tensor import Tensor
 
 #: The four MNIST files, in the order ``mnist()`` returns them.
@@ -204,15 +204,18 @@ def download(url: str, dest: Path, md5: str | None = None) -> Path:
 
 def _fetch(url: str, out: IO[bytes], label: str) -> str:
     """Stream ``url`` into ``out``; return the md5 of what was received."""
-    digest, done = hashlib.md5(usedforsecurity=False), 0
+    digest, done, total = hashlib.md5(usedforsecurity=False), 0, 0
     try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            total = int(response.headers.get("Content-Length") or 0)
+        with (
+            urllib.request.urlopen(url, timeout=60) as response,
+            progress(total=_length(response), desc=label, unit="B", scale=True) as bar,
+        ):
+            total = bar.total or 0
             while chunk := response.read(1 << 16):
                 out.write(chunk)
                 digest.update(chunk)
                 done += len(chunk)
-                _show_progress(label, done, total)
+                bar.update(len(chunk))
     except http.client.IncompleteRead:
         pass  # the server closed early: reported below as a short download
     except (urllib.error.URLError, http.client.HTTPException, OSError) as e:
@@ -220,9 +223,6 @@ def _fetch(url: str, out: IO[bytes], label: str) -> str:
             f"could not download {url}: {e}; check the network, or put the files "
             "in a folder and pass it as folder= (or set FUSEGRAD_DATA)"
         ) from None
-    finally:
-        if done:
-            sys.stderr.write("\n")
     if total and done != total:
         raise DownloadError(
             f"download of {url} stopped after {done} of {total} bytes; it was not kept, try again"
@@ -230,12 +230,6 @@ def _fetch(url: str, out: IO[bytes], label: str) -> str:
     return digest.hexdigest()
 
 
-def _show_progress(label: str, done: int, total: int) -> None:
-    """Redraw a one-line progress bar on stderr."""
-    if total:
-        filled = 30 * done // total
-        bar = f"[{'#' * filled}{'.' * (30 - filled)}] {100 * done // total:3d}%"
-        sys.stderr.write(f"\r{label} {bar} {done / 1e6:.1f}/{total / 1e6:.1f} MB")
-    else:
-        sys.stderr.write(f"\r{label} {done / 1e6:.1f} MB")
-    sys.stderr.flush()
+def _length(response: Any) -> int | None:
+    """The length the server announced, or None (the bar then counts without a total)."""
+    return int(response.headers.get("Content-Length") or 0) or None

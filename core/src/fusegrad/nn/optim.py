@@ -17,6 +17,7 @@ import numpy as np
 from fusegrad.errors import FusegradError, InvalidType, InvalidValue
 from fusegrad.tensor import Tensor
 from fusegrad.tensor.autograd import REALIZED
+from fusegrad.uop.ops import Ops
 
 
 def _dedup(tensors: Sequence[Tensor]) -> list[Tensor]:
@@ -119,8 +120,13 @@ class Optimizer:
         return self.lr.to(t.device)
 
     def _state(self) -> list[Tensor]:
-        """A zero tensor per parameter, shaped like it, in a buffer of its own (no kernel runs)."""
-        return [Tensor(np.zeros(t.shape, np.float32), t.device, t.dtype) for t in self.params]
+        """A zero tensor per parameter, shaped like it, in a buffer of its own (no kernel runs);
+        a sharded parameter's state is sharded alike, so that its updates move no data."""
+        states = [Tensor(np.zeros(t.shape, np.float32), t.device, t.dtype) for t in self.params]
+        for state, t in zip(states, self.params):
+            if t.uop.op is Ops.MULTI and t.uop.arg[1] is not None:
+                state.shard_(*t.uop.arg)
+        return states
 
 
 class SGD(Optimizer):

@@ -12,7 +12,7 @@ import os
 import struct
 import tempfile
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from fusegrad.nn.gguf import gguf_load as gguf_load  # re-exported: fusegrad.nn.
 from fusegrad.nn.host import host_array, tensor_from_host
 from fusegrad.nn.torch_checkpoint import torch_load
 from fusegrad.tensor import Tensor
+from fusegrad.tensor.autograd import replace_value
 
 __all__ = [
     "get_parameters",
@@ -33,6 +34,7 @@ __all__ = [
     "safe_load",
     "safe_load_metadata",
     "safe_save",
+    "shard_model",
     "torch_load",
 ]
 
@@ -94,6 +96,33 @@ def get_parameters(obj: Any) -> list[Tensor]:
     return list(unique.values())
 
 
+def shard_model(
+    obj: Any, devices: Sequence[str], axes: Mapping[str, int] | None = None
+) -> dict[str, Tensor]:
+    """Place every tensor of ``obj``'s state dict on ``devices``, in place (``Tensor.shard_``):
+    whole on each device, or cut along ``axes[name]`` for the names ``axes`` lists (a large
+    layer's weight, along its outputs); returns the state dict.
+
+    >>> class Net:
+    ...     def __init__(self): self.w, self.b = Tensor([[1.0, 2.0], [3.0, 4.0]]), Tensor([0.0])
+    >>> net = Net()
+    >>> sorted(shard_model(net, ("CPU", "PYTHON"), {"w": 0}))
+    ['b', 'w']
+    >>> net.w.device
+    ('CPU', 'PYTHON')
+    """
+    state = get_state_dict(obj)
+    unknown = sorted(set(axes or {}) - set(state))
+    if unknown:
+        raise StateDictError(f"shard_model: no tensors named {unknown} (names: {sorted(state)})")
+    done: set[int] = set()
+    for name, t in state.items():
+        if id(t) not in done:  # a tied weight once, placed as its first name says
+            t.shard_(devices, (axes or {}).get(name))
+            done.add(id(t))
+    return state
+
+
 def _compatible(src: DType, dst: DType) -> bool:
     """Whether a checkpoint's ``src`` values may be cast into a model's ``dst`` tensor."""
     group = {"f": "float", "i": "int", "u": "int", "b": "bool"}
@@ -133,7 +162,7 @@ def load_state_dict(
     loaded = {id(t): t for k, t in targets.items() if k in sources}
     for k, t in targets.items():
         if k in sources:
-            t.uop = sources[k].to(t.device).cast(t.dtype).uop
+            replace_value(t, sources[k].to(t.device).cast(t.dtype).uop)
     if loaded:
         first, *rest = loaded.values()
         first.realize(*rest)

@@ -162,6 +162,8 @@ class AutogradMixin(TensorBase):
             g = found.get(t.uop)
             if g is None:
                 continue
+            if t.uop.op in (Ops.MULTI, Ops.SHARD):  # sharded: its gradient sharded alike
+                g = UOp(Ops.SHARD, g.dtype, (g,), t.uop.arg)
             g_tensor = self._wrap(g, t.device)
             t.grad = g_tensor if t.grad is None else t.grad + g_tensor
         return self
@@ -188,14 +190,38 @@ class AutogradMixin(TensorBase):
         if x.device != self.device:
             x = x.to(self.device)
         value = x.uop if x.dtype == self.uop.dtype else x.cast(self.uop.dtype).uop
+        if self.uop.op in (Ops.MULTI, Ops.SHARD):  # sharded: the new value placed alike
+            value = UOp(Ops.SHARD, value.dtype, (value,), self.uop.arg)
         if (target := _prefix_buffer(self.uop)) is not None:  # (schedule/kernelize.py)
             self.uop, self._graph = UOp(Ops.CONTIGUOUS, value.dtype, (value, target)), None
             return self
         if (recording := capture.active()) is not None:  # TinyJit is capturing (engine/capture.py)
             recording.assigned(self, self.uop)
-        self.uop = value
+        replace_value(self, value)
         self._graph = None
         return self
+
+
+def replace_value(t: TensorBase, value: UOp) -> None:
+    """Give ``t`` the value ``value`` instead of the one it holds (not written in place). The
+    buffer it held, or the buffers its unrealized value reads, are marked replaced
+    (``Buffer.mark_replaced``): a TinyJit replay that reads them because its function reads
+    ``t`` captures again, and so sees the new value."""
+    if (old := held_buffer(t.uop)) is not None:
+        if held_buffer(value) is not old:
+            old.mark_replaced()
+    else:
+        for u in t.uop.toposort():
+            if u.op is Ops.BUFFER:
+                u.arg.mark_replaced()
+    t.uop = value
+
+
+def held_buffer(u: UOp) -> Any:
+    """The Buffer that ``u`` (a BUFFER or a reshape of one) is, else None."""
+    while u.op is Ops.RESHAPE:
+        u = u.src[0]
+    return u.arg if u.op is Ops.BUFFER else None
 
 
 def _prefix_buffer(u: UOp) -> UOp | None:

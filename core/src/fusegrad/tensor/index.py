@@ -25,6 +25,7 @@ from fusegrad.errors import (
 )
 from fusegrad.helpers import prod
 from fusegrad.tensor import bounds
+from fusegrad.tensor.autograd import replace_value
 from fusegrad.tensor.base import TensorBase, is_tensor
 from fusegrad.tensor.movement import ADVANCED_INDEX, _check_variable_bounds, broadcast_shapes
 from fusegrad.uop.ops import Ops, UOp
@@ -703,7 +704,7 @@ class IndexMixin(TensorBase):
             ._pick(flat, value.reshape(-1, 1).expand(flat.shape), axis=0)
             .reshape(self.shape)
         )
-        self.uop = hit.where(new, self).cast(self.dtype).uop
+        replace_value(self, hit.where(new, self).cast(self.dtype).uop)
 
     # ---- einsum and linear -----------------------------------------------------------------------
 

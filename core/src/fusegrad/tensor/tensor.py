@@ -17,6 +17,7 @@ import numpy as np
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import DType, dtypes, promote_shaped, promote_types, scalar_type, to_dtype
 from fusegrad.engine import realize as engine
+from fusegrad.engine import shard as sharding
 from fusegrad.errors import (
     FusegradError,
     InvalidArgument,
@@ -93,8 +94,7 @@ class Tensor(
         dtype: DType | str | None = None,
         requires_grad: bool | None = None,
     ):
-        device = Device.DEFAULT if device is None else _device_arg(device)
-        self.device = Device.canonicalize(device)
+        self.device = Device.DEFAULT if device is None else _device_arg(device)
         self.grad, self._graph = None, None
         self.requires_grad = requires_grad
         dtype = to_dtype(dtype) if dtype is not None else None
@@ -128,6 +128,11 @@ class Tensor(
                 f"cannot make a Tensor from ragged nested lists ({e}); the lists of one level "
                 "must all have the same length"
             ) from None
+        if isinstance(self.device, tuple):  # several devices: a copy on each
+            buffers = [Buffer(d, array.size, dtype).copyin(array) for d in self.device]
+            pieces = tuple(buffer_uop(b, array.shape) for b in buffers)
+            _SHARDED[0] = True
+            return UOp(Ops.MULTI, dtype, pieces, (self.device, None))
         buf = Buffer(self.device, array.size, dtype).copyin(array)
         return buffer_uop(buf, array.shape)
 
@@ -182,6 +187,11 @@ class Tensor(
     def schedule(self, *others: Tensor) -> list:
         """The kernels realizing these tensors would run, without running them."""
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
+        if _SHARDED[0] and any(_is_placed(t) for t in todo):
+            raise InvalidArgument(
+                "schedule() of a tensor on several devices: its kernels are planned per device "
+                "as it is realized (engine/shard.py); realize it, or move it with .to(device)"
+            )
         if not todo:
             return []
         plan = engine.plan_for([_unreshaped(t.uop) for t in todo], [t.device for t in todo])
@@ -190,6 +200,12 @@ class Tensor(
     def realize(self, *others: Tensor) -> Tensor:
         """Compute this tensor (and ``others``) now, in as few kernels as the graph allows."""
         todo = [t for t in (self, *others) if not _is_view(t.uop)]
+        if _SHARDED[0] and todo:
+            todo = [t for t in todo if not _is_multi_view(t.uop)]
+            placed = [t for t in todo if _is_placed(t)]
+            if placed:
+                _realize_placed(placed)
+                todo = [t for t in todo if not _is_placed(t)]
         if todo:
             buffers = engine.realize_uops(
                 [_unreshaped(t.uop) for t in todo], [t.device for t in todo]
@@ -216,7 +232,10 @@ class Tensor(
 
     def _buffer(self, *also: Tensor) -> Buffer:
         """The buffer holding this tensor's elements in order (computing it if needed), with
-        ``also`` realized in the same schedule."""
+        ``also`` realized in the same schedule. A sharded tensor's are gathered onto its first
+        device first."""
+        if isinstance(self.device, tuple):
+            return self.to(self.device[0])._buffer(*also)
         if (buf := buffer_of(self.uop)) is not None:
             if also:
                 also[0].realize(*also[1:])
@@ -254,17 +273,59 @@ class Tensor(
         return self.numpy().reshape(()).item()
 
     def to(self, device: str) -> Tensor:
-        """A copy on ``device`` (this tensor if it is already there)."""
-        device = Device.canonicalize(_device_arg(device))
+        """A copy on ``device`` (this tensor if it is already there); a tuple of devices
+        replicates it on each (``shard(devices)``), and a sharded tensor is gathered.
+
+        >>> Tensor([1, 2, 3], device="CPU").shard(("CPU", "PYTHON")).to("PYTHON").tolist()
+        [1, 2, 3]
+        """
+        device = _device_arg(device)
         if device == self.device:
             return self
+        if isinstance(device, tuple):
+            return self.shard(device)
         engine.open_device(device)  # fail early and clearly if it cannot be opened
+        if isinstance(self.device, tuple):
+            return self._placed_on((device,), None)
         # copy the buffer itself (or a contiguous copy of a view), then view it again there
         src = self.uop if _is_buffer(self.uop) else self.contiguous().uop
         if src.op is Ops.RESHAPE:
             src = src.src[0]
         moved = UOp(Ops.COPY, self.dtype, (src,), (self.device, device))
         return self._wrap(moved, device).reshape(self.shape)
+
+    def shard(self, devices: Sequence[str], axis: _int | None = None) -> Tensor:
+        """This tensor on several devices: cut along ``axis`` into one piece per device (the
+        longer pieces first), or whole on each when ``axis`` is None. Every op then runs on the
+        pieces, each on its device (``engine/shard.py``); ``.to(device)`` and ``.numpy()``
+        gather them.
+
+        >>> t = Tensor([[1, 2], [3, 4], [5, 6]], device="CPU").shard(("CPU", "PYTHON"), axis=0)
+        >>> (t * 2).sum(axis=1).tolist(), t.sum(axis=0).tolist()
+        ([6, 14, 22], [9, 12])
+        """
+        if isinstance(devices, str) or not all(isinstance(d, str) for d in devices):
+            raise InvalidType(f"shard() takes a sequence of device names, got {devices!r}")
+        devices = tuple(Device.canonicalize(d) for d in devices)
+        axis = None if axis is None else self._axis(axis)
+        sharding.check_placement(self.shape, devices, axis)
+        for device in devices:
+            engine.open_device(device)
+        return self._placed_on(devices, axis)
+
+    def shard_(self, devices: Sequence[str], axis: _int | None = None) -> Tensor:
+        """``shard`` in place (a model's parameters): this tensor's pieces now live on
+        ``devices``, and its later values (an optimizer's updates) are placed the same way."""
+        sharded = self.shard(devices, axis).realize()
+        REALIZED.pop(sharded.uop, None)  # the pieces are the tensor now, no view of its old value
+        self.uop, self.device, self._graph = sharded.uop, sharded.device, None
+        return self
+
+    def _placed_on(self, devices: tuple[str, ...], axis: _int | None) -> Tensor:
+        """A SHARD node placing this value on ``devices`` along ``axis`` (one device: gathered)."""
+        _SHARDED[0] = True
+        node = UOp(Ops.SHARD, self.dtype, (self.uop,), (devices, axis))
+        return self._wrap(node, devices if len(devices) > 1 else devices[0])  # type: ignore[arg-type]
 
     def cast(self, dtype: DType | str) -> Tensor:
         """Convert to ``dtype`` (floats to ints truncate, as in C and PyTorch)."""
@@ -972,13 +1033,41 @@ def _accumulate_dtype(dtype: DType) -> DType:
 
 
 def _device_arg(device: Any) -> str:
-    """``device`` if it is a string; PyTorch users pass ``0`` or a ``torch.device`` too."""
+    """``device``'s canonical name (``"cpu:0"`` -> ``"CPU"``), or a tuple of them for several
+    devices (a sharded tensor's); PyTorch users pass ``0`` or a ``torch.device`` too."""
+    if isinstance(device, (tuple, list)) and device and all(isinstance(d, str) for d in device):
+        names = tuple(Device.canonicalize(d) for d in device)
+        return names if len(names) > 1 else names[0]  # type: ignore[return-value]
     if not isinstance(device, str):
         raise InvalidType(
             f"device must be a string such as 'CPU' or 'CUDA:0', got {type(device).__name__} "
             f"{device!r}; pass its name, e.g. device='CUDA:0' for a GPU index 0"
         )
-    return device
+    return Device.canonicalize(device)
+
+
+#: whether any tensor was ever placed on several devices: until then ``realize`` need not look
+#: for SHARD and MULTI nodes (the hot path of one device pays nothing for sharding)
+_SHARDED = [False]
+
+
+def _is_placed(t: Tensor) -> bool:
+    """Whether ``t`` is on several devices or its graph moves values between placements."""
+    return isinstance(t.device, tuple) or sharding.uses_devices(t.uop)
+
+
+def _realize_placed(todo: list[Tensor]) -> None:
+    """Realize tensors whose graphs hold several devices (``engine/shard.py``)."""
+    wanted: list[tuple[str, ...]] = [
+        t.device if isinstance(t.device, tuple) else (t.device,) for t in todo
+    ]
+    for t, node in zip(todo, sharding.realize([t.uop for t in todo], wanted)):
+        keep_graph = bool(_GRAD_TENSORS) and t.requires_grad is not True
+        if keep_graph and t._graph is None:
+            t._graph = t.uop
+        t.uop = node
+        if keep_graph:
+            REALIZED[t.uop] = t._graph
 
 
 def _shape_arg(shape: Any) -> tuple[int, ...]:
@@ -1014,6 +1103,11 @@ def buffer_of(u: UOp) -> Buffer | None:
 
 def _is_buffer(u: UOp) -> bool:
     return buffer_of(u) is not None
+
+
+def _is_multi_view(u: UOp) -> bool:
+    """Whether ``u`` is a realized sharded tensor: pieces that are views of buffers."""
+    return u.op is Ops.MULTI and all(_is_view(s) for s in u.src)
 
 
 def _is_view(u: UOp) -> bool:

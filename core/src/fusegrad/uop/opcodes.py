@@ -32,6 +32,12 @@ class Ops(Enum):
     # through src[0]'s graph but given by ``rule(g, inputs, params)`` (see gradient.py). The
     # scheduler drops the node (schedule/kernelize.py ``abstract``).
     CUSTOM_GRAD = auto()
+    # several devices in one process (engine/shard.py lowers both before anything is planned):
+    # MULTI src: one piece per device, arg: (devices, axis); the pieces laid end to end along
+    # axis (None: each piece is the whole value). SHARD src: (value,), arg: (devices, axis);
+    # the value placed that way (one device and axis None: gathered onto that device).
+    MULTI = auto()
+    SHARD = auto()
     # symbolic sizes (a sequence length that changes between calls); see ``Variable``
     DEFINE_VAR = auto()  # arg: (name, min, max); an int the kernel takes as an argument
     BIND = auto()  # src: (DEFINE_VAR, CONST value); a variable with its value for one call

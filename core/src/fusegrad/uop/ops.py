@@ -403,6 +403,9 @@ def _shape_of(u: UOp) -> tuple[int, ...]:
         return arg
     if op is Ops.GATHER:
         return u.src[1].shape
+    if op is Ops.MULTI and arg[1] is not None:  # pieces laid end to end along the axis
+        axis, first = arg[1], u.src[0].shape
+        return (*first[:axis], sum(p.shape[axis] for p in u.src), *first[axis + 1 :])
     src = u.src[0].shape
     if op is Ops.PERMUTE:
         return tuple(src[i] for i in arg)
@@ -414,7 +417,7 @@ def _shape_of(u: UOp) -> tuple[int, ...]:
         return tuple(1 if i in arg[1] else s for i, s in enumerate(src))
     if op is Ops.STORE:
         return ()
-    return src  # elementwise ops, FLIP, CAST, CONTIGUOUS, COPY, DETACH
+    return src  # elementwise ops, FLIP, CAST, CONTIGUOUS, COPY, DETACH, SHARD, MULTI of copies
 
 
 def wraps(dtype: DType) -> bool:
