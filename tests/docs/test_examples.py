@@ -121,10 +121,12 @@ def skipped(document: Document) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("name", DOCUMENTS)
-def test_examples(name: str, monkeypatch: pytest.MonkeyPatch):
+def test_examples(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """Run the document's examples in order. The ones always skipped are ``test_not_run``'s;
-    one skipped on a condition (no WebGPU adapter here) skips this test, after the others ran."""
-    monkeypatch.chdir(ROOT)  # (and back, whatever directory an example leaves)
+    one skipped on a condition (no WebGPU adapter here) skips this test, after the others ran.
+    Python examples run in an empty folder (what they write, a trace, stays out of the
+    checkout); commands run from the checkout's root."""
+    monkeypatch.chdir(tmp_path)  # (and back, whatever directory an example leaves)
     fusegrad.reset_caches()  # as in a new process: no plans or kernels kept in memory
     document = SYBIL.parse(ROOT / name)
     always = {reason for _, reason in skipped(document)}
