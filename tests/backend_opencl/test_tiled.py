@@ -11,6 +11,7 @@ import tiled_cases as shared
 from fusegrad import dtypes
 from fusegrad.codegen.tiled import Tiles, plan_tiles, tile_options
 from fusegrad.device import Device
+from fusegrad.helpers import context
 
 OPENCL = shared.GridDevice("OPENCL", local_index="get_local_id(0)", global_index="get_global_id")
 
@@ -78,3 +79,26 @@ def test_an_integer_matmul_stays_one_thread_per_output(cl_device):
 
 def test_a_matmul_past_two_to_the_31_products_is_tiled(cl_device):
     shared.check_past_two_to_the_31_products(OPENCL)
+
+
+def test_beam_runs_when_a_matmul_is_realized_on_the_grid_device(cl_device, tmp_path, monkeypatch):
+    """``BEAM=1`` searches a grid device's matmul as it is realized (once it searched only on
+    loop devices: the tile sizes and tensor-core plans were never timed outside the tests)."""
+    from fusegrad import reset_caches
+    from fusegrad.codegen import search
+
+    monkeypatch.setenv("FUSEGRAD_CACHE", str(tmp_path))
+    searched = []
+    real_search = search.beam_search
+    monkeypatch.setattr(
+        "fusegrad.engine.realize.beam_search",
+        lambda ast, *a: searched.append(ast) or real_search(ast, *a),
+    )
+    reset_caches()
+    a, b = shared.normal(64, 48), shared.normal(48, 80)
+    with context(BEAM=1):
+        got = (OPENCL.tensor(a) @ OPENCL.tensor(b)).numpy()
+        assert len(searched) == 1
+        OPENCL.tensor(a).exp().numpy()  # elementwise: nothing to search on a grid device
+    assert len(searched) == 1
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)

@@ -33,7 +33,8 @@ from fusegrad.device import Buffer, Runtime
 from fusegrad.helpers import cache_dir, write_atomically
 from fusegrad.kernel_cache import BEAM_FOLDER
 from fusegrad.progress import progress
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.renderer import Renderer
+from fusegrad.uop.ops import Ops, UOp, graph_variables, toposort
 
 REPEATS = 5
 
@@ -147,6 +148,17 @@ def _load(path: str) -> KernelOpts | Tiles | TensorCores | None | bool:
 def _save(path: str, opts: KernelOpts | Tiles | TensorCores | None) -> None:
     data = opts.to_json() if isinstance(opts, TensorCores) else asdict(opts) if opts else None
     write_atomically(path, json.dumps(data).encode())
+
+
+def searchable(ast: UOp, renderer: Renderer) -> bool:
+    """Whether BEAM has candidates for ``ast``: loop structures on a loop device, tile sizes
+    (and tensor-core plans) of a matmul on a grid device; none for a kernel over a variable,
+    whose sizes are unknown until the launch."""
+    if graph_variables([ast]):
+        return False
+    return renderer.grid_dims is None or bool(
+        tile_options(ast, renderer) or tensor_core_options(ast, renderer)
+    )
 
 
 def beam_search(

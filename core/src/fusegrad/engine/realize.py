@@ -17,7 +17,7 @@ from typing import Any
 
 from fusegrad import caches, profiler
 from fusegrad.codegen.kernel import KernelSource, generate, kernel_name
-from fusegrad.codegen.search import beam_search
+from fusegrad.codegen.search import beam_search, searchable
 from fusegrad.device import Buffer, Device, plugin_manager
 from fusegrad.engine import capture
 from fusegrad.errors import CompileError, JitError
@@ -27,7 +27,7 @@ from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, ma
 from fusegrad.schedule.layout import Capabilities
 from fusegrad.uop.listing import print_listing
 from fusegrad.uop.loops import LoopHint
-from fusegrad.uop.ops import Ops, UOp, graph_variables, toposort
+from fusegrad.uop.ops import Ops, UOp, toposort
 from fusegrad.viz import recorder
 
 
@@ -171,8 +171,7 @@ def _generate(ast: UOp, device: str) -> KernelSource:
 
 def _generate_kernel(ast: UOp, device: str) -> KernelSource:
     rt = Device[device]
-    # BEAM searches the optimiser's actions; none apply to a kernel over a variable
-    if Context.BEAM and rt.renderer.grid_dims is None and not graph_variables([ast]):
+    if Context.BEAM and searchable(ast, rt.renderer):
         kernel = generate(ast, rt.renderer, rt.rules, beam_search(ast, rt, device, Context.BEAM))
     else:
         kernel = generate(ast, rt.renderer, rt.rules)
