@@ -9,6 +9,7 @@ import pytest
 import tiled_cases as shared
 
 from fusegrad import dtypes
+from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.tiled import Tiles, plan_tiles, tile_options
 from fusegrad.device import Device
 from fusegrad.helpers import context
@@ -102,3 +103,28 @@ def test_beam_runs_when_a_matmul_is_realized_on_the_grid_device(cl_device, tmp_p
         OPENCL.tensor(a).exp().numpy()  # elementwise: nothing to search on a grid device
     assert len(searched) == 1
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_beam_passes_over_a_candidate_the_device_refuses_to_launch(
+    cl_device, tmp_path, monkeypatch
+):
+    """A plan that compiles but cannot launch (on an H200, a tensor-core plan needing more
+    registers than its group allows) is never chosen; once it ended the search and the realize."""
+    from fusegrad.codegen import search
+
+    monkeypatch.setenv("FUSEGRAD_CACHE", str(tmp_path))
+    ast, _ = OPENCL.kernel(
+        OPENCL.tensor(shared.normal(64, 64)) @ OPENCL.tensor(shared.normal(64, 64))
+    )
+    renderer = Device["OPENCL"].renderer
+    default = tile_options(ast, renderer)[0]
+    real_time = search._time
+
+    def refuse_the_default(kernel, *args, **kwargs):
+        if kernel.source == generate(ast, renderer, Device["OPENCL"].rules, default).source:
+            raise RuntimeError("too many resources requested for launch")
+        return real_time(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(search, "_time", refuse_the_default)
+    best = search.beam_search(ast, Device["OPENCL"], "OPENCL", width=2)
+    assert isinstance(best, Tiles) and best != default

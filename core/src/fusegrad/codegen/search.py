@@ -198,10 +198,12 @@ def beam_search(
         binary_of = {id(k): r for b, results in zip(batches, built) for k, r in zip(b, results)}
         for o, k in progress(list(zip(todo, kernels)), desc=f"BEAM {name}", unit="candidates"):
             best = min(timed.values(), default=float("inf"))
+            timed[o] = float("inf")  # a candidate that does not compile is never chosen,
             if isinstance(binary := binary_of[id(k)], bytes):
-                timed[o] = _time(k, rt, device, ast, give_up=3 * best, binary=binary)
-            else:  # a candidate that does not compile is never chosen
-                timed[o] = float("inf")
+                try:
+                    timed[o] = _time(k, rt, device, ast, give_up=3 * best, binary=binary)
+                except Exception:  # nor one the device refuses to launch (too many registers
+                    pass  # for its group size: CUDA's "too many resources requested")
         frontier = sorted(timed, key=timed.__getitem__)[:width]
     chosen = frontier[0]
     sys.stderr.write(
