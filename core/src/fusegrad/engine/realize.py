@@ -450,11 +450,19 @@ def plan_for(roots: list[UOp], devices: list[str]) -> Plan:
     return _plan(roots, devices)[0]
 
 
+#: one device's work, planned: its plan, the buffers bound to its inputs, its variables' values
+Planned = tuple[Plan, list[Buffer], dict[UOp, int]]
+
+
 def realize_on_devices(work: dict[str, list[UOp]]) -> dict[str, list[Buffer]]:
     """Realize each device's ``roots`` (``realize_uops`` on that device): plans are made and
-    kernels compiled here, then the devices' plans run at the same time, one thread each (a
-    kernel call releases the GIL), so independent work of different devices overlaps. Under
-    TinyJit's capture, whose recording lives in this thread, they run one after the other."""
+    kernels compiled here, then the devices' plans run at the same time (``run_on_devices``)."""
+    return run_on_devices(plan_on_devices(work))
+
+
+def plan_on_devices(work: dict[str, list[UOp]]) -> dict[str, Planned]:
+    """Each device's (cached) plan for its ``roots``, its kernels compiled and loaded, so that
+    running it needs nothing more of the compiler threads."""
     planned = {device: _plan(roots, [device] * len(roots)) for device, roots in work.items()}
     for plan, _, _ in planned.values():
         if not plan.compiled:
@@ -463,19 +471,27 @@ def realize_on_devices(work: dict[str, list[UOp]]) -> dict[str, list[Buffer]]:
         for step in plan.steps:
             if type(step) is KernelStep and step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
+    return planned
+
+
+def run_on_devices(planned: dict[str, Planned]) -> dict[str, list[Buffer]]:
+    """Run each device's planned work; return each device's output buffers. The devices' plans
+    run at the same time, one thread each (a kernel call releases the GIL), so independent work
+    of different devices overlaps. Under TinyJit's capture, whose recording lives in this
+    thread, they run one after the other."""
 
     def run(device: str) -> list[Buffer]:
         plan, inputs, values = planned[device]
         buffers = run_plan(plan, inputs, values)
         return [buffers[s] for s in plan.outputs]
 
-    if len(work) < 2 or capture.active() is not None:
-        return {device: run(device) for device in work}
-    if not _device_pool or _device_pool[0][1] < len(work):
+    if len(planned) < 2 or capture.active() is not None:
+        return {device: run(device) for device in planned}
+    if not _device_pool or _device_pool[0][1] < len(planned):
         if _device_pool:
             _device_pool[0][0].shutdown(wait=False)
-        _device_pool[:] = [(ThreadPoolExecutor(len(work), "fusegrad-device"), len(work))]
-    jobs = {device: _device_pool[0][0].submit(run, device) for device in work}
+        _device_pool[:] = [(ThreadPoolExecutor(len(planned), "fusegrad-device"), len(planned))]
+    jobs = {device: _device_pool[0][0].submit(run, device) for device in planned}
     return {device: job.result() for device, job in jobs.items()}
 
 
