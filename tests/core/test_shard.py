@@ -13,13 +13,12 @@ import fusegrad
 from fusegrad import Tensor, nn
 from fusegrad.device import Buffer, Device
 from fusegrad.dtype import dtypes
-from fusegrad.engine import allreduce, shard
+from fusegrad.engine import allreduce, placement_cache, shard
 from fusegrad.engine import realize as engine
 from fusegrad.errors import (
     DeviceNotFound,
     FusegradError,
     InvalidArgument,
-    JitError,
     ShapeError,
     StateDictError,
 )
@@ -233,8 +232,10 @@ def test_shard_model_places_a_state_dict():
 
 def test_gradients_are_all_reduced_in_one_bucket(monkeypatch):
     calls = []
-    all_reduce = shard.all_reduce
-    monkeypatch.setattr(shard, "all_reduce", lambda b, op: calls.append(op) or all_reduce(b, op))
+    all_reduce = placement_cache.all_reduce
+    monkeypatch.setattr(
+        placement_cache, "all_reduce", lambda b, op: calls.append(op) or all_reduce(b, op)
+    )
     features = rand(6, 10)
     expected = []
     for devices in (None, CPUS[:2]):
@@ -257,12 +258,25 @@ def test_gradients_are_all_reduced_in_one_bucket(monkeypatch):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_tinyjit_refuses_sharded_tensors_clearly():
-    x = Tensor(rand(4, 2), device="CPU").shard(CPUS[:2], 0).realize()
-    step = TinyJit(lambda t: (t * 2).realize())
-    with pytest.raises(JitError, match="several devices"):
-        for _ in range(3):
-            step(x)
+@pytest.mark.parametrize("destination", ["CPU:1", "PYTHON"])  # a direct copy, through the host
+def test_tinyjit_replays_copies_between_devices(destination):
+    a = rand(4, 2)
+    step = TinyJit(lambda t: (t.to(destination) * 2).realize())
+    for i in range(4):
+        check(step(Tensor(a + i, device="CPU")), (a + i) * 2)
+    assert step.calls == 2
+    assert any(isinstance(launch.runner, engine.CopyRunner) for launch in step.launches)
+
+
+def test_tinyjit_tells_placements_apart():
+    """Another axis or other devices of a sharded input capture again (their pieces differ);
+    each placement's replays read their new inputs."""
+    step = TinyJit(lambda t: (t * 2).sum(0).realize())
+    for devices, axis in [(CPUS[:2], 0), (CPUS[:2], 1), (CPUS[:3], 0), (CPUS[:2], None)]:
+        for i in range(4):
+            a = rand(6, 2, seed=i)
+            check(step(Tensor(a, device="CPU").shard(devices, axis)), (a * 2).sum(0))
+        assert step.calls == 2
 
 
 # ---- mixed backends -----------------------------------------------------------------------------
@@ -397,12 +411,13 @@ def test_devices_run_at_the_same_time(monkeypatch):
 # ---- training -----------------------------------------------------------------------------------
 
 
-def _train(devices, steps: int = 20, opt: type = optim.Adam, model_parallel: bool = False):
+def _train(
+    devices, steps: int = 20, opt: type = optim.Adam, model_parallel: bool = False, jit=None
+):
     """Per-step losses of a small MLP; its parameters replicated on ``devices`` (the first
-    layer's weight sharded along its outputs with ``model_parallel``), the batch sharded."""
+    layer's weight sharded along its outputs with ``model_parallel``), the batch sharded. With
+    ``jit`` (a list), each step is a TinyJit's call, the TinyJit appended to the list."""
     Tensor.manual_seed(0)
-    rng = np.random.default_rng(0)
-    features, labels = rng.standard_normal((24, 10)).astype(np.float32), rng.integers(0, 3, 24)
     first, second = nn.Linear(10, 16), nn.Linear(16, 3)
     params = get_parameters([first, second])
     if devices:
@@ -414,15 +429,23 @@ def _train(devices, steps: int = 20, opt: type = optim.Adam, model_parallel: boo
     losses = []
     if model_parallel:  # the optimizer's state of the sharded weight is sharded alike
         assert [m.uop.arg for m in optimizer.m[:1]] == [(devices, 0)]
-    for _ in range(steps):
-        x, y = Tensor(features, device="CPU"), Tensor(labels, device="CPU")
-        if devices:
-            x, y = x.shard(devices, 0), y.shard(devices, 0)
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
         loss = second(first(x).relu()).sparse_categorical_crossentropy(y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step(loss)
-        losses.append(loss.item())
+        return loss
+
+    if jit is not None:
+        jit.append(step := TinyJit(step))
+    for i in range(steps):  # three batches in turn (a replay must read the new one)
+        rng = np.random.default_rng(i % 3)
+        features, labels = rng.standard_normal((24, 10)).astype(np.float32), rng.integers(0, 3, 24)
+        x, y = Tensor(features, device="CPU"), Tensor(labels, device="CPU")
+        if devices:
+            x, y = x.shard(devices, 0), y.shard(devices, 0)
+        losses.append(step(x, y).item())
     return np.array(losses), params
 
 
@@ -445,3 +468,31 @@ def test_model_parallel_training_matches_one_device(one_device_losses):
     np.testing.assert_allclose(losses, one_device_losses[:5], rtol=0, atol=1e-5)
     assert params[0].uop.arg == (CPUS[:2], 0)
     assert params[0].grad is not None and params[0].grad.realize().uop.arg == (CPUS[:2], 0)
+
+
+def test_jitted_data_parallel_training_matches_unjitted(one_device_losses):
+    """The copies between devices and the all-reduces' kernels are captured and replayed."""
+    jitted: list = []
+    losses, params = _train(CPUS[:2], steps=10, jit=jitted)
+    np.testing.assert_allclose(losses, one_device_losses[:10], rtol=0, atol=1e-5)
+    (step,) = jitted
+    assert step.calls == 2 and len(step.launches) > 0  # steps 3 to 10 were replays
+    assert any(isinstance(launch.runner, engine.CopyRunner) for launch in step.launches)
+    assert all(p.uop.arg == (CPUS[:2], None) for p in params)
+
+
+def test_placements_are_cached_by_structure(monkeypatch):
+    """A training loop's second step places nothing: it replays the first step's placement."""
+    fusegrad.reset_caches()
+    placed = []
+    placed_graph = shard._placed_graph
+    monkeypatch.setattr(
+        shard, "_placed_graph", lambda roots: placed.append(1) or placed_graph(roots)
+    )
+    _train(CPUS[:2], steps=2)
+    first = len(placed)
+    losses, _ = _train(CPUS[:2], steps=3)
+    assert first > 0 and len(placed) == first  # same structures, other buffers: all replayed
+    fusegrad.reset_caches()
+    np.testing.assert_allclose(losses, _train(CPUS[:2], steps=3)[0], rtol=0, atol=0)
+    assert len(placed) > first

@@ -11,7 +11,8 @@ start clean and to check that cached and fresh paths agree; a program rarely nee
 installing a plugin, ``plugin.manager.reset`` forgets the plugins as well).
 
 The registered caches (see ``names()``): the engine's plans and compiled kernel runners
-(``engine/realize.py``), the open devices and the default device chosen among them
+(``engine/realize.py``), the placements of sharded graphs (``engine/placement_cache.py``), the
+open devices and the default device chosen among them
 (``device.py``), the broadcast scalar constants (``uop/ops.py``), pooling's movement chains
 (``tensor/nn_ops.py``) and the dtypes each device holds
 (``testing/oracle.py``, once that module is imported).

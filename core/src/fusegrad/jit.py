@@ -39,6 +39,12 @@ values are one capture. Its kernels take the values as arguments (nothing compil
 buffers are allocated for the variables' largest values, and a replay reads the new values from
 the inputs' shapes and gives the outputs their new shapes.
 
+Tensors sharded across devices (``Tensor.shard``, ``engine/shard.py``) are inputs and assigned
+tensors like any other, one buffer per piece; a change of their devices or sharded axis captures
+again. The copies between devices (``realize.copy_buffer``: those of the placement and of the
+all-reduces) are recorded with the kernels, as ``CopyRunner`` launches, and replayed in order;
+a replay runs the devices' launches one after the other, not at the same time.
+
 Threads: each thread that calls a TinyJit gets a capture of its own (its first two calls run the
 function; the compiled kernels are shared), so the buffers a replay returns are that thread's,
 and another thread's call does not overwrite them. A lock per TinyJit runs one call at a time:
@@ -61,7 +67,7 @@ from fusegrad.engine import capture, realize
 from fusegrad.errors import JitError  # re-exported: fusegrad.jit.JitError
 from fusegrad.tensor import Tensor, bounds, buffer_of
 from fusegrad.tensor.autograd import replace_value
-from fusegrad.uop.ops import Ops, is_symbolic, rebind, unbind
+from fusegrad.uop.ops import Ops, UOp, is_symbolic, rebind, unbind
 
 
 @dataclass
@@ -69,8 +75,8 @@ class _Assigned:
     """A tensor the function assigns to: the kernels read ``before`` and write ``after``."""
 
     tensor: Any
-    before: Buffer
-    after: Any  # the BUFFER UOp the tensor points at after a call
+    before: list[Buffer]  # one, or a sharded tensor's pieces (one per device)
+    after: Any  # the node the tensor points at after a call (a BUFFER, or a MULTI of them)
 
 
 @dataclass
@@ -208,8 +214,8 @@ class TinyJit:
     def _call(self, args: tuple, kwargs: dict) -> Any:
         leaves = list(_leaves((args, kwargs)))
         tensors = [a for a in leaves if isinstance(a, Tensor)]
-        buffers = [t._buffer() for t in tensors]  # realizes lazy inputs into buffers
-        signature = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        buffers = [b for t in tensors for b in _buffers(t)]  # realizes lazy inputs into buffers
+        signature = tuple((t.shape, t.dtype, _placement(t)) for t in tensors)
         plain = tuple(_plain(a) for a in leaves if not isinstance(a, Tensor))
         values = None
         if self.signature is not None and plain != self.plain:
@@ -254,7 +260,7 @@ class TinyJit:
                 [b.handle for b in bufs],
                 [(k, position[id(b)]) for k, b in enumerate(bufs) if id(b) in position],
                 bufs,
-                bool(runner.kernel.variables),
+                isinstance(runner, realize.Runner) and bool(runner.kernel.variables),
             )
             for runner, bufs in recorded.launches
         ]
@@ -263,7 +269,7 @@ class TinyJit:
         self.seen = Buffer.replacements
         self.signature, self.outputs = signature, out
         self.free_signature, self.values = _unbound_signature(signature)
-        for launch in self.launches:
+        for launch in (launch for launch in self.launches if launch.symbolic):
             if missing := [
                 v.arg[0] for v in launch.runner.kernel.variables if v not in self.values
             ]:
@@ -277,8 +283,9 @@ class TinyJit:
 
     def _replay(self, inputs: list[Buffer], values: dict | None) -> Any:
         for a in self.assigned:  # the kernels read the value the tensor has now
-            if (current := a.tensor._buffer()) is not a.before:
-                realize.copy_buffer(a.before, current)
+            for before, current in zip(a.before, _buffers(a.tensor)):
+                if current is not before:
+                    realize.copy_buffer(before, current)
         if values and values != self.values:
             self.values = values
             _rebind_outputs(self.outputs, values)
@@ -309,7 +316,11 @@ class TinyJit:
             now = inputs[guard.input] if guard.input is not None else guard.buffer
             if not np.array_equal(now.numpy(), guard.values):
                 return _UNGUARDED  # assigned tensors keep their values: the `after`s stay unused
-        ran = [launch for launch in self.launches if rerun or not launch.constant]
+        ran = [
+            launch
+            for launch in self.launches
+            if (rerun or not launch.constant) and isinstance(launch.runner, realize.Runner)
+        ]
         realize.GlobalCounters.kernel_count += len(ran)
         realize.GlobalCounters.global_mem += sum(launch.runner.mem_bytes for launch in ran)
         for a in self.assigned:
@@ -335,7 +346,7 @@ def _constant_launches(
     the memory plan reuses none of them). Its result is still in place from the captured call,
     so replays skip it; a replay whose sources were written since (``Buffer.version``: a
     ``copyin``, another plan's kernel) runs them again first."""
-    varying = {id(b) for b in inputs} | {id(a.before) for a in assigned}
+    varying = {id(b) for b in inputs} | {id(b) for a in assigned for b in a.before}
     writers: dict[int, int] = {}
     for launch in launches:
         for k in launch.runner.written:
@@ -398,7 +409,7 @@ def _external_reads(
 ) -> list[Buffer]:
     """The buffers the launches read that come from outside the call: not an input, not
     assigned to by it, not written by a launch (weights the function reads from its closure)."""
-    inside = {id(b) for b in inputs} | {id(a.before) for a in assigned}
+    inside = {id(b) for b in inputs} | {id(b) for a in assigned for b in a.before}
     inside |= {id(launch.buffers[k]) for launch in launches for k in launch.runner.written}
     found = {id(b): b for launch in launches for b in launch.buffers if id(b) not in inside}
     return list(found.values())
@@ -476,18 +487,42 @@ def _assigned(log: list[tuple[Any, Any]]) -> list[_Assigned]:
         first.setdefault(id(tensor), (tensor, before))
     out = []
     for tensor, before in first.values():
-        if buffer_of(tensor.uop) is None:
+        if _held(tensor.uop) is None:
             raise JitError(
                 f"TinyJit: the function assigns to a tensor of shape {tensor.shape} but leaves it "
                 "unrealized; realize it inside the function (optimizer.step() does)"
             )
-        if (read := buffer_of(before)) is None:
+        if (read := _held(before)) is None:
             raise JitError(
                 f"TinyJit: the function assigns to a tensor of shape {tensor.shape} that held no "
                 "buffer when the call began; realize it before calling (Tensor.realize)"
             )
         out.append(_Assigned(tensor, read, tensor.uop))
     return out
+
+
+def _held(u: UOp) -> list[Buffer] | None:
+    """The buffers a realized tensor's node reads in order: its buffer, or a sharded tensor's
+    pieces' (one per device); None when it is no such view."""
+    pieces = u.src if u.op is Ops.MULTI else (u,)
+    found = [buffer_of(q) for q in pieces]
+    return None if None in found else found  # type: ignore[return-value]
+
+
+def _buffers(t: Tensor) -> list[Buffer]:
+    """The buffers holding ``t``'s elements, computed if needed: its buffer, or a sharded
+    tensor's pieces' (one per device)."""
+    if not isinstance(t.device, tuple):
+        return [t._buffer()]
+    found = _held(t.realize().uop)
+    assert found is not None, "a realized sharded tensor's pieces are buffers (engine/shard.py)"
+    return found
+
+
+def _placement(t: Tensor) -> Any:
+    """Where ``t`` lives, as a capture tells calls apart: its device, or a sharded tensor's
+    devices and axis."""
+    return t.uop.arg if t.uop.op is Ops.MULTI else t.device
 
 
 def _realized(out: Any) -> Any:

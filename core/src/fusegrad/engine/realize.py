@@ -20,7 +20,7 @@ from fusegrad.codegen.kernel import KernelSource, generate, kernel_name
 from fusegrad.codegen.search import beam_search, searchable
 from fusegrad.device import Buffer, Device, plugin_manager
 from fusegrad.engine import capture
-from fusegrad.errors import CompileError, JitError
+from fusegrad.errors import CompileError
 from fusegrad.helpers import Context
 from fusegrad.progress import Progress, progress
 from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
@@ -344,10 +344,6 @@ def run_plan(
                     name=step.runner.kernel.name, device=step.device, seconds=seconds
                 )
         elif isinstance(step, CopyStep):
-            if recording is not None:
-                raise JitError(
-                    "TinyJit cannot capture a copy between devices yet; move tensors first"
-                )
             copy_buffer(buffers[step.dest], buffers[step.source])
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
@@ -374,7 +370,10 @@ def _report(runner: Runner, seconds: float | None) -> None:
 
 def copy_buffer(dest: Buffer, source: Buffer) -> None:
     """Move bytes from one buffer to another (on any devices): directly where the destination's
-    allocator can (``Allocator.transfer``), else through host memory."""
+    allocator can (``Allocator.transfer``), else through host memory. TinyJit's capture records
+    it, as a ``CopyRunner`` launched on (dest, source)."""
+    if (recording := capture.active()) is not None:
+        recording.launched(CopyRunner(dest.device, source.device, source.nbytes), [dest, source])
     allocator = Device[dest.device].allocator
     if source.nbytes and allocator.transfer(
         dest.handle, Device[source.device].allocator, source.handle, source.nbytes
@@ -382,6 +381,42 @@ def copy_buffer(dest: Buffer, source: Buffer) -> None:
         dest.version += 1
         return
     dest.copyin(source.numpy())
+
+
+@dataclass(frozen=True)
+class CopyRunner:
+    """A copy between buffers as TinyJit replays it: launched like a kernel's ``Runner`` on
+    handles, (destination, source), it copies ``nbytes`` as ``copy_buffer`` does."""
+
+    dest_device: str
+    source_device: str
+    nbytes: int
+    written: frozenset[int] = frozenset({0})  # (as ``Runner.written``) the destination
+    program: Any = None  # no kernel: never part of a device's batch of launches
+    mem_bytes: int = 0  # (kernels' memory traffic only)
+
+    def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> None:
+        """Copy from ``handles[1]`` into ``handles[0]``."""
+        dest, source = handles
+        if not self.nbytes:
+            return
+        allocator, other = Device[self.dest_device].allocator, Device[self.source_device].allocator
+        if not allocator.transfer(dest, other, source, self.nbytes):
+            host = memoryview(bytearray(self.nbytes))
+            other.copyout(host, source)
+            allocator.copyin(dest, host)
+
+    def profiled(
+        self, active: profiler.Profiler, handles: list[Any], vals: tuple[int, ...] = ()
+    ) -> float:
+        """Copy (a profile shows the copies of a replay as the time between its kernels)."""
+        start = time.perf_counter()
+        self(handles)
+        return time.perf_counter() - start
+
+    def vals(self, values: dict[UOp, int]) -> tuple[int, ...]:
+        """A copy takes no variables."""
+        return ()
 
 
 _plans: dict[tuple, Plan] = {}

@@ -19,8 +19,9 @@ first, and gives each node a ``Placed`` value, one graph per device:
 
 Communication needs values, so it realizes what it moves, then the walk goes on lazily: the
 pieces' kernels still fuse everything between two such points. Each device's graphs are realized
-by ``realize.realize_on_devices``, the devices' plans running at the same time. The placement is
-redone at every realize (no cache yet, unlike the plans below it).
+by ``realize.realize_on_devices``, the devices' plans running at the same time. What a placement
+did is recorded and replayed for the next graph of the same structure
+(``engine/placement_cache.py``), as plans are below it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fusegrad.device import Buffer
-from fusegrad.engine import capture
-from fusegrad.engine.allreduce import all_reduce, buffer_view, joined, split_sizes
-from fusegrad.engine.realize import realize_on_devices
-from fusegrad.errors import InvalidArgument, JitError, ShapeError
+from fusegrad.engine import placement_cache
+from fusegrad.engine.allreduce import buffer_view, joined, split_sizes
+from fusegrad.engine.placement_cache import all_reduced, realize_on_devices
+from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import GroupOp, Ops, UOp, is_symbolic, toposort
 
@@ -88,20 +89,21 @@ def uses_devices(u: UOp) -> bool:
 
 def realize(roots: list[UOp], devices: list[tuple[str, ...]]) -> list[UOp]:
     """Compute tensor-graph ``roots`` whose tensors live on ``devices`` (a tuple of names each);
-    return each one's new node: a view of its buffer for one device, else a MULTI of views."""
-    if capture.active() is not None:
-        raise JitError(
-            "TinyJit cannot capture tensors on several devices yet (their copies and "
-            "all-reduces are not recorded); call this function without TinyJit"
-        )
-    memo = _placed_graph(roots)
-    placed = []
-    for root, want in zip(roots, devices):
-        p = memo[root]
-        if p.devices != want:
-            p = reshard(p, want, p.axis if len(p.devices) == len(want) else None)
-        placed.append(p)
-    return [p.pieces[0] if len(p.devices) == 1 else multi(p) for p in _realized(*placed)]
+    return each one's new node: a view of its buffer for one device, else a MULTI of views.
+    A structure placed before replays its recorded placement (``engine/placement_cache.py``)."""
+    cache_key, inputs = placement_cache.key(roots, devices)
+    if cache_key is not None and (known := placement_cache.lookup(cache_key)) is not None:
+        return known.replay(inputs)
+    with placement_cache.recording(cache_key, inputs) as results:
+        memo = _placed_graph(roots)
+        placed = []
+        for root, want in zip(roots, devices):
+            p = memo[root]
+            if p.devices != want:
+                p = reshard(p, want, p.axis if len(p.devices) == len(want) else None)
+            placed.append(p)
+        results += [p.pieces[0] if len(p.devices) == 1 else multi(p) for p in _realized(*placed)]
+    return results
 
 
 def _placed_graph(roots: list[UOp]) -> dict[UOp, Placed]:
@@ -154,7 +156,7 @@ def _all_reduced(partials: list[tuple[UOp, Placed]]) -> dict[UOp, Placed]:
                 {d: [joined([f[i] for f in flat], 0)] for i, d in enumerate(devices)}
             )
             laid = [done[d][0] for d in devices]
-        summed = all_reduce(laid, op)
+        summed = all_reduced(laid, op)
         start = 0
         for u, _ in group:
             n = u.size
