@@ -5,6 +5,7 @@ shows it in a real browser (headless Chromium through Playwright)."""
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import pty
 import re
@@ -25,6 +26,7 @@ from fusegrad.__main__ import main
 from fusegrad.codegen.kernel import DECOMPOSITION, SIMPLIFICATION
 from fusegrad.engine import realize
 from fusegrad.errors import FileFormatError
+from fusegrad.uop import pattern, symbolic
 from fusegrad.viz import recorder, recording, server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,6 +89,23 @@ def test_source_lines_link_to_program_uops():
                 assert texts[-1].startswith("for (") and texts[-1].endswith("{")
 
 
+def test_wgsl_source_lines_link_to_program_uops():
+    """The WebGPU renderer says which op wrote each line of its kernel's body."""
+    wgsl = pytest.importorskip("fusegrad_webgpu.renderer")
+    from fusegrad.codegen.kernel import generate
+
+    x = Tensor.arange(16).reshape(4, 4).float().contiguous().realize()
+    (step,) = x.sum(1).schedule()
+    with recording() as trace:
+        generate(step.ast, wgsl.WGSLRenderer("WEBGPU", frozenset(), None, "Test Adapter"))
+    (k,) = trace.to_json()["kernels"]
+    assert k["renderer"] == "WGSLRenderer" and k["lines"]
+    assert set(k["lines"].values()) <= set(k["stages"][-1]["ids"])
+    lines = k["source"].split("\n")
+    texts = {k["nodes"][u][0]: lines[int(n) - 1].strip() for n, u in k["lines"].items()}
+    assert texts["RANGE"].startswith("for (") and "data0[" in texts["STORE"]
+
+
 def test_each_realize_records_its_schedule_and_reuses_the_plan():
     fusegrad.reset_caches()
     with recording() as trace:
@@ -116,6 +135,9 @@ def test_nothing_is_recorded_or_called_when_off(monkeypatch):
 
     for hook in ("stage", "choices", "rendered", "planned"):
         monkeypatch.setattr(recorder.Trace, hook, called)
+    # rule firings: graph_rewrite takes the matcher's plain rewrite, never the noting one
+    monkeypatch.setattr(pattern.PatternMatcher, "rewrite_noting", called)
+    monkeypatch.setattr(pattern.Fired, "note", called)
     assert recorder.ACTIVE is None
     fusegrad.reset_caches()
     idle = recorder.Trace()
@@ -123,6 +145,77 @@ def test_nothing_is_recorded_or_called_when_off(monkeypatch):
         3 * (2.718281828 + 7.389056)
     )
     assert idle.to_json()["kernels"] == [] and idle.to_json()["plans"] == []
+
+
+def _record_add_zero_mul_one() -> dict:
+    """The trace of one kernel whose simplification removes ``+ 0`` and then ``* 1``: two
+    rule firings."""
+    fusegrad.reset_caches()
+    with recording() as trace:
+        ((Tensor([1.0, 2.0, 3.0, 4.0]) + 0) * 1 + 2).tolist()
+    return trace.to_json()
+
+
+def _rule_comment(place: str) -> str:
+    """The comment on a rule's table row in ``uop/symbolic.py`` (``file.py:line``)."""
+    file, line = place.split(":")
+    assert file == "symbolic.py"
+    return linecache.getline(symbolic.__file__, int(line)).split("#")[-1].strip()
+
+
+def test_each_rule_firing_of_a_stage_is_recorded_with_its_nodes():
+    (kernel,) = _record_add_zero_mul_one()["kernels"]
+    nodes = kernel["nodes"]
+    stage = next(s for s in kernel["stages"] if s["title"] == SIMPLIFICATION)
+    firings = stage["firings"]
+    assert firings["total"] == 2 and firings["kept"] == recorder.FIRINGS_KEPT
+    rules = [firings["rules"][r] for r, _, _ in firings["steps"]]
+    assert [_rule_comment(place) for _, place in rules] == ["x + 0 -> x", "x * 1 -> x"]
+    assert all(name == place for name, place in rules)  # lambdas are named by their place
+    (_, add, load), (_, mul, load_again) = firings["steps"]
+    assert load == load_again and nodes[load][0] == "LOAD"
+    # the ADD of the stage's first graph; the MUL exists only between the first and the last
+    assert nodes[add][0] == "ADD" and load in nodes[add][3] and add in kernel["stages"][1]["ids"]
+    assert nodes[mul][0] == "MUL" and nodes[mul][3][0] == load
+    assert not any(mul in s["ids"] for s in kernel["stages"])
+    assert all(src < i for i, row in enumerate(nodes) for src in row[3])  # sources first
+    assert sum(n for _, n in stage["rules"]) == 2
+
+
+def test_rule_firings_are_kept_up_to_the_cap(monkeypatch):
+    monkeypatch.setattr(recorder, "FIRINGS_KEPT", 1)
+    stage = next(
+        s
+        for s in _record_add_zero_mul_one()["kernels"][0]["stages"]
+        if s["title"] == SIMPLIFICATION
+    )
+    assert len(stage["firings"]["steps"]) == 1 and stage["firings"]["total"] == 2
+
+
+def _record_jit_replays(calls: int = 5) -> dict:
+    fusegrad.reset_caches()
+
+    @fusegrad.TinyJit
+    def step(x: Tensor) -> Tensor:
+        return (x * 2 + 1).sum().realize()
+
+    with recording() as trace:
+        for i in range(calls):
+            step(Tensor([1.0, 2.0, float(i)]).realize())
+    return trace.to_json()
+
+
+def test_tinyjit_replays_are_entries_with_their_launches():
+    data = _record_jit_replays()
+    (kernel,) = data["kernels"]
+    replays = data["replays"]
+    assert len(replays) == 3  # the first call runs, the second captures, the rest replay
+    for replay in replays:
+        assert replay["name"] == "step" and replay["ms"] > 0
+        ((index, name, ms),) = replay["launches"]
+        assert index == 0 and name == kernel["name"] and 0 < ms <= replay["ms"]
+    # a kernel's runs: those of its two realizes, and those of the replays
+    assert kernel["launches"] == 5
 
 
 def test_a_recording_ends_with_its_block():
@@ -345,6 +438,84 @@ def drive_page(page, data: dict, programs: dict[str, int]) -> None:
     assert page.locator("#timeline .bar").count() > 0
 
 
+def _open_page(data: dict, drive) -> None:
+    """Serve ``data`` and let ``drive(page)`` work the page in headless Chromium; no errors."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    srv = server.start_server(data)
+    errors: list[str] = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1500, "height": 900})
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server.url_of(srv))
+            page.wait_for_selector("#graph g.node")
+            drive(page)
+            browser.close()
+    finally:
+        srv.shutdown()
+    assert errors == []
+
+
+def _marked(page, cls: str) -> list[int]:
+    return [
+        int(i)
+        for i in page.locator(f"#graph g.node.{cls}").evaluate_all(
+            "els => els.map(e => e.dataset.id)"
+        )
+    ]
+
+
+def test_the_page_steps_through_a_stages_rule_firings():
+    data = _record_add_zero_mul_one()
+    (kernel,) = data["kernels"]
+    simplified = next(i for i, s in enumerate(kernel["stages"]) if s["title"] == SIMPLIFICATION)
+    steps = kernel["stages"][simplified]["firings"]["steps"]
+
+    def drive(page):
+        while page.get_attribute("#stage-title", "data-stage") != str(simplified):
+            page.keyboard.press("ArrowLeft")
+        assert not page.is_hidden("#firing-stepper")
+        assert page.get_attribute("#firing-title", "data-firing") == "-1"
+        for i, (_, node, replacement) in enumerate(steps):
+            page.keyboard.press("Shift+ArrowRight")
+            assert page.get_attribute("#firing-title", "data-firing") == str(i)
+            assert _marked(page, "replaced") == [node] and _marked(page, "replacement") == [
+                replacement
+            ]
+            assert "symbolic.py:" in page.inner_text("#firing-info")
+            if i == 0:
+                _save(page.screenshot(), "viz-firing.png")
+        assert page.is_disabled("#fnext")
+        page.click("#fprev")
+        assert page.get_attribute("#firing-title", "data-firing") == str(len(steps) - 2)
+        page.keyboard.press("Escape")  # back to the whole stage, drawn whole
+        assert page.get_attribute("#firing-title", "data-firing") == "-1"
+        assert node_count(page) == len(kernel["stages"][simplified]["ids"])
+        assert _marked(page, "replaced") == []
+        page.keyboard.press("ArrowRight")  # the stage stepper still works; no firings there
+        assert page.get_attribute("#stage-title", "data-stage") == str(simplified + 1)
+
+    _open_page(data, drive)
+
+
+def test_the_page_lists_tinyjit_replays():
+    data = _record_jit_replays()
+
+    def drive(page):
+        page.click("[data-tab=realizes]")
+        assert page.locator("#replays tr.row").count() == 3
+        page.locator("#replays tr.row").nth(1).click()
+        assert "TinyJit replay of step: 1 launches" in page.inner_text("#replay-name")
+        page.locator("#head a[data-kernel]").first.click()
+        assert page.inner_text("#kernel-name") == data["kernels"][0]["name"]
+
+    _open_page(data, drive)
+
+
 def big_trace(n: int = 20000) -> dict:
     """A kernel of ``n`` UOps in two stages (a long sum of loads), as the recorder writes one."""
     nodes: list[list] = [["PARAM", "float32", "(1, 20000)", []]]
@@ -362,10 +533,17 @@ def big_trace(n: int = 20000) -> dict:
     first = list(range(len(nodes)))
     nodes.append(["STORE", "void", "", [loads[0]]])  # the second stage swaps the store
     second = first[:-1] + [len(nodes) - 1]
+    firings = {
+        "rules": [["swap_store", "rules.py:1"]],
+        "steps": [[0, len(nodes) - 2, len(nodes) - 1]],  # the first store -> the second
+        "total": 2500,  # as if the recorder had cut them (at 1, for the test)
+        "kept": 1,
+    }
     stages = [
         {"title": "kernel AST", "linear": False, "ids": first, "ms": 1.0},
         {"title": "rewritten", "linear": False, "ids": second, "ms": 1.0, "rules": [["r", 1]]},
     ]
+    stages[1]["firings"] = firings
     kernel = {"name": "E_big", "renderer": "", "nodes": nodes, "stages": stages, "choices": {}}
     kernel.update(source="", lines={})
     return {
@@ -398,6 +576,16 @@ def test_a_graph_of_20000_uops_stays_small_on_the_page():
             page.locator("[data-expand]").first.dispatch_event("click")  # "+" brings in sources
             assert node_count(page) > 400
             assert "1 added, 1 removed" in page.inner_text("#diff")  # the swapped store
+            start = time.perf_counter()
+            page.keyboard.press("Shift+ArrowRight")  # its one rule firing: a neighbourhood
+            assert page.get_attribute("#firing-title", "data-firing") == "0"
+            print(f"its rule firing drawn in {time.perf_counter() - start:.2f} s")
+            assert 2 <= node_count(page) <= 40
+            assert _marked(page, "replaced") == [len(data["kernels"][0]["nodes"]) - 2]
+            assert "the first 1 of 2500 kept: VIZ keeps 1 per stage" in page.inner_text(
+                "#firing-info"
+            )
+            page.keyboard.press("Escape")
             page.click("#prev")
             assert page.get_attribute("#stage-title", "data-stage") == "0"
             browser.close()

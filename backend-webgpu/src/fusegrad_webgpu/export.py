@@ -176,7 +176,8 @@ def _export_captured(jit: TinyJit, inputs: list[Tensor]) -> Exported:
         raise FusegradError("export_webgpu needs a TinyJit function returning one Tensor")
     input_buffers = [x._buffer() for x in inputs]
     # an assign in place (into a view of the buffer it read) leaves no buffer of its own
-    state = [(a.before, buffer_of(a.after) or a.before) for a in capture.assigned]
+    # (one device: each assigned tensor read one buffer, ``before[0]``)
+    state = [(a.before[0], buffer_of(a.after) or a.before[0]) for a in capture.assigned]
     launched = (b for launch in capture.launches for b in launch.buffers)
     buffers, slot_of = _numbered([*input_buffers, *launched, *(b for pair in state for b in pair)])
     steps = [

@@ -266,6 +266,19 @@ class WGSLRenderer(Renderer):
     # ---- the kernel ----------------------------------------------------------------------------
 
     def render(self, name: str, program: list[UOp]) -> str:
+        return self._render(name, program)[0]
+
+    def line_owners(self, name: str, program: list[UOp]) -> dict[int, UOp]:
+        """The op that wrote each line of the kernel's body (VIZ links lines to UOps)."""
+        source, walk = self._render(name, program)
+        at = source.find("\n".join(walk.lines)) if walk.lines else -1
+        if at < 0:
+            return {}
+        first = source.count("\n", 0, at) + 1
+        return {first + i: u for i, u in enumerate(walk.owners) if u is not None}
+
+    def _render(self, name: str, program: list[UOp]) -> tuple[str, _Walk]:
+        """The kernel's source, and the walk that wrote its body."""
         params = [u for u in program if u.op is Ops.PARAM]
         if len(params) > self.max_buffers:
             raise UnsupportedOp(
@@ -302,7 +315,7 @@ class WGSLRenderer(Renderer):
             if kind in specials or (kind == "gidx0" and "lidx0" not in specials)
         )
         entry = f"@compute @workgroup_size({local})\nfn {name}({builtins}) {{\n{body}\n}}\n"
-        return "\n".join(header) + "\n\n" + entry
+        return "\n".join(header) + "\n\n" + entry, walk
 
     def render_bindings(self, program: list[UOp]) -> list[str]:
         """One storage buffer per PARAM: atomic words for packed stores, read-only for inputs."""
@@ -368,6 +381,9 @@ class _Walk:
         self.r, self.dispatch, self.local = renderer, dispatch, local
         self.names: dict[UOp, str] = {}
         self.lines: list[str] = []
+        #: the op being rendered, and for each line the op that wrote it (``line_owners``)
+        self.current: UOp | None = None
+        self.owners: list[UOp | None] = []
         #: the values declared so far by their text (``let`` values never change): (name, depth)
         self.known: dict[str, tuple[str, int]] = {}
         self._depth = 1
@@ -391,6 +407,7 @@ class _Walk:
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.depth + line)
+        self.owners.append(self.current)
 
     def let(self, u: UOp, prefix: str, expr: str, reuse: bool = True) -> None:
         """Declare ``u``'s value, or name an equal one declared before in an open block (with
@@ -411,7 +428,7 @@ class _Walk:
     def run(self, items: list[UOp]) -> None:
         pc = 0
         while pc < len(items):
-            u = items[pc]
+            u = self.current = items[pc]
             if u.op is Ops.RANGE and (times := self.unroll_factor(u)) > 1:
                 end = next(
                     i
@@ -470,6 +487,7 @@ class _Walk:
                 self.emit(f"if ({self.names[u]} < {trips}i) {{")
                 self.depth += 1
             self.run(body)
+            self.current = u  # the loop's own closing lines
             if guarded:
                 self.depth -= 1
                 self.emit("}")

@@ -94,7 +94,8 @@ def _rewrite_stage(title: str, rewrite: Callable[[UOp], UOp], graph: UOp) -> UOp
     rules that fired."""
     if Context.DEBUG < 4 and recorder.ACTIVE is None:
         return rewrite(graph)
-    with rules_fired() as fired:
+    keep = recorder.FIRINGS_KEPT if recorder.ACTIVE is not None else 0  # VIZ steps through them
+    with rules_fired(keep) as fired:
         graph = rewrite(graph)
     _debug_stage(title, graph, fired)
     return graph

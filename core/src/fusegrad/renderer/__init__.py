@@ -119,3 +119,9 @@ class Renderer:
     def render(self, name: str, program: list[UOp]) -> str:
         """Return the source of one kernel called ``name`` computing ``program``."""
         raise NotImplementedError
+
+    def line_owners(self, name: str, program: list[UOp]) -> dict[int, UOp]:
+        """For VIZ's links from source lines to UOps: the op of ``program`` that wrote each
+        line (numbered from 1) of ``render(name, program)``. Called only while VIZ records; a
+        renderer that does not say returns ``{}`` (the C-family ones are walked by VIZ itself)."""
+        return {}

@@ -161,16 +161,48 @@ class PatternMatcher:
                 continue
             out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
             if out is not None and out is not u:
+                return out
+        return None
+
+    def rewrite_noting(self, u: UOp, ctx: Any = None) -> Any:
+        """``rewrite``, telling the ``rules_fired`` block (and ``DEBUG=5``) which rule fired.
+
+        The same loop as ``rewrite``, kept apart so that the usual path pays nothing for it:
+        ``graph_rewrite`` picks this one only while somebody is watching.
+        """
+        for pat, fn, wants_ctx in self._by_op.get(u.op, ()):
+            captures: dict[str, UOp] = {}
+            if not pat.match(u, captures):
+                continue
+            out = fn(ctx=ctx, **captures) if wants_ctx else fn(**captures)
+            if out is not None and out is not u:
                 if _fired is not None:
-                    _fired[fn] += 1
+                    _fired.note(fn, u, out)
                 if Context.DEBUG >= 5:
                     print(f"rule {rule_name(fn)} rewrote {u.op}")
                 return out
         return None
 
 
+class Fired(Counter):
+    """The rewrites made inside a ``rules_fired`` block: how often each rule function fired
+    and, in ``steps``, the first ``keep`` rewrites themselves, ``(rule, node, replacement)``
+    in the order they were made (VIZ steps through them)."""
+
+    def __init__(self, keep: int = 0) -> None:
+        super().__init__()
+        self.keep = keep
+        self.steps: list[tuple[Callable, UOp, Any]] = []
+
+    def note(self, fn: Callable, node: UOp, replacement: Any) -> None:
+        """Count one rewrite of ``node`` by ``fn``; keep it while fewer than ``keep`` are."""
+        self[fn] += 1
+        if len(self.steps) < self.keep:
+            self.steps.append((fn, node, replacement))
+
+
 #: the rules that fired while ``rules_fired`` is active (None: nobody is counting, the fast path)
-_fired: Counter[Callable] | None = None
+_fired: Fired | None = None
 
 
 def rule_name(fn: Callable) -> str:
@@ -178,19 +210,28 @@ def rule_name(fn: Callable) -> str:
     name = getattr(fn, "__name__", None)
     if name != "<lambda>":
         return name or repr(fn)
-    code = fn.__code__
+    return rule_place(fn)
+
+
+def rule_place(fn: Callable) -> str:
+    """Where a rule function is defined, ``file.py:line`` (a lambda: its table row); empty for a
+    callable without Python code."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ""
     return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
 
 
 @contextmanager
-def rules_fired() -> Iterator[Counter[Callable]]:
-    """Count, by rule function, the rewrites made inside the ``with`` block (for ``DEBUG=4``).
+def rules_fired(keep: int = 0) -> Iterator[Fired]:
+    """Count, by rule function, the rewrites made inside the ``with`` block (for ``DEBUG=4``),
+    and keep the first ``keep`` of them (for VIZ).
 
-    Off by default, so a rewrite pays one global lookup for it; blocks may nest, each counting
-    only its own rewrites.
+    Off by default, so a ``graph_rewrite`` call pays one global lookup for it (not one per node);
+    blocks may nest, each counting only its own rewrites.
     """
     global _fired
-    outer, _fired = _fired, Counter()
+    outer, _fired = _fired, Fired(keep)
     try:
         yield _fired
     finally:
@@ -209,6 +250,8 @@ def fired_summary(fired: Counter[Callable]) -> str:
 
 def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
     """Rewrite a graph bottom-up until no rule fires anywhere. Shared nodes are rewritten once."""
+    watched = _fired is not None or Context.DEBUG >= 5
+    rewrite = matcher.rewrite_noting if watched else matcher.rewrite
     done: dict[UOp, UOp] = {}
     stack: list[tuple[UOp, int, UOp | None]] = [(root, 0, None)]
     while stack:
@@ -221,7 +264,7 @@ def graph_rewrite(root: UOp, matcher: PatternMatcher, ctx: Any = None) -> UOp:
         elif stage == 1:
             new_src = tuple(done[s] for s in node.src)
             rebuilt = node if new_src == node.src else node.replace(src=new_src)
-            out = matcher.rewrite(rebuilt, ctx)
+            out = rewrite(rebuilt, ctx)
             if out is None:
                 done[node] = rebuilt
             else:

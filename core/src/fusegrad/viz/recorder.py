@@ -5,13 +5,15 @@ While a ``Trace`` is ``ACTIVE``, the compiler reports to it:
 - each realize's plan (``engine/realize.py``): the tensor graph, its kernels, the buffers
   (slots) each writes and reads, and why the scheduler cut the graph there;
 - each kernel it generates (``codegen/kernel.py``): every stage's graph (the kernel AST,
-  lowered, each rewriting stage with the rules that fired, the linear program), the
-  optimiser's choices, the rendered source and which lines each UOp of the program wrote.
+  lowered, each rewriting stage with the rules that fired, the linear program), each rule
+  firing of a rewriting stage (the node replaced and its replacement, up to ``FIRINGS_KEPT``),
+  the optimiser's choices, the rendered source and which lines each UOp of the program wrote.
 
 A graph is kept as a table of nodes ``[op, dtype, arg text, [source ids]]`` per kernel. UOps are
 hash-consed, so a node that a stage leaves alone is the same object in the next stage and keeps
 its id: what a stage changed is exactly the ids that are new in it. Launch and compile times
-come from a profile (``fusegrad/profiler.py``) recorded alongside.
+come from a profile (``fusegrad/profiler.py``) recorded alongside, and so do the TinyJit
+replays (which make no realize) with their launches.
 
 Off (``ACTIVE is None``, the usual case), each hook costs one check of ``ACTIVE``.
 """
@@ -33,10 +35,13 @@ from fusegrad.profiler import Profiler
 from fusegrad.renderer import Renderer
 from fusegrad.renderer.cstyle import CStyleRenderer, RenderContext
 from fusegrad.uop.ops import Ops, UOp, toposort
-from fusegrad.uop.pattern import rule_name
+from fusegrad.uop.pattern import rule_name, rule_place
 
 #: the longest arg text kept for a node (a constant table would fill the page)
 ARG_CHARS = 120
+#: the most rule firings kept per stage (each costs the nodes it adds to the kernel's table);
+#: the rest are counted only, and the page says so
+FIRINGS_KEPT = 2000
 #: the version of the trace file's layout; the viewer refuses another
 FORMAT_VERSION = 1
 
@@ -67,6 +72,21 @@ class NodeTable:
                 self.rows.append(row)
             out.append(i)
         return out
+
+    def add_node(self, root: UOp) -> int:
+        """The id of ``root``, adding it and the nodes below it not seen before (only those are
+        walked: a rule firing adds the few nodes it made, not its whole graph again)."""
+        ids, order, seen, stack = self.ids, [], set(), [(root, False)]
+        while stack:
+            u, ready = stack.pop()
+            if ready:
+                order.append(u)  # after the nodes below it: sources come first in the table
+            elif u not in ids and u not in seen:
+                seen.add(u)
+                stack.append((u, True))
+                stack.extend((s, False) for s in u.src if s not in ids and s not in seen)
+        self.add(order)
+        return ids[root]
 
 
 def _shape_text(u: UOp) -> str:
@@ -104,8 +124,25 @@ class KernelRecord:
             for fn, n in fired.items():
                 names[rule_name(fn)] += n
             entry["rules"] = names.most_common()
+            if steps := getattr(fired, "steps", None):
+                entry["firings"] = self.firings(steps, sum(fired.values()))
         self.stages.append(entry)
         self.last = time.perf_counter()  # the recording's own time is not the next stage's
+
+    def firings(self, steps: list[tuple[Any, UOp, Any]], total: int) -> dict[str, Any]:
+        """A stage's rule firings in order: ``steps`` rows ``[rule, node id, replacement id]``
+        (rules indexing ``rules``, ``[name, file:line]``), and the ``total`` fired (more than
+        the rows where ``FIRINGS_KEPT`` cut them). Nodes of the graphs between the stage's first
+        and last are added to the table: a firing's node may exist only there."""
+        rules: dict[Any, int] = {}
+        rows = []
+        for fn, node, replacement in steps:
+            if not isinstance(replacement, UOp):
+                continue
+            r = rules.setdefault(fn, len(rules))
+            rows.append([r, self.nodes.add_node(node), self.nodes.add_node(replacement)])
+        names = [[rule_name(fn), rule_place(fn)] for fn in rules]
+        return {"rules": names, "steps": rows, "total": total, "kept": FIRINGS_KEPT}
 
     def to_json(self) -> dict[str, Any]:
         """The kernel as the viewer reads it (launch and compile times are added by Trace)."""
@@ -174,7 +211,7 @@ class Trace:
             return
         record.renderer = type(renderer).__name__
         ids = record.nodes.ids
-        lines = source_lines(source, program, renderer)
+        lines = source_lines(name, source, program, renderer)
         record.source = {
             "name": name,
             "text": source,
@@ -244,13 +281,15 @@ class Trace:
         ]
         realizes = _realize_times(self.realizes, plans, kernels, events, clock)
         out = [k.to_json() for k in kernels]
-        _add_times(out, plans, realizes, events)
+        replays = _jit_replays(events, {k["name"]: i for i, k in enumerate(out)})
+        _add_times(out, plans, realizes, replays, events)
         return {
             "format": "fusegrad-viz",
             "version": FORMAT_VERSION,
             "kernels": out,
             "plans": plans,
             "realizes": realizes,
+            "replays": replays,
             "profile": events,
         }
 
@@ -259,17 +298,24 @@ def _add_times(
     kernels: list[dict[str, Any]],
     plans: list[dict[str, Any]],
     realizes: list[dict[str, Any]],
+    replays: list[dict[str, Any]],
     events: list[dict[str, Any]],
 ) -> None:
-    """Give each kernel its launches and their total ms (from the realizes' steps: names are
-    not unique), and its codegen and compile ms (from the profile, by name)."""
+    """Give each kernel its launches and their total ms (from the realizes' steps, as names are
+    not unique, and the TinyJit replays' launches), and its codegen and compile ms (from the
+    profile, by name)."""
     for k in kernels:
         k["launches"], k["launch_ms"] = 0, 0.0
-    for r in realizes:
-        for step, ms in zip(plans[r["plan"]]["steps"], r["step_ms"]):
-            if ms is not None and step.get("kernel", -1) >= 0:
-                kernels[step["kernel"]]["launches"] += 1
-                kernels[step["kernel"]]["launch_ms"] += ms
+    launched = [
+        (step.get("kernel", -1), ms)
+        for r in realizes
+        for step, ms in zip(plans[r["plan"]]["steps"], r["step_ms"])
+    ]
+    launched += [(i, ms) for replay in replays for i, _, ms in replay["launches"]]
+    for i, ms in launched:
+        if ms is not None and i >= 0:
+            kernels[i]["launches"] += 1
+            kernels[i]["launch_ms"] += ms
     by_name: dict[str, dict[str, float]] = {}
     for e in events:
         if e.get("ph") != "X":
@@ -282,6 +328,41 @@ def _add_times(
             by_name.setdefault(e["name"][len("codegen ") :], {})["codegen_ms"] = e["dur"] / 1e3
     for k in kernels:
         k.update(by_name.get(k["name"], {}))
+
+
+#: how the profile names a TinyJit call that replays its captured kernels (``jit.py``)
+JIT_REPLAY = "TinyJit replay "
+
+
+def _jit_replays(events: list[dict[str, Any]], kernels: dict[str, int]) -> list[dict[str, Any]]:
+    """Each TinyJit replay in the profile, with the kernel launches that began during it:
+    ``[kernel index (-1: a kernel not generated while recording), name, ms]``. A replay makes no
+    realize, so without this its launches would belong to nothing. Launches of another thread
+    running at the same time are counted in too (the profile does not say whose they are)."""
+    spans = sorted(
+        (e for e in events if e.get("ph") == "X" and e.get("cat") == "jit"), key=lambda e: e["ts"]
+    )
+    launches = sorted(
+        (e["ts"], e["name"], e["dur"] / 1e3)
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "kernel"
+    )
+    times = [t for t, _, _ in launches]
+    out = []
+    for e in spans:
+        if not e["name"].startswith(JIT_REPLAY):
+            continue
+        end = e["ts"] + e["dur"]
+        inside = launches[bisect.bisect_left(times, e["ts"]) : bisect.bisect_right(times, end)]
+        out.append(
+            {
+                "name": e["name"][len(JIT_REPLAY) :],
+                "at_ms": round(e["ts"] / 1e3, 3),
+                "ms": round(e["dur"] / 1e3, 3),
+                "launches": [[kernels.get(n, -1), n, round(ms, 4)] for _, n, ms in inside],
+            }
+        )
+    return out
 
 
 def _realize_times(
@@ -320,12 +401,16 @@ def _realize_times(
     return out
 
 
-def source_lines(source: str, program: list[UOp], renderer: Renderer) -> dict[int, UOp]:
-    """For a C-family renderer, the UOp of ``program`` that wrote each line of ``source``
-    (numbered from 1): its render walk is run once more, noting where each op's lines begin
-    and end. Empty for other renderers, or if the walk does not give ``source``'s body."""
+def source_lines(name: str, source: str, program: list[UOp], renderer: Renderer) -> dict[int, UOp]:
+    """The UOp of ``program`` that wrote each line of ``source`` (numbered from 1). For a
+    C-family renderer its render walk is run once more, noting where each op's lines begin and
+    end (empty if the walk does not give ``source``'s body); another renderer says itself
+    (``Renderer.line_owners``: WGSL does)."""
     if not isinstance(renderer, CStyleRenderer):
-        return {}
+        try:
+            return renderer.line_owners(name, program)
+        except Exception:  # a renderer that fails to say: no links, nothing worse
+            return {}
     ctx, owner = RenderContext(renderer), []
     try:
         for u in program:

@@ -7,6 +7,7 @@
 // bring in a node's sources: dagre lays out a few hundred nodes in well under a second
 const MAX_NODES = 400;
 const EXPAND_STEP = 60;  // nodes added by one "+"
+const FIRING_NODES = 40;  // a rule firing opens on its two nodes and this many around them
 const KINDS = [
   ["memory", "#cfe0f3", /^(PARAM|BUFFER|DEFINE_LOCAL|DEFINE_REG|DEFINE_GLOBAL|LOAD|STORE|INDEX|BUFFERIZE|COPY|ASSIGN)$/],
   ["loop", "#cde8c6", /^(RANGE|END|SPECIAL|IF|ENDIF|BARRIER)$/],
@@ -17,7 +18,8 @@ const KINDS = [
   ["sink", "#e4d2e0", /^(SINK|KERNEL|NOOP|CONTIGUOUS|DETACH|CUSTOM_GRAD)$/],
   ["alu", "#fbdcbc", /./],
 ];
-const state = { trace: null, kernel: -1, plan: -1, stage: 0, selected: -1, visible: null, matchOp: "" };
+// firing: the rule firing of the stage shown (-1: the whole stage)
+const state = { trace: null, kernel: -1, plan: -1, stage: 0, firing: -1, selected: -1, visible: null, matchOp: "" };
 const $ = (id) => document.getElementById(id);
 
 function kindColor(op) {
@@ -47,9 +49,11 @@ async function main() {
   trace.kernels = trace.kernels || [];
   trace.plans = trace.plans || [];
   trace.realizes = trace.realizes || [];
+  trace.replays = trace.replays || [];
   trace.profile = trace.profile || [];
   state.trace = trace;
   $("summary").textContent = `${trace.kernels.length} kernels, ${trace.realizes.length} realizes` +
+    (trace.replays.length ? `, ${trace.replays.length} TinyJit replays` : "") +
     `, ${trace.profile.filter((e) => e.ph === "X").length} profile events`;
   listKernels();
   listRealizes();
@@ -85,11 +89,49 @@ function listRealizes() {
   });
   const more = realizes.length > 500 ? `<p class="hint">and ${realizes.length - 500} more</p>` : "";
   $("realizes").innerHTML = `<table><tr><th>#</th><th>plan</th><th class="num">steps</th>` +
-    `<th class="num">kernel ms</th><th class="num">at ms</th></tr>${shown.join("")}</table>${more}`;
+    `<th class="num">kernel ms</th><th class="num">at ms</th></tr>${shown.join("")}</table>${more}` +
+    listReplays();
   $("realizes").onclick = (e) => {
     const row = e.target.closest("tr[data-plan]");
     if (row) selectPlan(+row.dataset.plan);
+    const replay = e.target.closest("tr[data-replay]");
+    if (replay) selectReplay(+replay.dataset.replay);
   };
+}
+
+// a TinyJit replay runs its captured kernels without a realize: listed apart, with its launches
+function listReplays() {
+  const { replays } = state.trace;
+  if (!replays.length) return "";
+  const shown = replays.slice(0, 500).map((r, i) =>
+    `<tr class="row" data-replay="${i}"><td>${i}</td><td>${esc(r.name)}</td><td class="num">${r.launches.length}</td>` +
+    `<td class="num">${fmt(r.ms)}</td><td class="num">${fmt(r.at_ms, 1)}</td></tr>`);
+  const more = replays.length > 500 ? `<p class="hint">and ${replays.length - 500} more</p>` : "";
+  return `<h3 class="hint">TinyJit replays</h3><table id="replays"><tr><th>#</th><th>function</th>` +
+    `<th class="num">launches</th><th class="num">ms</th><th class="num">at ms</th></tr>${shown.join("")}</table>${more}`;
+}
+
+function selectReplay(i) {
+  const r = state.trace.replays[i];
+  state.plan = -1;
+  state.kernel = -1;
+  for (const row of $("realizes").querySelectorAll("tr.row"))
+    row.classList.toggle("selected", row.dataset.replay === String(i));
+  const rows = r.launches.map(([k, name, ms], j) => {
+    const link = k >= 0 ? `<a class="link" data-kernel="${k}">${esc(name)}</a>` : esc(name);
+    return `<tr><td>${j}</td><td>${link}</td><td class="num">${fmt(ms, 4)}</td></tr>`;
+  });
+  $("head").innerHTML = `<h2 id="replay-name">TinyJit replay of ${esc(r.name)}: ${r.launches.length} launches, ` +
+    `${fmt(r.ms)} ms, at ${fmt(r.at_ms, 1)} ms</h2><table><tr><th>#</th><th>kernel</th><th class="num">ms</th></tr>` +
+    `${rows.join("")}</table>`;
+  $("head").onclick = (e) => {
+    const a = e.target.closest("[data-kernel]");
+    if (a) selectKernel(+a.dataset.kernel);
+  };
+  $("stepper").hidden = true;
+  $("firing-stepper").hidden = true;
+  $("viewport").innerHTML = "";
+  $("graph-note").textContent = "a replay runs kernels recorded before: pick one to see its graph";
 }
 
 function markSelected(container, attr, value) {
@@ -108,6 +150,7 @@ function showTab(name) {
   if (name === "timeline") {
     $("head").innerHTML = `<h2>profile timeline</h2>`;
     $("stepper").hidden = true;
+    $("firing-stepper").hidden = true;
     drawTimeline();
   }
 }
@@ -125,6 +168,7 @@ function selectKernel(i, stage) {
   state.kernel = i;
   state.plan = -1;
   state.stage = stage ?? k.stages.length - 1;
+  state.firing = -1;
   state.selected = -1;
   showTab("kernels");
   markSelected("kernels", "kernel", i);
@@ -162,9 +206,67 @@ function showStage() {
     `, ${fmt(stage.ms)} ms` + (stage.rules ? `; rules fired: ${rules || "none"}` : "");
   $("prev").disabled = s === 0;
   $("next").disabled = s === k.stages.length - 1;
+  state.firing = -1;
   state.visible = null;
+  showFiringStepper(stage);
   drawGraph(k.nodes, ids, new Set(added));
   renderDiff(k, s);
+}
+
+// ---- a stage's rule firings ---------------------------------------------------------------
+
+// the second stepper: "whole stage", or one of the rule firings the recorder kept, in order
+function showFiringStepper(stage) {
+  const f = stage.firings, i = state.firing;
+  $("firing-stepper").hidden = !f || !f.steps.length;
+  if (!f || !f.steps.length) return;
+  const cut = f.total > f.steps.length ? ` (the first ${f.steps.length} of ${f.total} kept: VIZ keeps ${f.kept} per stage)` : "";
+  $("firing-title").textContent = i < 0 ? `whole stage · ${f.steps.length} rule firings` : `firing ${i + 1}/${f.steps.length}`;
+  $("firing-title").dataset.firing = String(i);
+  $("fprev").disabled = i < 0;
+  $("fnext").disabled = i === f.steps.length - 1;
+  $("fwhole").disabled = i < 0;
+  if (i < 0) {
+    $("firing-info").textContent = `Shift+→ steps through them${cut}`;
+    return;
+  }
+  const nodes = state.trace.kernels[state.kernel].nodes;
+  const [rule, before, after] = f.steps[i];
+  const [name, place] = f.rules[rule];
+  const at = place && place !== name ? ` at ${esc(place)}` : "";
+  $("firing-info").innerHTML = `rule <code>${esc(name)}</code>${at}: ` +
+    `<span class="replaced-id">%${before} ${esc(nodes[before][0])}</span> → ` +
+    `<span class="replacement-id">%${after} ${esc(nodes[after][0])}</span>${esc(cut)}`;
+}
+
+// the nodes of a firing's graph: its node and its replacement, and every node below them
+function firingNodes(nodes, before, after) {
+  const seen = new Set([before, after]), stack = [before, after];
+  while (stack.length) for (const s of nodes[stack.pop()][3]) if (s >= 0 && !seen.has(s)) { seen.add(s); stack.push(s); }
+  return [...seen].sort((a, b) => a - b);
+}
+
+function currentFiring() {
+  const k = state.trace.kernels[state.kernel];
+  const [, before, after] = k.stages[state.stage].firings.steps[state.firing];
+  return { before, after, marks: new Map([[before, "replaced"], [after, "replacement"]]) };
+}
+
+function showFiring(i) {
+  const k = state.trace.kernels[state.kernel], stage = k.stages[state.stage];
+  if (!stage.firings || i < -1 || i >= stage.firings.steps.length) return;
+  if (i < 0) return showStage();
+  state.firing = i;
+  showFiringStepper(stage);
+  const { before, after, marks } = currentFiring();
+  const ids = firingNodes(k.nodes, before, after);
+  state.visible = grow(k.nodes, new Set(ids), new Set(), [after, before], FIRING_NODES);
+  drawGraph(k.nodes, ids, new Set(), marks);
+}
+
+function stepFiring(d) {
+  if (state.kernel < 0) return;
+  showFiring(state.firing + d);
 }
 
 // ---- the graph --------------------------------------------------------------------------
@@ -197,7 +299,8 @@ function nodeLabel(row) {
   return [row[0], `${row[1]}${arg ? " " + arg : ""}`];
 }
 
-function drawGraph(nodes, ids, fresh) {
+// `marks`: a class for some nodes (a rule firing's node and its replacement)
+function drawGraph(nodes, ids, fresh, marks = null) {
   const inStage = new Set(ids);
   if (!state.visible) state.visible = initialVisible(nodes, ids);
   const visible = state.visible;
@@ -223,7 +326,7 @@ function drawGraph(nodes, ids, fresh) {
   }
   for (const v of g.nodes()) {
     const n = g.node(v), id = +v, row = nodes[id];
-    const cls = ["node", fresh.has(id) ? "new" : "", id === state.selected ? "selected" : "",
+    const cls = ["node", fresh.has(id) ? "new" : "", (marks && marks.get(id)) || "", id === state.selected ? "selected" : "",
       state.matchOp && row[0] === state.matchOp ? "match" : ""].join(" ");
     const x = n.x - n.width / 2, y = n.y - n.height / 2;
     parts.push(`<g class="${cls}" data-id="${id}" data-op="${row[0]}"><rect x="${x}" y="${y}" width="${n.width}" ` +
@@ -242,7 +345,7 @@ function drawGraph(nodes, ids, fresh) {
     ? `showing ${visible.size} of ${ids.length} UOps: "+" on a node brings in its sources`
     : `${visible.size} UOps`;
   // a graph too big to show whole opens on its last node (the store or sink it ends in)
-  const last = missing > 0 ? ids.filter((id) => visible.has(id)).pop() : undefined;
+  const last = marks ? [...marks.keys()].pop() : missing > 0 ? ids.filter((id) => visible.has(id)).pop() : undefined;
   fitView(g.graph(), last === undefined ? null : g.node(String(last)));
 }
 
@@ -292,6 +395,10 @@ function wireGraph() {
 function currentGraph() {
   if (state.kernel >= 0) {
     const k = state.trace.kernels[state.kernel];
+    if (state.firing >= 0) {
+      const { before, after, marks } = currentFiring();
+      return { nodes: k.nodes, ids: firingNodes(k.nodes, before, after), kernel: k, marks };
+    }
     return { nodes: k.nodes, ids: stageNodes(k, state.stage), kernel: k };
   }
   const p = state.trace.plans[state.plan];
@@ -299,8 +406,9 @@ function currentGraph() {
 }
 
 function redraw() {
-  const { nodes, ids, kernel } = currentGraph();
+  const { nodes, ids, kernel, marks } = currentGraph();
   let fresh = new Set();
+  if (marks) return drawGraph(nodes, ids, fresh, marks);
   if (kernel && state.stage > 0) {
     const before = new Set(stageNodes(kernel, state.stage - 1));
     fresh = new Set(ids.filter((id) => !before.has(id)));
@@ -389,7 +497,7 @@ function renderSource(k) {
     if (!line) return;
     const uop = +line.dataset.uop;
     const k = state.trace.kernels[state.kernel];
-    if (!stageNodes(k, state.stage).includes(uop)) {  // the linear program holds every linked UOp
+    if (state.firing >= 0 || !stageNodes(k, state.stage).includes(uop)) {  // the linear program holds every linked UOp
       state.stage = k.stages.length - 1;
       showStage();
     }
@@ -474,6 +582,7 @@ function selectPlan(p) {
     if (a) selectKernel(+a.dataset.kernel);
   };
   $("stepper").hidden = true;
+  $("firing-stepper").hidden = true;
   $("source").innerHTML = `<p class="hint">The tensor graph of this realize (shapes in the Node tab).</p>`;
   $("diff").innerHTML = "";
   drawGraph(plan.graph.nodes, plan.graph.ids, new Set());
@@ -510,10 +619,16 @@ function wireControls() {
   for (const b of document.querySelectorAll("#side .tabs button")) b.onclick = () => showSide(b.dataset.side);
   $("prev").onclick = () => step(-1);
   $("next").onclick = () => step(1);
+  $("fprev").onclick = () => stepFiring(-1);
+  $("fnext").onclick = () => stepFiring(1);
+  $("fwhole").onclick = () => showFiring(-1);
+  // ← → step through the stages; with Shift, through the stage's rule firings; Esc: whole stage
   document.addEventListener("keydown", (e) => {
     if (e.target.tagName === "INPUT") return;
-    if (e.key === "ArrowLeft") step(-1);
-    if (e.key === "ArrowRight") step(1);
+    const d = e.key === "ArrowLeft" ? -1 : e.key === "ArrowRight" ? 1 : 0;
+    if (d && e.shiftKey) stepFiring(d);
+    else if (d) step(d);
+    if (e.key === "Escape" && state.firing >= 0) showFiring(-1);
   });
   let results = [];
   $("search").addEventListener("input", () => {
