@@ -357,25 +357,10 @@ def _chromium() -> str:
 
 
 def test_the_page_in_chromium(tmp_path):
-    executable = _chromium()
-    from playwright.sync_api import sync_playwright
-
+    _chromium()  # (skips before the training step where there is no chromium)
     path, programs, _ = run_training_step(tmp_path)
     data = server.load(path)
-    srv = server.start_server(data)
-    errors: list[str] = []
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1500, "height": 900})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url_of(srv))
-            drive_page(page, data, programs)
-            browser.close()
-    finally:
-        srv.shutdown()
-    assert errors == []
+    _open_page(data, lambda page: drive_page(page, data, programs))
 
 
 def node_count(page) -> int:

@@ -334,6 +334,16 @@ def _add_times(
 JIT_REPLAY = "TinyJit replay "
 
 
+def _launches(events: list[dict[str, Any]]) -> tuple[list[tuple[float, str, float]], list[float]]:
+    """The profile's kernel launches as ``(start, name, ms)`` in time order, and their starts."""
+    launches = sorted(
+        (e["ts"], e["name"], e["dur"] / 1e3)
+        for e in events
+        if e.get("ph") == "X" and e.get("cat") == "kernel"
+    )
+    return launches, [t for t, _, _ in launches]
+
+
 def _jit_replays(events: list[dict[str, Any]], kernels: dict[str, int]) -> list[dict[str, Any]]:
     """Each TinyJit replay in the profile, with the kernel launches that began during it:
     ``[kernel index (-1: a kernel not generated while recording), name, ms]``. A replay makes no
@@ -342,12 +352,7 @@ def _jit_replays(events: list[dict[str, Any]], kernels: dict[str, int]) -> list[
     spans = sorted(
         (e for e in events if e.get("ph") == "X" and e.get("cat") == "jit"), key=lambda e: e["ts"]
     )
-    launches = sorted(
-        (e["ts"], e["name"], e["dur"] / 1e3)
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") == "kernel"
-    )
-    times = [t for t, _, _ in launches]
+    launches, times = _launches(events)
     out = []
     for e in spans:
         if not e["name"].startswith(JIT_REPLAY):
@@ -375,12 +380,7 @@ def _realize_times(
     """Each realize with the ms of each of its kernel steps: the profile's launches that began
     after it and before the next realize, matched to its steps by kernel name, in order.
     ``clock`` is the profile's start (``perf_counter``), from which its times count."""
-    launches = sorted(
-        (e["ts"], e["name"], e["dur"] / 1e3)
-        for e in events
-        if e.get("ph") == "X" and e.get("cat") == "kernel"
-    )
-    times = [t for t, _, _ in launches]
+    launches, times = _launches(events)
     out = []
     for i, r in enumerate(realizes):
         steps = plans[r["plan"]]["steps"]
