@@ -203,3 +203,34 @@ def test_workgroups_reduce_each_row_and_each_column():
     e = np.exp(x - x.max(1, keepdims=True))
     want = e / e.sum(1, keepdims=True)
     np.testing.assert_allclose(t.softmax(1).numpy(), want, rtol=1e-4, atol=1e-9)
+
+
+CYCLE = """
+import gc, numpy as np
+from fusegrad import Tensor, dtypes
+from fusegrad.device import Buffer
+
+class Holder:
+    pass
+
+for _ in range(3):  # a buffer in a reference cycle, collected with its wgpu buffer
+    b = Buffer("WEBGPU", 64, dtypes.float32)
+    b.copyin(np.arange(64, dtype=np.float32))
+    h = Holder(); h.me = h; h.b = b
+    del b, h
+    gc.collect()
+    x = Tensor(np.ones(64, np.float32), device="WEBGPU")  # the same size: the pool's handle
+    print((x * 2).sum().numpy())
+"""
+
+
+def test_a_buffer_collected_in_a_reference_cycle_leaves_no_dead_handle_in_the_pool():
+    """The collector ran the wgpu buffer's release and put its handle in the pool in one go;
+    the next buffer of its size got the dead handle: a TypeError, or wgpu-native aborting the
+    process (found after an exception inside export_webgpu left such a cycle)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CYCLE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["128.0"] * 3

@@ -33,3 +33,33 @@ def test_a_step_never_writes_what_it_reads():
         read = {plan.memory[s - plan.n_inputs] for s in step.slots[1:] if s >= plan.n_inputs}
         assert written not in read
     assert y.numpy()[0, 0] == 2 * 8 * 2 * 8 * 2 * 8
+
+
+class _Handle:
+    """A device handle with a finalizer of its own (a wgpu buffer releases itself)."""
+
+    def __del__(self) -> None:
+        pass
+
+
+def test_a_pooled_handle_the_collector_finalized_is_not_reused():
+    """A Buffer collected with a reference cycle pools its handle (its ``__del__``) while the
+    same collection runs the handle's finalizer: that handle is dead and must not be reused."""
+    import gc
+
+    from fusegrad import device
+
+    kept = []
+
+    class Holder:
+        def __del__(self) -> None:
+            kept.append(self.handle)  # resurrects the handle, as Buffer.__del__ pools it
+
+    holder = Holder()
+    holder.handle, holder.me = _Handle(), holder
+    del holder
+    gc.collect()
+    (handle,) = kept
+    assert gc.is_finalized(handle) and device._reusable(handle) is None
+    fresh = _Handle()
+    assert device._reusable(fresh) is fresh

@@ -8,6 +8,7 @@ any plugin may replace one of them through the override hooks (see ``plugin/hook
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import threading
@@ -290,10 +291,11 @@ class Buffer:
         if self._handle is None:
             self._allocator = allocator = Device[self.device].allocator
             nbytes = max(self.nbytes, 1)
-            if free := _pool(allocator).get(nbytes):
-                self._handle = free.pop()
+            free = _pool(allocator).get(nbytes, [])
+            while free and self._handle is None:
+                self._handle = _reusable(free.pop())
                 _POOLED[0] -= nbytes
-            else:
+            if self._handle is None:
                 self._handle = _checked(allocator.alloc(nbytes), nbytes, self.device)
         return self._handle
 
@@ -326,6 +328,8 @@ class Buffer:
 
     def __del__(self) -> None:
         if self._handle is not None and self._allocator is not None:
+            if gc.is_finalized(self._handle):
+                return  # released by its own finalizer (see ``_reusable``): not freed again
             nbytes = max(self.nbytes, 1)
             try:
                 if _POOLED[0] + nbytes <= POOL_LIMIT:  # keep it: the next buffer this size takes it
@@ -361,6 +365,15 @@ def _checked(handle: Any, nbytes: int, device: str) -> Any:
 #: bytes of freed device memory kept for reuse; fresh memory costs page faults (or a driver call)
 POOL_LIMIT = int(os.environ.get("FUSEGRAD_POOL_BYTES", 1 << 30))
 _POOLED = [0]
+
+
+def _reusable(handle: Any) -> Any:
+    """``handle`` from the pool, or None when it may not be used again: a buffer collected
+    with a reference cycle puts its handle in the pool while the same collection runs the
+    handle's own finalizer (a wgpu buffer releases itself), in whichever order. Reusing such a
+    handle once gave the next buffer of its size a dead one: a TypeError, or wgpu-native
+    aborting the process."""
+    return None if gc.is_finalized(handle) else handle
 
 
 def _pool(allocator: Allocator) -> dict[int, list[Any]]:
