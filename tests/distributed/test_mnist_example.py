@@ -3,10 +3,7 @@ ends well and prints a test accuracy. Skipped without MPI, mpi4py or the MNIST f
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,16 +12,11 @@ import pytest
 
 from fusegrad.nn.datasets import mnist_folder
 
+from .mpi_launch import mpi_environment, require_mpirun
+
 REPOSITORY = Path(__file__).resolve().parents[2]
 EXAMPLE = REPOSITORY / "examples" / "mnist.py"
-MPIRUN = shutil.which("mpirun")
-
-if MPIRUN is None:
-    pytest.skip(
-        "mpirun is missing: apt-get install openmpi-bin libopenmpi-dev", allow_module_level=True
-    )
-if importlib.util.find_spec("mpi4py") is None:
-    pytest.skip("mpi4py is missing: pip install 'fusegrad[mpi]'", allow_module_level=True)
+MPIRUN = require_mpirun()
 
 
 def mnist_data() -> Path | None:
@@ -40,13 +32,7 @@ def mnist_data() -> Path | None:
 def test_mnist_example_trains_data_parallel_over_two_ranks(tmp_path: Path):
     if (data := mnist_data()) is None:
         pytest.skip("no MNIST files (set FUSEGRAD_DATA to a folder holding them)")
-    environment = {
-        **os.environ,
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",  # CI runs as root; mpirun refuses root without these
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",  # containers forbid CMA
-        "CPU_THREADS": "1",  # two ranks share the cores
-    }
+    environment = mpi_environment(CPU_THREADS="1")  # two ranks share the cores
     command = [
         *(MPIRUN, "-n", "2", "--oversubscribe", "--allow-run-as-root"),
         *(sys.executable, str(EXAMPLE), "--distributed", "--steps", "3", "--batch", "32"),

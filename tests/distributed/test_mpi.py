@@ -4,10 +4,7 @@ shapes. Each case is a process group of its own (``mpi_worker.py``); skipped wit
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,26 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-WORKER = Path(__file__).with_name("mpi_worker.py")
-MPIRUN = shutil.which("mpirun")
+from .mpi_launch import mpi_environment, require_mpirun
 
-if MPIRUN is None:
-    pytest.skip(
-        "mpirun is missing: apt-get install openmpi-bin libopenmpi-dev", allow_module_level=True
-    )
-if importlib.util.find_spec("mpi4py") is None:
-    pytest.skip("mpi4py is missing: pip install 'fusegrad[mpi]'", allow_module_level=True)
+WORKER = Path(__file__).with_name("mpi_worker.py")
+MPIRUN = require_mpirun()
 
 
 def run(scenario: str, ranks: int | None = 2, timeout: float = 60, **env: str):
     """``scenario`` of the worker on ``ranks`` ranks (None: plain python, a world of one)."""
-    environment = {
-        **os.environ,
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",  # CI runs as root; mpirun refuses root without these
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",  # containers forbid CMA
-        **env,
-    }
+    environment = mpi_environment(**env)
     command = [sys.executable, str(WORKER), scenario]
     if ranks is not None:
         command = [MPIRUN, "-n", str(ranks), "--oversubscribe", *command]

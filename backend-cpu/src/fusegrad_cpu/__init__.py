@@ -10,6 +10,7 @@ import os
 from typing import TYPE_CHECKING
 
 from fusegrad.device import DeviceSpec, Runtime
+from fusegrad.engine.realize import usable_cores
 from fusegrad.errors import InvalidArgument
 from fusegrad.plugin import hookimpl
 
@@ -46,8 +47,7 @@ def device_threads() -> int | None:
     devices = device_count()
     if "CPU_THREADS" not in os.environ and devices == 1:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return _positive_int("CPU_THREADS", max(1, (cores or 1) // devices))
+    return _positive_int("CPU_THREADS", max(1, usable_cores() // devices))
 
 
 def _positive_int(variable: str, default: int) -> int:

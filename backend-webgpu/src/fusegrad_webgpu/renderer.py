@@ -24,7 +24,7 @@ import numpy as np
 
 from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import UnsupportedOp
-from fusegrad.renderer import Renderer
+from fusegrad.renderer import Renderer, body_line_owners
 from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import GroupOp, Ops, UOp, variables_of
 
@@ -271,11 +271,7 @@ class WGSLRenderer(Renderer):
     def line_owners(self, name: str, program: list[UOp]) -> dict[int, UOp]:
         """The op that wrote each line of the kernel's body (VIZ links lines to UOps)."""
         source, walk = self._render(name, program)
-        at = source.find("\n".join(walk.lines)) if walk.lines else -1
-        if at < 0:
-            return {}
-        first = source.count("\n", 0, at) + 1
-        return {first + i: u for i, u in enumerate(walk.owners) if u is not None}
+        return body_line_owners(source, walk.lines, walk.owners)
 
     def _render(self, name: str, program: list[UOp]) -> tuple[str, _Walk]:
         """The kernel's source, and the walk that wrote its body."""

@@ -139,10 +139,7 @@ class FolderUsage:
 def usage() -> list[FolderUsage]:
     """What each of ``FOLDERS`` holds now (those that exist), entries sorted by payload kind."""
     found = []
-    for name, holds in FOLDERS.items():
-        path = os.path.join(cache_dir(), name)
-        if not os.path.isdir(path) or os.path.islink(path):
-            continue
+    for name, holds, path in _folders():
         folder = FolderUsage(name, holds, path)
         with os.scandir(path) as entries:
             for entry in entries:
@@ -154,6 +151,16 @@ def usage() -> list[FolderUsage]:
                 count[0], count[1] = count[0] + 1, count[1] + size
                 folder.files, folder.nbytes = folder.files + 1, folder.nbytes + size
         found.append(folder)
+    return found
+
+
+def _folders() -> list[tuple[str, str, str]]:
+    """``(name, holds, path)`` of each of ``FOLDERS`` that exists (a real folder, not a link)."""
+    found = []
+    for name, holds in FOLDERS.items():
+        path = os.path.join(cache_dir(), name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            found.append((name, holds, path))
     return found
 
 
@@ -190,8 +197,8 @@ def clear() -> tuple[int, int]:
     Safe while other processes use the cache: a reader of a deleted entry sees a miss and
     compiles again, and a writer's atomic rename recreates its entry whole."""
     files = nbytes = 0
-    for folder in usage():
-        with os.scandir(folder.path) as entries:
+    for _, _, path in _folders():  # (not ``usage()``: that reads every entry's header)
+        with os.scandir(path) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False) and _ours(entry.name):
                     size = entry.stat(follow_symlinks=False).st_size
@@ -201,7 +208,7 @@ def clear() -> tuple[int, int]:
                         continue
                     files, nbytes = files + 1, nbytes + size
         try:
-            os.rmdir(folder.path)
+            os.rmdir(path)
         except OSError:  # not empty: files that are not ours, or an entry written meanwhile
             pass
     return files, nbytes

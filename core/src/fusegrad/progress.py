@@ -51,6 +51,7 @@ class Progress:
         self.scale = scale  # counts shown in millions (bytes as MB)
         self.stream = stream if stream is not None else sys.stderr
         self.count, self.start, self._drawn = 0, time.perf_counter(), 0.0
+        self._width = 0  # the widest line drawn, so that a shorter one covers it
         self.on = total != 0 and enabled(self.stream)
         self._bar = _tqdm(total, desc, unit, scale, self.stream) if self.on else None
         self._closed = False
@@ -113,8 +114,8 @@ class Progress:
     def _draw(self) -> None:
         self._drawn = time.perf_counter()
         text = self.line()
-        self._width = width = max(len(text), getattr(self, "_width", 0))  # cover a longer line
-        self.stream.write(f"\r{text.ljust(width)}")
+        self._width = max(len(text), self._width)
+        self.stream.write(f"\r{text.ljust(self._width)}")
         self.stream.flush()
 
 

@@ -61,9 +61,8 @@ def reads_consecutively(
                     and t.src[1].op is Ops.CONST
                     and 1 < t.src[1].arg <= MAX_STRIDE
                 )
-                if t is not loop and not (halving and slow) and not step:
-                    if not _clamped_step(t, loop):
-                        return False
+                if t is not loop and not (halving and slow or step or _clamped_step(t, loop)):
+                    return False
     return True
 
 

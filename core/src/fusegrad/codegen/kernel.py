@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ from fusegrad.helpers import Context
 from fusegrad.renderer import Renderer
 from fusegrad.uop.listing import print_listing
 from fusegrad.uop.ops import GroupOp, Ops, UOp, graph_variables, sym_max, toposort, variables_of
-from fusegrad.uop.pattern import fired_summary, graph_rewrite, rules_fired
+from fusegrad.uop.pattern import Fired, fired_summary, graph_rewrite, rules_fired
 from fusegrad.uop.spec import DECOMPOSED, LINEAR, LOWERED, check_stage
 from fusegrad.viz import recorder
 
@@ -78,7 +77,7 @@ def _dim_name(size: int | UOp) -> str:
     return "".join(u.arg[0] for u in toposort([size]) if u.op is Ops.DEFINE_VAR)
 
 
-def _debug_stage(title: str, graph: UOp | list[UOp], fired: Counter | None = None) -> None:
+def _debug_stage(title: str, graph: UOp | list[UOp], fired: Fired | None = None) -> None:
     """At ``DEBUG>=4``, list a stage's result, one numbered line per node (``uop/listing.py``),
     and the rules that ``fired``; under ``VIZ`` record it (``viz/recorder.py``)."""
     if Context.DEBUG >= 4:

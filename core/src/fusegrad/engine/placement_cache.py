@@ -33,7 +33,7 @@ from fusegrad.engine.allreduce import all_reduce
 from fusegrad.engine.realize import Planned, plan_on_devices, run_on_devices
 from fusegrad.helpers import Context
 from fusegrad.schedule.kernelize import Plan, abstract
-from fusegrad.uop.ops import Ops, UOp, toposort
+from fusegrad.uop.ops import Ops, UOp, substitute, toposort
 from fusegrad.viz import recorder
 
 
@@ -128,16 +128,17 @@ class _Recorder:
 
     def placement(self, results: list[UOp]) -> Placement | None:
         """The recorded program with ``results`` over slots; None where it cannot be replayed."""
-        templates = []
-        for r in results:
-            done: dict[UOp, UOp] = {}
-            for u in toposort([r]):
-                if u.op is Ops.BUFFER:
-                    (slot,) = self._slots([u.arg])
-                    done[u] = UOp(Ops.PARAM, u.dtype, (), (slot, u.arg.size))
-                else:
-                    done[u] = u.replace(src=tuple(done[s] for s in u.src))
-            templates.append(done[r])
+        templates = [
+            substitute(
+                r,
+                {
+                    u: UOp(Ops.PARAM, u.dtype, (), (self._slots([u.arg])[0], u.arg.size))
+                    for u in toposort([r])
+                    if u.op is Ops.BUFFER
+                },
+            )
+            for r in results
+        ]
         return None if self.broken else Placement(tuple(self.steps), tuple(templates))
 
 
@@ -152,13 +153,13 @@ def recording(cache_key: tuple | None, inputs: list[Buffer]) -> Iterator[list[UO
     if cache_key is None:
         yield results
         return
-    recorder = _Recorder(inputs)
-    token = _RECORDING.set(recorder)
+    steps = _Recorder(inputs)  # (not ``recorder``: that names the viz module here)
+    token = _RECORDING.set(steps)
     try:
         yield results
     finally:
         _RECORDING.reset(token)
-    if (placement := recorder.placement(results)) is not None:
+    if (placement := steps.placement(results)) is not None:
         _placements[cache_key] = placement
 
 
@@ -181,10 +182,9 @@ def all_reduced(buffers: list[Buffer], op: Ops) -> list[Buffer]:
 
 def _bound(template: UOp, slots: list[Buffer]) -> UOp:
     """``template`` with each ``PARAM(slot)`` the view of that slot's buffer."""
-    done: dict[UOp, UOp] = {}
-    for u in toposort([template]):
-        if u.op is Ops.PARAM:
-            done[u] = UOp(Ops.BUFFER, u.dtype, (), slots[u.arg[0]])
-        else:
-            done[u] = u.replace(src=tuple(done[s] for s in u.src)) if u.src else u
-    return done[template]
+    views = {
+        u: UOp(Ops.BUFFER, u.dtype, (), slots[u.arg[0]])
+        for u in toposort([template])
+        if u.op is Ops.PARAM
+    }
+    return substitute(template, views)

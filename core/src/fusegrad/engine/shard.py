@@ -193,12 +193,7 @@ def _base(u: UOp) -> UOp:
 
 def _computes(p: Placed) -> bool:
     """Whether realizing ``p`` runs a kernel: a piece that is not a view of a buffer."""
-    for q in p.pieces if p.devices else ():
-        while q.op in GroupOp.Movement:
-            q = q.src[0]
-        if q.op is not Ops.BUFFER:
-            return True
-    return False
+    return bool(p.devices) and any(_base(q).op is not Ops.BUFFER for q in p.pieces)
 
 
 def multi(p: Placed) -> UOp:
@@ -288,8 +283,8 @@ def _move(u: UOp, p: Placed) -> Placed:
     untouched = {Ops.PAD: (0, 0), Ops.SHRINK: (0, shape[a]), Ops.FLIP: False}
     if op in untouched and arg[a] == untouched[op]:
         pieces = []
-        for q in p.pieces:
-            own = {Ops.PAD: (0, 0), Ops.SHRINK: (0, q.shape[a]), Ops.FLIP: False}[op]
+        for q in p.pieces:  # the piece's own axis untouched (a SHRINK keeps its whole length)
+            own = (0, q.shape[a]) if op is Ops.SHRINK else arg[a]
             pieces.append(UOp(op, q.dtype, (q,), (*arg[:a], own, *arg[a + 1 :])))
         return Placed(tuple(pieces), p.devices, a)
     return _per_piece(u, [_gathered(p)])
@@ -333,9 +328,7 @@ def reshard(
         if axis is None:
             return Placed(whole, devices, None)
         assert sizes is not None
-        starts = np.cumsum((0, *sizes))
-        cut = tuple(_shrunk(q, axis, int(b), int(e)) for q, b, e in zip(whole, starts, starts[1:]))
-        return Placed(cut, devices, axis)
+        return Placed(_cut(whole, axis, sizes), devices, axis)
     return _moved(p, devices, axis, sizes)
 
 
@@ -348,6 +341,12 @@ def _whole_shape(p: Placed) -> tuple[int, ...]:
     shape, axis = p.pieces[0].shape, p.axis
     assert axis is not None
     return (*shape[:axis], sum(p.sizes()), *shape[axis + 1 :])
+
+
+def _cut(wholes: tuple[UOp, ...], axis: int, sizes: tuple[int, ...]) -> tuple[UOp, ...]:
+    """Piece i of each whole value ``wholes[i]``: its i-th run of ``sizes`` rows along ``axis``."""
+    starts = np.cumsum((0, *sizes))
+    return tuple(_shrunk(q, axis, int(b), int(e)) for q, b, e in zip(wholes, starts, starts[1:]))
 
 
 def _shrunk(u: UOp, axis: int, begin: int, end: int) -> UOp:
@@ -370,9 +369,8 @@ def _moved(
     (p,) = _realized(p)
     if p.axis is None and axis is not None:
         assert sizes is not None
-        source, whole = p.devices[0], p.pieces[0]
-        starts = np.cumsum((0, *sizes))
-        cut = tuple(_shrunk(whole, axis, int(b), int(e)) for b, e in zip(starts, starts[1:]))
+        source = p.devices[0]
+        cut = _cut(p.pieces * len(sizes), axis, sizes)
         (cut_here,) = _realized(Placed(cut, (source,) * len(cut), axis))
         sent = tuple(_copied(q, source, d) for q, d in zip(cut_here.pieces, devices))
         return Placed(sent, devices, axis)

@@ -7,6 +7,7 @@ No part of core asks for a device's name.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fusegrad.dtype import DType, dtypes
@@ -123,5 +124,16 @@ class Renderer:
     def line_owners(self, name: str, program: list[UOp]) -> dict[int, UOp]:
         """For VIZ's links from source lines to UOps: the op of ``program`` that wrote each
         line (numbered from 1) of ``render(name, program)``. Called only while VIZ records; a
-        renderer that does not say returns ``{}`` (the C-family ones are walked by VIZ itself)."""
+        renderer that does not say returns ``{}``."""
         return {}
+
+
+def body_line_owners(source: str, body: list[str], owners: Sequence[UOp | None]) -> dict[int, UOp]:
+    """``line_owners`` from a render walk: ``body`` the lines it wrote, ``owners`` the op that
+    wrote each (None: none did). Numbered where the body sits in ``source``; ``{}`` when it is
+    not there (the source was rendered differently)."""
+    at = source.find("\n".join(body)) if body else -1
+    if at < 0:
+        return {}
+    first = source.count("\n", 0, at) + 1
+    return {first + i: u for i, u in enumerate(owners) if u is not None}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.renderer import Renderer
+from fusegrad.renderer import Renderer, body_line_owners
 from fusegrad.uop.loops import AxisKind, LoopHint
 from fusegrad.uop.ops import GroupOp, Ops, UOp, variables_of
 
@@ -358,14 +358,24 @@ class CStyleRenderer(Renderer):
 
     def render(self, name: str, program: list[UOp]) -> str:
         """The kernel's source: each op of ``program`` rendered by its entry in ``op_renderers``."""
-        ctx = RenderContext(self)
+        return self._walk(name, program)[0]
+
+    def line_owners(self, name: str, program: list[UOp]) -> dict[int, UOp]:
+        source, lines, owners = self._walk(name, program)
+        return body_line_owners(source, lines, owners)
+
+    def _walk(self, name: str, program: list[UOp]) -> tuple[str, list[str], list[UOp]]:
+        """The source, its body's lines, and the op of ``program`` that wrote each line."""
+        ctx, owners = RenderContext(self), []
         for u in program:
             if (render_op := self.op_renderers.get(u.op)) is None:
                 raise NotImplementedError(f"{type(self).__name__} cannot render {u.op}")
+            before = len(ctx.lines)
             render_op(ctx, u, [ctx.names.get(s, "") for s in u.src])
+            owners.extend([u] * (len(ctx.lines) - before))
         body = "\n".join(ctx.lines)
         signature = self.kernel_signature(name, ctx.params, program)
-        return f"{self.prelude(program)}{signature} {{\n{body}\n}}\n"
+        return f"{self.prelude(program)}{signature} {{\n{body}\n}}\n", ctx.lines, owners
 
     def render_alu(self, u: UOp, src: list[str]) -> str:
         if u.op in self.math_functions:

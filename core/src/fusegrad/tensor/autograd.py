@@ -12,6 +12,7 @@ from fusegrad.engine import capture
 from fusegrad.errors import DTypeError, FusegradError, ShapeError
 from fusegrad.gradient import compute_gradient, full_like
 from fusegrad.tensor.base import TensorBase
+from fusegrad.tensor.movement import buffer_of
 from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -207,21 +208,14 @@ def replace_value(t: TensorBase, value: UOp) -> None:
     buffer it held, or the buffers its unrealized value reads, are marked replaced
     (``Buffer.mark_replaced``): a TinyJit replay that reads them because its function reads
     ``t`` captures again, and so sees the new value."""
-    if (old := held_buffer(t.uop)) is not None:
-        if held_buffer(value) is not old:
+    if (old := buffer_of(t.uop)) is not None:
+        if buffer_of(value) is not old:
             old.mark_replaced()
     else:
         for u in t.uop.toposort():
             if u.op is Ops.BUFFER:
                 u.arg.mark_replaced()
     t.uop = value
-
-
-def held_buffer(u: UOp) -> Any:
-    """The Buffer that ``u`` (a BUFFER or a reshape of one) is, else None."""
-    while u.op is Ops.RESHAPE:
-        u = u.src[0]
-    return u.arg if u.op is Ops.BUFFER else None
 
 
 def _prefix_buffer(u: UOp) -> UOp | None:

@@ -26,6 +26,7 @@ from fusegrad.uop import ops
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, sym_eval
 
 if TYPE_CHECKING:
+    from fusegrad.device import Buffer
     from fusegrad.tensor.tensor import Tensor
 
 
@@ -86,6 +87,12 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 def _unreshaped(u: UOp) -> UOp:
     """What to realize for ``u``: a reshape costs nothing once its source has a buffer."""
     return u.src[0] if u.op is Ops.RESHAPE else u
+
+
+def buffer_of(u: UOp) -> Buffer | None:
+    """The buffer ``u`` reads in order (a BUFFER, or a reshape of one); None for anything else."""
+    u = _unreshaped(u)
+    return u.arg if u.op is Ops.BUFFER else None
 
 
 class MovementMixin(TensorBase):

@@ -38,6 +38,7 @@ from fusegrad.tensor.movement import (
     MovementMixin,
     _unreshaped,
     broadcast_shapes,
+    buffer_of,
     no_float_sizes,
 )
 from fusegrad.tensor.nn_ops import NNMixin
@@ -1093,12 +1094,6 @@ def _fans(shape: tuple[int, ...]) -> tuple[int, int]:
         return prod(shape), prod(shape)
     receptive = prod(shape[2:])
     return shape[1] * receptive, shape[0] * receptive
-
-
-def buffer_of(u: UOp) -> Buffer | None:
-    """The buffer ``u`` reads in order (a BUFFER, or a reshape of one); None for anything else."""
-    u = _unreshaped(u)
-    return u.arg if u.op is Ops.BUFFER else None
 
 
 def _is_buffer(u: UOp) -> bool:

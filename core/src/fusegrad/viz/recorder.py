@@ -33,9 +33,8 @@ from typing import Any
 from fusegrad import profiler
 from fusegrad.profiler import Profiler
 from fusegrad.renderer import Renderer
-from fusegrad.renderer.cstyle import CStyleRenderer, RenderContext
 from fusegrad.uop.ops import Ops, UOp, toposort
-from fusegrad.uop.pattern import rule_name, rule_place
+from fusegrad.uop.pattern import Fired, rule_name, rule_place
 
 #: the longest arg text kept for a node (a constant table would fill the page)
 ARG_CHARS = 120
@@ -109,7 +108,7 @@ class KernelRecord:
     source: dict[str, Any] = field(default_factory=dict)
     last: float = field(default_factory=time.perf_counter)
 
-    def stage(self, title: str, graph: UOp | list[UOp], fired: Counter | None) -> None:
+    def stage(self, title: str, graph: UOp | list[UOp], fired: Fired | None) -> None:
         """Add a stage: its nodes' ids, the ms since the last stage, the rules that fired."""
         now = time.perf_counter()
         order = graph if isinstance(graph, list) else toposort([graph])
@@ -124,8 +123,8 @@ class KernelRecord:
             for fn, n in fired.items():
                 names[rule_name(fn)] += n
             entry["rules"] = names.most_common()
-            if steps := getattr(fired, "steps", None):
-                entry["firings"] = self.firings(steps, sum(fired.values()))
+            if fired.steps:
+                entry["firings"] = self.firings(fired.steps, sum(fired.values()))
         self.stages.append(entry)
         self.last = time.perf_counter()  # the recording's own time is not the next stage's
 
@@ -183,7 +182,7 @@ class Trace:
 
     # ---- hooks the compiler calls ----------------------------------------------------------
 
-    def stage(self, title: str, graph: UOp | list[UOp], fired: Counter | None = None) -> None:
+    def stage(self, title: str, graph: UOp | list[UOp], fired: Fired | None = None) -> None:
         """A codegen stage's result; ``kernel AST`` starts the record of a new kernel."""
         if title == "kernel AST" and isinstance(graph, UOp):
             self._current.kernel = self.kernels[graph] = KernelRecord(graph, "")
@@ -211,7 +210,7 @@ class Trace:
             return
         record.renderer = type(renderer).__name__
         ids = record.nodes.ids
-        lines = source_lines(name, source, program, renderer)
+        lines = source_lines(name, program, renderer)
         record.source = {
             "name": name,
             "text": source,
@@ -401,30 +400,13 @@ def _realize_times(
     return out
 
 
-def source_lines(name: str, source: str, program: list[UOp], renderer: Renderer) -> dict[int, UOp]:
-    """The UOp of ``program`` that wrote each line of ``source`` (numbered from 1). For a
-    C-family renderer its render walk is run once more, noting where each op's lines begin and
-    end (empty if the walk does not give ``source``'s body); another renderer says itself
-    (``Renderer.line_owners``: WGSL does)."""
-    if not isinstance(renderer, CStyleRenderer):
-        try:
-            return renderer.line_owners(name, program)
-        except Exception:  # a renderer that fails to say: no links, nothing worse
-            return {}
-    ctx, owner = RenderContext(renderer), []
+def source_lines(name: str, program: list[UOp], renderer: Renderer) -> dict[int, UOp]:
+    """The UOp of ``program`` that wrote each line of its source (numbered from 1), as the
+    renderer says (``Renderer.line_owners``: the C-family ones and WGSL do)."""
     try:
-        for u in program:
-            before = len(ctx.lines)
-            renderer.op_renderers[u.op](ctx, u, [ctx.names.get(s, "") for s in u.src])
-            owner.extend([u] * (len(ctx.lines) - before))
-    except Exception:  # a renderer that renders differently: no links, nothing worse
+        return renderer.line_owners(name, program)
+    except Exception:  # a renderer that fails to say: no links, nothing worse
         return {}
-    body = "\n".join(ctx.lines)
-    at = source.find(body) if body else -1
-    if at < 0:
-        return {}
-    first = source.count("\n", 0, at) + 1
-    return {first + i: u for i, u in enumerate(owner)}
 
 
 #: the trace being recorded, or None (the usual case: the hooks do nothing)

@@ -55,10 +55,14 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
 
 def write(trace: Trace | dict[str, Any], path: str | os.PathLike) -> str:
     """Write ``trace`` to ``path`` as JSON; return the absolute path."""
-    data = trace.to_json() if isinstance(trace, Trace) else trace
+    data = _as_json(trace)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(data, f, separators=(",", ":"))
     return os.path.abspath(path)
+
+
+def _as_json(trace: Trace | dict[str, Any]) -> dict[str, Any]:
+    return trace.to_json() if isinstance(trace, Trace) else trace
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -87,12 +91,7 @@ def start_server(
 ) -> http.server.ThreadingHTTPServer:
     """A server of ``trace`` on 127.0.0.1 at a free port, answering from a daemon thread;
     ``shutdown()`` stops it."""
-    if isinstance(trace, Trace):
-        data = trace.to_json()
-    elif isinstance(trace, dict):
-        data = trace
-    else:
-        data = load(trace)
+    data = load(trace) if isinstance(trace, (str, os.PathLike)) else _as_json(trace)
     body = json.dumps(data, separators=(",", ":")).encode()
     handler = functools.partial(_Handler, body)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
