@@ -75,8 +75,7 @@ class GPT:
         """Logits (B, T, vocab) for tokens (B, T)."""
         w, cfg = self.w, self.cfg
         b, t = tokens.shape
-        hot = tokens.one_hot(cfg.vocab).cast(w["wte"].dtype)
-        x = hot @ w["wte"] + w["wpe"][:t]
+        x = w["wte"][tokens] + w["wpe"][:t]
         for i in range(cfg.layers):
             p = f"h{i}."
             x = x + self.attention(x.layernorm() * w[p + "ln1.w"] + w[p + "ln1.b"], p)

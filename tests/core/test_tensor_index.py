@@ -132,6 +132,30 @@ def test_embedding_is_one_lookup_kernel_and_learns_as_torch(device, ids_shape):
     np.testing.assert_allclose(emb.weight.grad.numpy(), temb.weight.grad.numpy(), rtol=1e-5)
 
 
+def test_rows_picked_by_a_tensor_learn_as_torch_through_one_product(device):
+    """``table[ids]`` (a GPT's token embedding, negative ids too) is a lookup whose gradient is
+    one kernel: the ids' one-hot rows, transposed, times the gradient (not a gather's per-element
+    comparison)."""
+    from fusegrad.uop.ops import Ops
+
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    ids = rng.integers(-64, 64, (3, 10)).astype(np.int32)  # repeats and negatives
+    seed = rng.standard_normal((3, 10, 16)).astype(np.float32)
+    table = Tensor(w, device=device, requires_grad=True)
+    out = table[Tensor(ids, device=device)]
+    (ast,) = _kernel_asts(out)
+    assert Ops.GATHER in _ops_in(ast)
+    (grad,) = (out * Tensor(seed, device=device)).sum().gradient(table)
+    (ast,) = _kernel_asts(grad)
+    assert Ops.REDUCE_AXIS in _ops_in(ast) and Ops.GATHER not in _ops_in(ast)
+    tw = torch.tensor(w, requires_grad=True)
+    want = tw[torch.tensor(ids).long()]
+    (want * torch.tensor(seed)).sum().backward()
+    np.testing.assert_array_equal(out.numpy(), want.detach().numpy())
+    np.testing.assert_allclose(grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_a_lookup_of_computed_rows_fuses_the_computation(device):
     """Rows computed from packed bytes (as a quantized weight is) are computed per element read:
     one kernel reads the bytes, and no float copy of the table is made."""

@@ -30,8 +30,18 @@ from fusegrad_cpu.device import shared_entry
 #: stays off so that ``a*b+c`` rounds twice, as numpy does. ``-fno-trapping-math`` changes no
 #: value (kernels never read the floating-point exception flags); without it gcc may not turn a
 #: ternary on floats into a vector select, so an exp (clamped by two) ran scalar: softmax 4x slower.
+#: ``-fno-math-errno`` changes no value either (kernels never read ``errno``; a square root of a
+#: negative is NaN both ways); without it gcc keeps every ``sqrtf`` scalar, to call the library
+#: for a negative argument, and the whole loop with it: the GPT's AdamW update ran scalar.
 #: The processor comes from ``target_flags`` (``-march``), added to these by default.
-FLAGS = ("-O2", "-fPIC", "-shared", "-ffp-contract=off", "-fno-trapping-math")
+FLAGS = (
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-ffp-contract=off",
+    "-fno-trapping-math",
+    "-fno-math-errno",
+)
 #: Names the processor to build kernels for, as gcc's and clang's ``-march`` spells it:
 #: ``FUSEGRAD_CPU_ARCH=x86-64-v3`` (or ``haswell``, ``znver3``: AVX2 and FMA, no AVX-512) builds
 #: and measures on an AVX-512 machine what a machine without AVX-512 runs. Unset: ``native``.
