@@ -14,7 +14,7 @@ SHAPES = [
     ((3, 4), (2, 4, 5)),
     ((2, 1, 3, 4), (5, 4, 6)),
     ((4, 4, 8, 16), (4, 4, 16, 8)),
-    ((1, 3, 4), (2, 4, 1)),
+    ((1, 3, 4), (2, 4, 3)),
     ((0, 4), (4, 3)),
     ((3, 0), (0, 2)),
 ]
@@ -50,3 +50,12 @@ def test_gradient_through_the_fast_path():
     np.testing.assert_allclose(
         w.grad.numpy(), np.einsum("bij->ij", a).T @ np.ones((3, 5)), rtol=1e-5
     )
+
+
+@pytest.mark.parametrize("xs,ws", [((1, 3, 4), (2, 4, 1)), ((3, 1), (1, 5))])
+def test_a_transpose_of_a_column_or_row_takes_the_general_path(xs, ws):
+    """Transposing a (k, 1) or (1, m) weight moves only an axis of 1, which ``Tensor`` makes a
+    reshape (``Tensor._permuted``): the fast path, whose node is a permute, steps aside."""
+    x, w = Tensor.ones(*xs), Tensor.ones(*ws)
+    assert _plain_matmul(x, w) is None
+    np.testing.assert_array_equal((x @ w).numpy(), np.ones(xs, "f4") @ np.ones(ws, "f4"))

@@ -63,3 +63,28 @@ def test_a_pooled_handle_the_collector_finalized_is_not_reused():
     assert gc.is_finalized(handle) and device._reusable(handle) is None
     fresh = _Handle()
     assert device._reusable(fresh) is fresh
+
+
+def test_released_pool_memory_goes_back_to_the_allocator():
+    """``release_pooled_memory`` frees what the pool keeps (a loaded model's staging copies),
+    counts its bytes, and buffers allocated afterwards work as before."""
+    from fusegrad import device
+    from fusegrad.device import Device, release_pooled_memory
+
+    allocator = Device["CPU"].allocator
+    freed: list[int] = []
+    original = allocator.free
+    allocator.free = lambda handle, nbytes: (freed.append(nbytes), original(handle, nbytes))
+    try:
+        release_pooled_memory()
+        freed.clear()
+        staged = Tensor(np.arange(12345, dtype=np.float32), device="CPU").realize()
+        del staged  # its buffer goes to the pool
+        assert 12345 * 4 in device._pool(allocator)
+        assert release_pooled_memory() >= 12345 * 4
+        assert 12345 * 4 in freed and not device._pool(allocator)
+        assert device._POOLED[0] == 0
+    finally:
+        del allocator.free
+    again = Tensor(np.arange(12345, dtype=np.float32), device="CPU") * 2
+    np.testing.assert_array_equal(again.numpy(), np.arange(12345, dtype=np.float32) * 2)

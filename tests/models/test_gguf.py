@@ -10,13 +10,13 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from fusegrad import Tensor, dtypes  # noqa: E402
 from fusegrad.errors import FileFormatError  # noqa: E402
 from fusegrad.nn.gguf import (  # noqa: E402
-    INLINE_KINDS,
+    SCALE_KINDS,
     _half_to_float,
     block_scales,
     dequantize,
     gguf_metadata,
     quantized_linear,
-    split_nibbles,
+    split_blocks,
 )
 from fusegrad.nn.state import gguf_load  # noqa: E402
 
@@ -88,42 +88,69 @@ def test_quantized_linear_equals_matmul_with_the_dequantized_weight(written, nam
 
 @pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
 def test_quantized_linear_with_its_blocks_scales_decoded_once(written, name):
-    """``block_scales`` (4- and 5-bit types; None for the others): float16 scales and offsets
-    per group, and the product summed in one pass over each row is the dequantized matmul's;
-    the decode is one kernel of its own (one sum, no partial dots per group)."""
+    """``block_scales`` (4- and 5-bit types and Q8_0; None for the others): float16 scales and
+    offsets per group, and the product is the dequantized matmul's: for the 4- and 5-bit types
+    one kernel of its own (one sum over each row, no partial dots per group); Q8_0's partial
+    dots read its scales from that buffer (two kernels: the dots, then their sum)."""
     path, expected = written
     _, tensors = gguf_load(path, packed=True)
     raw, kind, shape = tensors[name]
     scales = block_scales(raw, kind, shape)
-    if name not in INLINE_KINDS:
+    if name not in SCALE_KINDS:
         assert scales is None
         return
     assert scales[0].dtype == dtypes.float16 and scales[0].shape == (shape[0], shape[1] // 32, 1)
-    assert (scales[1] is None) == (name in ("Q4_0", "Q5_0"))
+    assert (scales[1] is None) == (name in ("Q4_0", "Q5_0", "Q8_0"))
     x = np.random.default_rng(1).standard_normal((3, SHAPE[1])).astype(np.float32)
     out = quantized_linear(Tensor(x), raw, kind, shape, scales)
-    assert len(out.schedule()) == 1
+    assert len(out.schedule()) == (2 if name == "Q8_0" else 1)
     np.testing.assert_allclose(out.numpy(), x @ expected[name].T, rtol=1e-5, atol=1e-3)
 
 
 @pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
-def test_a_4_bit_weight_kept_as_nibbles_and_scales(written, name):
-    """``split_nibbles`` (Q4_0 and Q4_1; None for the others): 16 bytes of nibbles and float16
-    scales per block, no more bytes than the file's; dequantized bit for bit as gguf does, and
-    its product with ``x`` the dequantized matmul's."""
+def test_a_weight_kept_as_values_and_scales(written, name):
+    """``split_blocks`` (Q4_0, Q4_1 and Q8_0; None for the others): each block's values (16
+    bytes of nibbles, or 32 bytes) and float16 scales, no more bytes than the file's;
+    dequantized bit for bit as gguf does, and its product with ``x`` the dequantized matmul's."""
     path, expected = written
     _, tensors = gguf_load(path, packed=True)
     raw, kind, shape = tensors[name]
-    split = split_nibbles(raw, kind, shape)
-    if name not in ("Q4_0", "Q4_1"):
+    split = split_blocks(raw, kind, shape)
+    if name not in ("Q4_0", "Q4_1", "Q8_0"):
         assert split is None
         return
-    parts = [t for t in (split.nibbles, split.scale, split.offset) if t is not None]
+    parts = [t for t in (split.values, split.scale, split.offset) if t is not None]
     assert sum(t.numel() * t.dtype.itemsize for t in parts) == raw.numel() * raw.dtype.itemsize
     np.testing.assert_array_equal(split.dequantize().numpy(), expected[name])
     x = np.random.default_rng(2).standard_normal((2, SHAPE[1])).astype(np.float32)
     got = split.linear(Tensor(x)).numpy()
     np.testing.assert_allclose(got, x @ expected[name].T, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows", [12, 6])
+def test_values_of_four_rows_share_a_word_and_others_stay_bytes(name, rows):
+    """``split_blocks`` packs the values of 4 rows into each uint32 word where the row count
+    allows (12), else keeps bytes (6): both dequantize bit for bit as gguf does (Q8_0's
+    negative bytes too), and the decode product is one kernel equal to the dequantized
+    matmul's."""
+    from fusegrad.nn.gguf import WORD_ROWS
+
+    weights = np.random.default_rng(3).standard_normal((rows, 96)).astype(np.float32)
+    raw = gguf.quants.quantize(weights, Q[name])
+    split = split_blocks(Tensor(raw), Q[name].value, (rows, 96))
+    assert split is not None
+    packed = WORD_ROWS if rows % WORD_ROWS == 0 else 1
+    width = 32 if name == "Q8_0" else 16
+    assert split.rows == packed and split.values.shape == (rows // packed, 3, width)
+    narrow = dtypes.int8 if name == "Q8_0" else dtypes.uint8
+    assert split.values.dtype == (dtypes.uint32 if packed > 1 else narrow)
+    expected = gguf.quants.dequantize(raw, Q[name])
+    np.testing.assert_array_equal(split.dequantize().numpy(), expected)
+    x = np.random.default_rng(4).standard_normal((2, 96)).astype(np.float32)
+    out = split.linear(Tensor(x))
+    assert len(out.schedule()) == 1
+    np.testing.assert_allclose(out.numpy(), x @ expected.T, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -381,7 +382,29 @@ def _pool(allocator: Allocator) -> dict[int, list[Any]]:
     pool = allocator.__dict__.get("_fusegrad_pool")
     if pool is None:
         pool = allocator.__dict__["_fusegrad_pool"] = {}
+        _POOLS.add(allocator)
     return pool
+
+
+#: the allocators that have a pool
+_POOLS: weakref.WeakSet[Allocator] = weakref.WeakSet()
+
+
+def release_pooled_memory() -> int:
+    """Give the memory the pool keeps for reuse back to each allocator, and return its bytes:
+    for after a phase whose buffer sizes will not come again (a model's loading, whose
+    file-sized staging copies would otherwise stay resident)."""
+    released = 0
+    for allocator in list(_POOLS):
+        pool = _pool(allocator)
+        for nbytes, handles in pool.items():
+            for handle in handles:
+                if not gc.is_finalized(handle):  # (see ``_reusable``)
+                    allocator.free(handle, nbytes)
+                released += nbytes
+        pool.clear()
+    _POOLED[0] = 0
+    return released
 
 
 class _DeviceRegistry:

@@ -247,31 +247,35 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     ):
         upcast.append((vec_axis, vec))
     lanes = None if upcast or not reduce_contiguous else _lanes(reduce, regs)
-    others = [d for d in axes if d != vec_axis]
+    # an output axis too short to be the vector (the 4 rows of a word, summed in lanes) may be
+    # the rows of the tile, all of it
+    short = not upcast and vec_axis is not None and shape[vec_axis] < regs.width
+    placed = None if short else vec_axis
+    others = [d for d in axes if d != placed]
     loads = _load_axes(nodes, shape) if others else []
 
     def reuse_score(d: int) -> tuple[int, int, int]:
         """Vector loads that need not be repeated along ``d`` first, then any loads; of equals the
         innermost axis, whose neighbouring elements share cache lines."""
         return (
-            sum(1 for a in loads if vec_axis in a and d not in a),
+            sum(1 for a in loads if placed in a and d not in a),
             sum(1 for a in loads if d not in a),
             d,
         )
 
     vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
     candidates = sorted(others, key=reuse_score, reverse=True)
-    rows, vector = _tile_rows(shape, candidates, vector, regs, whole=bool(upcast))
+    rows, vector = _tile_rows(shape, candidates, vector, regs, bool(upcast), short=short)
     if upcast and vec_axis is not None:
         upcast[0] = (vec_axis, vector)
     upcast[:0] = rows
     reuse = rows[-1][0] if rows else None
     second = rows[0][0] if len(rows) > 1 else None
-    order = tuple(d for d in range(len(shape)) if d not in (vec_axis, reuse, second))
+    order = tuple(d for d in range(len(shape)) if d not in (placed, reuse, second))
     inner = (
-        (reuse, vec_axis)
+        (reuse, placed)
         if _rows_outside(reduce, shape, upcast, renderer)
-        else (vec_axis, second, reuse)
+        else (placed, second, reuse)
     )
     order += tuple(d for d in inner if d is not None)
     opts = KernelOpts(
@@ -318,16 +322,24 @@ def symbolic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
 
 
 def _tile_rows(
-    shape: tuple[int, ...], candidates: list[int], vector: int, regs: RegisterBudget, whole: bool
+    shape: tuple[int, ...],
+    candidates: list[int],
+    vector: int,
+    regs: RegisterBudget,
+    whole: bool,
+    short: bool = False,
 ) -> tuple[list[tuple[int, int]], int]:
     """The upcasts whose rows reuse each loaded vector (outermost first), from the best of
     ``candidates`` that allows more than one row, and the vector's width (perhaps halved).
-    ``whole``: the vector is an output axis, and the rows may span a whole short axis."""
+    ``whole``: the vector is an output axis, and the rows may span a whole short axis.
+    ``short``: the vector is a reduction's lanes, and the rows too may span a whole short axis
+    (the 4 rows a 4-bit weight packs into each 32-bit word: one load for the four)."""
     budget = regs.rows(vector)
-    reuse = next((d for d in candidates if _reuse_amount(shape[d], budget, whole) > 1), None)
+    span = whole or short
+    reuse = next((d for d in candidates if _reuse_amount(shape[d], budget, span) > 1), None)
     if reuse is None:
         return [], vector
-    rows = _reuse_amount(shape[reuse], budget, whole)
+    rows = _reuse_amount(shape[reuse], budget, span)
     if (
         whole
         and rows < shape[reuse] <= REUSE_AMOUNTS[0]

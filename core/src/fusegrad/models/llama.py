@@ -56,16 +56,16 @@ from typing import Any
 
 import numpy as np
 
-from fusegrad.device import Device
+from fusegrad.device import Device, release_pooled_memory
 from fusegrad.errors import FileFormatError, InvalidValue
 from fusegrad.jit import TinyJit
 from fusegrad.nn.gguf import (
-    Nibbles,
+    SplitBlocks,
     block_scales,
     dequantize,
     gguf_host,
     quantized_linear,
-    split_nibbles,
+    split_blocks,
     to_device,
 )
 from fusegrad.tensor import Tensor
@@ -157,13 +157,14 @@ class Linear:
     #: the blocks' scales decoded once (``gguf.block_scales``), on devices that loop over their
     #: output: there the decode step's products sum in one pass per row
     scales: tuple[Tensor, Tensor | None] | None = None
-    #: a 4-bit weight there kept as nibbles and scales (``gguf.split_nibbles``; ``packed`` None)
-    split: Nibbles | None = None
+    #: a Q4_0, Q4_1 or Q8_0 weight there kept as values and scales (``gguf.split_blocks``;
+    #: ``packed`` None)
+    split: SplitBlocks | None = None
 
     def __call__(self, x: Tensor) -> Tensor:
         gemm = x.shape[0] >= GEMM_ROWS  # the layout pass copies w into float32 panels: a GEMM
         if self.split is not None:
-            return x @ self.split.dequantize().T if gemm else self.split.linear(x)
+            return x @ self.split.dequantize(contiguous=True).T if gemm else self.split.linear(x)
         assert self.packed is not None
         if gemm:
             return x @ dequantize(self.packed, self.kind, self.shape, block_scales=True).T
@@ -507,7 +508,7 @@ def _linear(packed: Tensor, kind: int, shape: tuple[int, int]) -> Linear:
     (a grid device decodes them where the weights are read)."""
     if Device[packed.device].renderer.grid_dims is not None:
         return Linear(packed, kind, shape)
-    if (split := split_nibbles(packed, kind, shape)) is not None:
+    if (split := split_blocks(packed, kind, shape)) is not None:
         return Linear(None, kind, shape, split=split)  # (the blocks' bytes are freed)
     return Linear(packed, kind, shape, block_scales(packed, kind, shape))
 
@@ -533,6 +534,7 @@ def _load(path: str | os.PathLike, device: str | None):
             tensors[name] = _linear(raw, kind, (shape[0], shape[1]))
         else:
             tensors[name] = dequantize(raw, kind, shape)
+    release_pooled_memory()  # the file-sized staging copies of the split weights
     kind, shape, host = table["token_embd.weight"]
     rows = np.asarray(host).view(_HOST_DTYPES.get(kind, np.uint8))
     # a view of the memory-mapped file: only the pages of the rows looked up become resident

@@ -182,6 +182,16 @@ class MovementMixin(TensorBase):
             )
         if axes == tuple(range(self.ndim)):
             return cast("Tensor", self)
+        return self._permuted(axes)
+
+    def _permuted(self, axes: tuple[int, ...]) -> Tensor:
+        """A permute, or the reshape it is when it moves only axes of size 1 (the others keep
+        their order: attention's (B, H, 1, D) -> (B, 1, H, D) of a decode step): kernels then
+        read the buffer in order, not through a permuted view the optimiser plans around."""
+        shape = self.shape
+        kept = [a for a in axes if type(shape[a]) is not int or shape[a] != 1]
+        if kept == sorted(kept) and all(type(s) is int for s in shape):
+            return self.reshape(tuple(shape[a] for a in axes))
         return self._move(Ops.PERMUTE, axes)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
@@ -193,7 +203,7 @@ class MovementMixin(TensorBase):
         if a == b:
             return cast("Tensor", self)
         order[a], order[b] = order[b], order[a]
-        return self._move(Ops.PERMUTE, tuple(order))  # a valid order by construction
+        return self._permuted(tuple(order))  # a valid order by construction
 
     @property
     def T(self) -> Tensor:  # noqa: N802

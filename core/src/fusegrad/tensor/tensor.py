@@ -996,6 +996,8 @@ def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
         return None
     batch = broadcast_shapes(xs[:-2], ws[:-2])
     n, k, m = xs[-2], xs[-1], ws[-1]
+    if k == 1 or m == 1:  # the transpose of w is a reshape there (Tensor._permuted)
+        return None
     full = batch + (n, m, k)
     order = tuple(range(len(ws) - 2)) + (len(ws) - 1, len(ws) - 2)
     xe = _broadcast_node(UOp(Ops.RESHAPE, dtype, (xu,), xs[:-1] + (1, k)), full)
