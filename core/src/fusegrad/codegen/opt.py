@@ -249,7 +249,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     lanes = None if upcast or not reduce_contiguous else _lanes(reduce, regs)
     # an output axis too short to be the vector (the 4 rows of a word, summed in lanes) may be
     # the rows of the tile, all of it
-    short = not upcast and vec_axis is not None and shape[vec_axis] < regs.width
+    short = lanes is not None and vec_axis is not None and shape[vec_axis] < regs.width
     placed = None if short else vec_axis
     others = [d for d in axes if d != placed]
     loads = _load_axes(nodes, shape) if others else []

@@ -380,8 +380,8 @@ class SplitBlocks:
 
     ``values`` is ``(m / rows, groups, width)``: byte ``b`` of element ``(r, g, j)`` is byte
     ``j`` of the values of block ``(rows * r + b, g)`` (16 bytes of nibbles: weight j in the low
-    nibble, j + 16 in the high one; or 32 signed bytes). uint32 words of ``WORD_ROWS`` rows, or
-    plain bytes (``rows`` 1) when ``m`` is no multiple of 4. ``shifts`` ``(1, rows, 1, planes,
+    nibble, j + 16 in the high one; or 32 signed bytes, in offset binary in words). uint32
+    words of ``WORD_ROWS`` rows, or plain bytes (``rows`` 1) when ``m`` is no multiple of 4. ``shifts`` ``(1, rows, 1, planes,
     1)``, of the values' dtype: where each row's nibbles (or byte) sit in a word."""
 
     values: Tensor
@@ -395,19 +395,22 @@ class SplitBlocks:
     def rows(self) -> int:
         return self.shifts.shape[1]
 
-    def weights(self) -> Tensor:
-        """``q`` as float32 ``(m / rows, rows, groups, planes, size)``: the low nibbles (weights
-        0-15 of each block) then the high ones (16-31), less 8 for Q4_0; or Q8_0's 32 bytes."""
+    def weights(self) -> tuple[Tensor, int]:
+        """``q`` as float32 ``(m / rows, rows, groups, planes, size)`` and what is added to it
+        (``bias``): the low nibbles (weights 0-15 of each block) then the high ones (16-31),
+        ``bias`` -8 for Q4_0; or Q8_0's 32 bytes, kept in words in offset binary (``bias``
+        -128). ``scale * q + scale * bias`` is exact (each product has at most 19 significant
+        bits, and so has their sum), so ``bias`` costs a multiply per group, not a subtraction
+        per weight."""
         (m, k), rows = self.shape, self.rows
         planes, width = self.shifts.shape[3], self.values.shape[2]
         words = self.values.reshape(m // rows, 1, k // 32, 1, width)
         if planes == 1 and rows == 1:  # int8 bytes
-            return words.cast(dtypes.float32)
-        if planes == 1:  # a signed byte of each word, by way of its offset-binary value
-            return (((words >> self.shifts) & 255) ^ 128).cast(dtypes.float32) - 128
+            return words.cast(dtypes.float32), 0
+        if planes == 1:
+            return ((words >> self.shifts) & 255).cast(dtypes.float32), -128
         q = ((words >> self.shifts) & 15).cast(dtypes.float32)
-        minus = NIBBLE_KINDS[_kind(self.kind)[0]][1]
-        return q - minus if minus else q
+        return q, -NIBBLE_KINDS[_kind(self.kind)[0]][1]
 
     def _scaled(self, t: Tensor) -> Tensor:
         """A scale or offset ``(m, groups, 1)`` as float32 ``(m / rows, rows, groups, 1, 1)``."""
@@ -415,8 +418,9 @@ class SplitBlocks:
         return t.cast(dtypes.float32).reshape(m // rows, rows, k // 32, 1, 1)
 
     def _dequantized(self) -> Tensor:
-        """``scale * q + offset`` ``(m / rows, rows, groups, planes, size)``, gguf's order."""
-        w = self._scaled(self.scale) * self.weights()
+        """``scale * q + offset`` ``(m / rows, rows, groups, planes, size)``, bit for bit."""
+        (q, bias), scale = self.weights(), self._scaled(self.scale)
+        w = scale * q if not bias else scale * q + scale * bias
         return w if self.offset is None else w + self._scaled(self.offset)
 
     def linear(self, x: Tensor) -> Tensor:
@@ -450,6 +454,8 @@ def split_blocks(packed: Tensor, kind: int, shape: tuple[int, int]) -> SplitBloc
     dtype = dtypes.uint32 if rows > 1 else dtypes.uint8
     device = packed.device
     if rows > 1:  # the bytes of 4 rows' blocks side by side, shifted into one word
+        if not nibbles:  # signed bytes in offset binary (see ``SplitBlocks.weights``)
+            values = values ^ 128
         grouped = values.reshape(m // rows, rows, k // 32, width).cast(dtype)
         values = (grouped << _shifts(1, rows, 1, 1, step=8, dtype=dtype, device=device)).sum(1)
     elif not nibbles:
