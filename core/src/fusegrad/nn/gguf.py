@@ -381,8 +381,9 @@ class SplitBlocks:
     ``values`` is ``(m / rows, groups, width)``: byte ``b`` of element ``(r, g, j)`` is byte
     ``j`` of the values of block ``(rows * r + b, g)`` (16 bytes of nibbles: weight j in the low
     nibble, j + 16 in the high one; or 32 signed bytes, in offset binary in words). uint32
-    words of ``WORD_ROWS`` rows, or plain bytes (``rows`` 1) when ``m`` is no multiple of 4. ``shifts`` ``(1, rows, 1, planes,
-    1)``, of the values' dtype: where each row's nibbles (or byte) sit in a word."""
+    words of ``WORD_ROWS`` rows, or plain bytes (``rows`` 1) when ``m`` is no multiple of 4.
+    ``shifts`` ``(1, rows, 1, planes, 1)``, of the values' dtype: where each row's nibbles (or
+    byte) sit in a word."""
 
     values: Tensor
     scale: Tensor
