@@ -212,3 +212,19 @@ def test_every_half_precision_scale_decodes_exactly_without_float16():
     nan = np.isnan(expected)
     np.testing.assert_array_equal(got.view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
     assert np.isnan(got[nan]).all()
+
+
+def test_a_row_range_of_split_blocks_is_those_rows():
+    """``SplitBlocks.row_range`` (a prompt's GEMM per part of a joined weight): the rows of the
+    whole, as views; a range that splits a word's rows is refused."""
+    from fusegrad.errors import InvalidValue
+
+    weights = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float32)
+    raw = gguf.quants.quantize(weights, Q.Q4_1)
+    split = split_blocks(Tensor(raw), Q.Q4_1.value, (16, 64))
+    part = split.row_range(4, 12)
+    assert part.shape == (8, 64) and part.values.shape == (2, 2, 16)
+    whole = gguf.quants.dequantize(raw, Q.Q4_1)
+    np.testing.assert_array_equal(part.dequantize(contiguous=True).numpy(), whole[4:12])
+    with pytest.raises(InvalidValue, match="split the words of 4 rows"):
+        split.row_range(2, 12)

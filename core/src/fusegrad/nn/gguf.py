@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fusegrad.dtype import DType, dtypes
-from fusegrad.errors import FileFormatError
+from fusegrad.errors import FileFormatError, InvalidValue
 from fusegrad.tensor import Tensor
 
 __all__ = [
@@ -431,6 +431,21 @@ class SplitBlocks:
         w = self._dequantized()
         xs = x.reshape(t, 1, 1, k // 32, *w.shape[3:])
         return (xs * w.unsqueeze(0)).sum((3, 4, 5)).reshape(t, m)
+
+    def row_range(self, start: int, stop: int) -> SplitBlocks:
+        """Rows ``start:stop`` of the weight (multiples of ``rows``): views, no copy."""
+        rows, (_, k) = self.rows, self.shape
+        if start % rows or stop % rows:
+            raise InvalidValue(f"rows {start}:{stop} split the words of {rows} rows")
+        offset = self.offset[start:stop] if self.offset is not None else None
+        return SplitBlocks(
+            self.values[start // rows : stop // rows],
+            self.scale[start:stop],
+            offset,
+            self.kind,
+            (stop - start, k),
+            self.shifts,
+        )
 
     def dequantize(self, contiguous: bool = False) -> Tensor:
         """``w`` in float32, bit for bit as ``dequantize``. ``contiguous``: computed into a
