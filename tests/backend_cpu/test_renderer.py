@@ -137,8 +137,30 @@ def test_upcast_that_does_not_divide_its_axis_redoes_the_last_rows():
     (clamped), writing the same value to the same place."""
     a, b = Tensor.rand(100, 32, device="CPU").realize(), Tensor.rand(32, 48, device="CPU").realize()
     source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16))))
-    assert "pidx0 < 3;" in source and "gidx1 < 17;" in source  # (on all cores: the outer loop)
+    # the outer loop's 3 trips and the rows' 17 run as one loop on all cores (lower.py
+    # FEW_PARALLEL_TRIPS)
+    assert "pidx0 < 51;" in source and "(pidx0/17)" in source and "(pidx0%17)" in source
     np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
+
+
+def test_a_weight_gradient_of_three_panel_tiles_shares_its_rows_among_the_cores():
+    """A 256 x 768 weight gradient (the GPT's qkv) tiles its columns in 3 panels of 256: a
+    parallel loop of 3 trips kept one of two cores idle a third of the time. The tiles and the
+    row blocks run as one parallel loop."""
+    rng = np.random.default_rng(0)
+    xs, gs = (
+        rng.standard_normal((4, 128, 256), np.float32),
+        rng.standard_normal((4, 128, 768), np.float32),
+    )
+    x, g = Tensor(xs, device="CPU"), Tensor(gs, device="CPU")
+    grad = (x.reshape(4, 128, 256, 1) * g.reshape(4, 128, 1, 768)).sum((0, 1))
+    *_, step = grad.schedule()
+    renderer = Device["CPU"].renderer
+    source = generate(step.ast, renderer, opts=heuristic_opts(step.ast, renderer)).source
+    trips = int(re.search(r"for \(int pidx0 = 0; pidx0 < (\d+);", source).group(1))
+    assert trips >= 8, source
+    want = np.einsum("btc,btn->cn", xs, gs)
+    np.testing.assert_allclose(grad.numpy(), want, rtol=1e-4, atol=1e-3)
 
 
 def test_panel_tile_splits_the_column_loop():

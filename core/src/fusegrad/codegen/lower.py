@@ -282,14 +282,20 @@ class Lowerer:
 
 
 def output_index(
-    shape: tuple[int, ...], grid: bool, opts: KernelOpts | None, parallel: bool, axes: AxisCounter
+    shape: tuple[int, ...],
+    grid: bool,
+    opts: KernelOpts | None,
+    parallel: bool,
+    axes: AxisCounter,
+    balance: bool = True,
 ) -> tuple[Index, UOp]:
     """Per-axis output indices and the flat store position; ``axes`` numbers the loops.
 
     Without ``opts`` the output is one flat loop (or grid index). With them, each axis of the
     output has its own loop, in ``opts.order``; an upcast axis of ``U`` is split into an outer
     loop and an inner loop of ``U`` trips (kind ``UPCAST``) that the compiler can vectorise.
-    With ``parallel`` the outermost output loop is of kind ``PARALLEL`` (run on all cores).
+    With ``parallel`` the outermost output loop is of kind ``PARALLEL`` (run on all cores);
+    with ``balance`` too, a short one runs together with the next loop (``FEW_PARALLEL_TRIPS``).
     """
     n, index = prod(shape), axes.index
     outermost = AxisKind.PARALLEL if parallel else AxisKind.GLOBAL
@@ -308,15 +314,24 @@ def output_index(
     trips = {d: blocks[d] // tile[d] if d in tile else blocks[d] for d in range(len(shape))}
     looped = [(d, trips[d]) for d in opts.order if _longer_than_one(trips[d])]
     looped += [(d, tile[d]) for d in opts.order if d in tile]  # tiles: innermost output loops
-    loops: dict[int, list[UOp]] = {}
+    loops: dict[int, list[tuple[UOp, int | UOp]]] = {}  # axis -> its loops: counter, trips
+    if parallel and balance and _few_trips(looped):
+        # a short outermost loop (3 panel tiles of a 768-column weight gradient) leaves cores
+        # idle or unevenly loaded: the parallel loop runs the first two loops' trips together
+        (d0, n0), (d1, n1) = looped[:2]
+        both = axes.range(n0 * n1, outermost)
+        loops[d0], looped = [(both // n1, n0)], looped[2:]
+        loops.setdefault(d1, []).append((both % n1, n1))
+        outermost = AxisKind.GLOBAL
     for n, (d, count) in enumerate(looped):
-        loops.setdefault(d, []).append(axes.range(count, outermost if n == 0 else AxisKind.GLOBAL))
+        loop = axes.range(count, outermost if n == 0 else AxisKind.GLOBAL)
+        loops.setdefault(d, []).append((loop, count))
     inner = {d: axes.range(u, AxisKind.UPCAST) for d, u in upcast.items()}
     idx = []
     for d, size in enumerate(shape):
         block: UOp | None = None
-        for loop in loops.get(d, []):
-            block = loop if block is None else block * loop.src[0].arg + loop
+        for loop, count in loops.get(d, []):
+            block = loop if block is None else block * count + loop
         block = idx_const(0, index) if block is None else block
         i = block * upcast.get(d, 1) + inner.get(d, idx_const(0, index))
         # an upcast that does not divide the axis computes its last block's spare elements
@@ -324,6 +339,21 @@ def output_index(
         i = clamp(i, 0, size - 1) if isinstance(size, int) and size % upcast.get(d, 1) else i
         idx.append(i if _longer_than_one(size) else idx_const(0, index))
     return tuple(idx), flatten(tuple(idx), shape, index)
+
+
+#: an outermost parallel loop of fewer trips than this runs together with the next loop
+FEW_PARALLEL_TRIPS = 8
+
+
+def _few_trips(looped: list[tuple[int, int | UOp]]) -> bool:
+    """Whether the outermost of ``looped`` (axis, trips) has too few trips to share among
+    cores, and the next loop's (fixed) trips could join them."""
+    return (
+        len(looped) > 1
+        and all(isinstance(n, int) for _, n in looped[:2])
+        and looped[0][1] < FEW_PARALLEL_TRIPS  # type: ignore[operator]
+        and looped[1][1] > 1  # type: ignore[operator]
+    )
 
 
 def _blocks(size: int | UOp, upcast: int) -> int | UOp:
@@ -363,12 +393,17 @@ def online_opts(value: UOp) -> KernelOpts | None:
 
 
 def lower_kernel(
-    ast: UOp, grid: bool, opts: KernelOpts | None = None, index: DType | None = None
+    ast: UOp,
+    grid: bool,
+    opts: KernelOpts | None = None,
+    index: DType | None = None,
+    balance: bool = True,
 ) -> UOp:
     """Lower ``SINK(STORE(PARAM, value), ...)`` to a kernel graph of loops and index arithmetic,
     in the kernel's ``index`` type (``index_type(ast)`` when not given). The stores of a kernel
     with several outputs (all of one shape: schedule/kernelize.py) share the loops, and the
-    values they have in common are computed once."""
+    values they have in common are computed once. ``balance=False`` keeps a loop per output
+    axis, as the optimiser's analyses expect (``output_index``)."""
     out, value = ast.src[-1].src
     if opts is not None and (online := online_opts(value)) is not None:
         opts = online
@@ -382,7 +417,8 @@ def lower_kernel(
     )
     work = sym_max(value.size) * per_output
     lowerer = Lowerer(opts, AxisCounter(index=index or index_type(ast)))
-    idx, flat = output_index(value.shape, grid, opts, work > PARALLEL_WORK, lowerer.axes)
+    parallel = work > PARALLEL_WORK
+    idx, flat = output_index(value.shape, grid, opts, parallel, lowerer.axes, balance)
     if flat.op is Ops.SPECIAL and isinstance(value.size, UOp):
         # the launch has threads for the variables' largest values; those past the size this
         # launch has must return before they load or store: the elements after the output's
@@ -397,5 +433,5 @@ def lower_kernel(
         writes.append(UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, flat)), result)))
     # attention's softmax-weighted sums run in one pass over the keys (codegen/online_softmax.py)
     if (sink := online_softmax(UOp(Ops.SINK, dtypes.void, tuple(writes)))) is None:
-        return lower_kernel(ast, grid, None, index)  # (its upcast axis was not the sums' own)
+        return lower_kernel(ast, grid, None, index, balance)  # (upcast not the sums' own axis)
     return sink

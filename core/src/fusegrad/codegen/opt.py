@@ -80,7 +80,8 @@ def _lowered(value: UOp, opts: KernelOpts | None) -> list[UOp]:
     """The nodes of ``value``'s kernel lowered with ``opts`` (None: one flat loop), simplified."""
     out = UOp(Ops.PARAM, value.dtype, (), (0, max(1, sym_max(value.size))))
     sink = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(out, value)),))
-    return toposort([graph_rewrite(lower_kernel(sink, grid=False, opts=opts), SIMPLIFY)])
+    lowered = lower_kernel(sink, grid=False, opts=opts, balance=False)
+    return toposort([graph_rewrite(lowered, SIMPLIFY)])
 
 
 def _plain_kernel(value: UOp) -> list[UOp]:
