@@ -10,16 +10,24 @@ classifier (1x3x48x192) from rapidocr-onnxruntime, and the silero-vad exports fr
 (under TinyJit when the model allows it, else the plain runner), onnxruntime with
 ``intra_op_num_threads`` 1 and 2, and the ratios ort / fusegrad (> 1: fusegrad is faster).
 Every contender runs once before timing (fusegrad's compile and capture are excluded; its first
-call is printed separately), and the contenders take turns in each round. The fastest call of
-each is printed too, with its ratios: on a machine with busy neighbours the medians carry them.
+call is printed separately). Each contender runs in a process of its own, twice, the processes
+taking turns (fusegrad, ort1, ort2, then again), and its calls of both processes give the
+median: in one process, each library's idle threads spin on the cores after its call and stall
+the next library's (fusegrad's cls 2.0 ms alone, 4.2-5.2 ms after onnxruntime's calls).
+``--same-process`` times them in one process instead, taking turns in each round. The fastest
+call of each is printed too, with its ratios: on a machine with busy neighbours the medians
+carry them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,23 +139,69 @@ def medians(
     return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
-def bench(name: str, repeats: int, det_size: int, gap: float = 0.0) -> None:
+CONTENDERS = ("fusegrad", "ort1", "ort2")
+
+
+def one_contender(name: str, contender: str, repeats: int, det_size: int, gap: float) -> dict:
+    """Seconds of each of ``repeats`` calls of one contender on model ``name``, after a first
+    call (fusegrad: its compile and capture, whose seconds are kept as "first")."""
+    path = model_path(name)
+    assert path is not None
+    feeds = feeds_for(name, path, det_size)
+    start = time.perf_counter()
+    if contender == "fusegrad":
+        fn, how = fusegrad_call(path, feeds)
+    else:
+        fn, how = ort_call(path, feeds, int(contender[-1])), ""
+    fn()
+    first, times = time.perf_counter() - start, []
+    for _ in range(repeats):
+        if gap:
+            time.sleep(gap)
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return {"times": times, "first": first, "how": how}
+
+
+def apart(name: str, repeats: int, det_size: int, gap: float) -> tuple[dict, float, str]:
+    """``medians``' figures, each contender timed in processes of its own (two each, in turns;
+    ``repeats`` calls split between them)."""
+    times: dict[str, list[float]] = {k: [] for k in CONTENDERS}
+    first, how = 0.0, ""
+    for _ in range(2):
+        for contender in CONTENDERS:
+            command = [sys.executable, __file__, "--one", f"{name}:{contender}"]
+            command += ["--repeats", str(max(1, repeats // 2)), "--det-size", str(det_size)]
+            command += ["--gap-ms", str(gap * 1000)]
+            done = subprocess.run(command, capture_output=True, text=True, check=True)
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            times[contender] += got["times"]
+            if contender == "fusegrad":
+                first, how = got["first"], got["how"]
+    result = {k: (statistics.median(v), min(v)) for k, v in times.items()}
+    return result, first, how
+
+
+def bench(
+    name: str, repeats: int, det_size: int, gap: float = 0.0, same_process: bool = False
+) -> None:
     path = model_path(name)
     if path is None:
         pip = "rapidocr-onnxruntime" if name in OCR else "silero-vad"
         print(f"{name}: skipped (pip install {pip})")
         return
     feeds = feeds_for(name, path, det_size)
-    start = time.perf_counter()
-    fusegrad, how = fusegrad_call(path, feeds)
-    first = time.perf_counter() - start
-    result = medians(
-        {"fusegrad": fusegrad, "ort1": ort_call(path, feeds, 1), "ort2": ort_call(path, feeds, 2)},
-        repeats,
-        gap,
-    )
-    fg, o1, o2 = (result[k][0] * 1e3 for k in ("fusegrad", "ort1", "ort2"))
-    bf, b1, b2 = (result[k][1] * 1e3 for k in ("fusegrad", "ort1", "ort2"))
+    if same_process:
+        start = time.perf_counter()
+        fusegrad, how = fusegrad_call(path, feeds)
+        first = time.perf_counter() - start
+        contenders = {"fusegrad": fusegrad, "ort1": ort_call(path, feeds, 1)}
+        result = medians(contenders | {"ort2": ort_call(path, feeds, 2)}, repeats, gap)
+    else:
+        result, first, how = apart(name, repeats, det_size, gap)
+    fg, o1, o2 = (result[k][0] * 1e3 for k in CONTENDERS)
+    bf, b1, b2 = (result[k][1] * 1e3 for k in CONTENDERS)
     shape = "x".join(map(str, next(iter(feeds.values())).shape))
     print(
         f"{name:24s} {shape:>12s}  fusegrad({how}) {fg:8.2f} ms (first calls {first:.1f} s)"
@@ -180,13 +234,29 @@ def main() -> None:
         help="OpenMP threads of fusegrad's CPU kernels (default: OpenMP's own choice); on a "
         "machine shared with other work use 1, as OpenMP's barriers stall when cores are busy",
     )
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="time the contenders in one process, in turns (each library's idle threads then "
+        "stall the next one's)",
+    )
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # MODEL:CONTENDER, in a child process
     args = parser.parse_args()
+    if args.one:
+        name, contender = args.one.split(":")
+        print(
+            json.dumps(
+                one_contender(name, contender, args.repeats, args.det_size, args.gap_ms / 1000)
+            )
+        )
+        return
     if args.fusegrad_threads:  # read by OpenMP when the first kernel library loads, i.e. later
         os.environ["OMP_NUM_THREADS"] = str(args.fusegrad_threads)
     print(f"fusegrad CPU threads (OMP_NUM_THREADS): {os.environ.get('OMP_NUM_THREADS', 'default')}")
     for name in args.models.split(","):
         try:
-            bench(name.strip(), args.repeats, args.det_size, args.gap_ms / 1000)
+            gap = args.gap_ms / 1000
+            bench(name.strip(), args.repeats, args.det_size, gap, args.same_process)
         except Exception as e:  # one model failing must not hide the others' figures
             print(f"{name.strip()}: FAILED {type(e).__name__}: {str(e)[:200]}")
 
