@@ -819,8 +819,8 @@ def _einsum_diagonals(t: Tensor, labels: list[str]) -> tuple[Tensor, list[str]]:
 
 
 def _rows_gradient(g: Tensor, weight: Tensor, ids: Tensor) -> tuple[Tensor, None]:
-    """The gradient of ``ids._rows_of(weight)`` (an embedding): the one-hot rows of the ids,
-    transposed, times the gradient's rows, one matmul (V, N) @ (N, *rest). The gather's own
+    """The gradient of ``ids._rows_of(weight)`` (an embedding): which ids are each row, (V, N),
+    times the gradient's rows, one matmul (V, N) @ (N, *rest). The gather's own
     rule would compare each id once per element of its row (the index is broadcast along the
     row), and its sum comes out in (rest, V) order: that kernel ran at a third of a matmul's
     speed in the GPT's step."""
