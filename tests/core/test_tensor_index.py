@@ -461,3 +461,22 @@ def test_einsum_errors(formula, shapes, message):
         torch.einsum(formula, [torch.from_numpy(a) for a in arrays])
     with pytest.raises(RuntimeError, match=message):
         Tensor.einsum(formula, [Tensor(a) for a in arrays])
+
+
+def test_numpy_integers_serve_as_sizes_and_axes_as_in_torch():
+    """Sizes and axes computed with numpy (``np.prod``, ``a.shape[0] // 2`` of an array's
+    shape) are numpy integers; PyTorch takes them, and they once failed deep in the graph
+    (``'numpy.int64' object has no attribute 'op'``) or as "not iterable"."""
+    i, a = np.int64, np.arange(12, dtype=np.float32).reshape(3, 4)
+    x, t = Tensor(a), torch.tensor(a)
+    assert x.reshape(i(4), i(3)).shape == tuple(t.reshape(i(4), i(3)).shape)
+    assert x.reshape((i(2), 6)).shape == (2, 6)
+    assert Tensor.ones(1, 4).expand(i(3), 4).shape == (3, 4)
+    np.testing.assert_array_equal(x.sum(i(1)).numpy(), t.sum(int(i(1))).numpy())
+    np.testing.assert_array_equal(x.flip(np.int32(0)).numpy(), a[::-1])
+    assert Tensor.ones(i(3)).shape == (3,) and Tensor.zeros((i(2), i(2))).shape == (2, 2)
+    np.testing.assert_array_equal(Tensor.arange(i(5)).numpy(), np.arange(5))
+    assert [p.shape for p in x.split(i(2), 1)] == [(3, 2), (3, 2)]
+    assert Tensor.ones(1, 3).squeeze(i(0)).shape == (3,)
+    with pytest.raises(TypeError, match="sizes must be ints"):
+        x.reshape(np.float64(4), 3)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def _axes(dims: int | Sequence[int]) -> tuple[int, ...]:
-    return (dims,) if isinstance(dims, int) else tuple(dims)
+    return (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
 
 
 def _size(size: tuple) -> tuple[int, ...]:

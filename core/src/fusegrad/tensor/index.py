@@ -169,7 +169,7 @@ class IndexMixin(TensorBase):
         """Pieces of ``sizes`` along ``dim`` (an int: equal pieces, the last may be smaller)."""
         dim = self._axis(dim)
         n = self.shape[dim]
-        if isinstance(sizes, int):
+        if isinstance(sizes, (int, np.integer)):
             if sizes <= 0:
                 raise InvalidValue(f"split size must be positive (>= 1), got {sizes}")
             sizes = [min(sizes, n - s) for s in range(0, n, sizes)] or [0]

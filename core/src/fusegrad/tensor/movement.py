@@ -47,10 +47,20 @@ def _sizes(args: tuple) -> tuple:
 
 
 def no_float_sizes(sizes: tuple) -> tuple:
-    """``sizes``, if none is a float: one is refused here, before it reaches the graph."""
-    if any(isinstance(s, float) for s in sizes):
+    """``sizes``, if none is a float (one is refused here, before it reaches the graph), numpy's
+    integers as ints (a size computed with ``np.prod``, ``a.shape[0] // 2``)."""
+    if any(isinstance(s, (float, np.floating)) for s in sizes):
         raise InvalidType(f"sizes must be ints, got {sizes}; write int(size) for a computed size")
-    return sizes
+    return plain_ints(sizes)
+
+
+def plain_ints(values: tuple) -> tuple:
+    """``values`` with numpy's integers as Python ints (PyTorch takes them as sizes and axes)."""
+    return tuple(int(v) if isinstance(v, np.integer) else v for v in values)
+
+
+#: what an axis or a size given alone may be: an int, or numpy's (not a sequence of them)
+ONE_INT = (int, np.integer)
 
 
 def _check_variable_bounds(sizes: set) -> None:
@@ -114,7 +124,7 @@ class MovementMixin(TensorBase):
             raise InvalidIndex(
                 f"axis {axis} is out of range for a {n}-d tensor (valid: {-m}..{m - 1})"
             )
-        return axis % m
+        return int(axis) % m
 
     def reshape(self, *shape: int | None | Sequence[int | None]) -> Tensor:
         """The same elements in a new shape; one size may be -1 (inferred), and None keeps the
@@ -243,7 +253,7 @@ class MovementMixin(TensorBase):
         """Remove size-1 axes (only those of ``dim``, an axis or several, if given)."""
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
-        dims = self._distinct_axes((dim,) if isinstance(dim, int) else dim)
+        dims = self._distinct_axes((dim,) if isinstance(dim, ONE_INT) else dim)
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in dims or s != 1))
 
     def _distinct_axes(self, axes: Sequence[int]) -> tuple[int, ...]:
@@ -454,7 +464,7 @@ class MovementMixin(TensorBase):
 
     def flip(self, axis: int | Sequence[int]) -> Tensor:
         """Reverse the order of elements along ``axis`` (one axis or several, each once)."""
-        axes = self._distinct_axes((axis,) if isinstance(axis, int) else axis)
+        axes = self._distinct_axes((axis,) if isinstance(axis, ONE_INT) else axis)
         return self._move(Ops.FLIP, tuple(i in axes for i in range(self.ndim)))
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:

@@ -35,6 +35,7 @@ from fusegrad.tensor.index import IndexMixin
 from fusegrad.tensor.join import JoinMixin
 from fusegrad.tensor.math_ops import MathMixin
 from fusegrad.tensor.movement import (
+    ONE_INT,
     MovementMixin,
     _unreshaped,
     broadcast_shapes,
@@ -421,6 +422,7 @@ class Tensor(
         >>> Tensor.arange(10, 4, -3).tolist()
         [10, 7]
         """
+        start, stop, step = _py_number(start), _py_number(stop), _py_number(step)
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -863,7 +865,7 @@ class Tensor(
     def _resolve_axes(self, axis: _int | Sequence[_int] | None) -> tuple[_int, ...]:
         if axis is None:
             return tuple(range(self.ndim))
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        axes = (axis,) if isinstance(axis, ONE_INT) else tuple(axis)
         resolved = tuple(sorted(self._distinct_axes(axes)))
         return resolved if self.ndim else ()  # a 0-d tensor's axis 0 (or -1) has nothing to reduce
 
@@ -1073,11 +1075,16 @@ def _realize_placed(todo: list[Tensor]) -> None:
             REALIZED[t.uop] = t._graph
 
 
+def _py_number(v: Any) -> Any:
+    """A numpy scalar as the Python number it holds (PyTorch takes them); anything else as is."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
 def _shape_arg(shape: Any) -> tuple[int, ...]:
     """A creation op's shape: an int, ints, or one sequence of them; negative sizes refused."""
-    if isinstance(shape, (int, float)):
+    if isinstance(shape, (int, float, np.number)):
         shape = (shape,)
-    if len(shape) == 1 and not isinstance(shape[0], (int, float, UOp)):
+    if len(shape) == 1 and not isinstance(shape[0], (int, float, UOp, np.number)):
         shape = shape[0]
     out = no_float_sizes(tuple(shape))
     if any(not isinstance(s, int) or s < 0 for s in out) and any(
