@@ -128,6 +128,13 @@ def medians(
     machine with busy neighbours the medians carry their noise; the fastest calls less so)."""
     for fn in contenders.values():
         fn()
+    return {k: (statistics.median(v), min(v)) for k, v in timed(contenders, repeats, gap).items()}
+
+
+def timed(
+    contenders: dict[str, Callable[[], object]], repeats: int, gap: float
+) -> dict[str, list[float]]:
+    """Seconds of each call of each contender, ``repeats`` rounds taking turns."""
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(repeats):
         for key, fn in contenders.items():
@@ -136,7 +143,7 @@ def medians(
             start = time.perf_counter()
             fn()
             times[key].append(time.perf_counter() - start)
-    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+    return times
 
 
 CONTENDERS = ("fusegrad", "ort1", "ort2")
@@ -154,14 +161,8 @@ def one_contender(name: str, contender: str, repeats: int, det_size: int, gap: f
     else:
         fn, how = ort_call(path, feeds, int(contender[-1])), ""
     fn()
-    first, times = time.perf_counter() - start, []
-    for _ in range(repeats):
-        if gap:
-            time.sleep(gap)
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return {"times": times, "first": first, "how": how}
+    first = time.perf_counter() - start
+    return {"times": timed({contender: fn}, repeats, gap)[contender], "first": first, "how": how}
 
 
 def apart(name: str, repeats: int, det_size: int, gap: float) -> tuple[dict, float, str]:

@@ -348,11 +348,14 @@ FEW_PARALLEL_TRIPS = 8
 def _few_trips(looped: list[tuple[int, int | UOp]]) -> bool:
     """Whether the outermost of ``looped`` (axis, trips) has too few trips to share among
     cores, and the next loop's (fixed) trips could join them."""
+    if len(looped) < 2:
+        return False
+    (_, first), (_, second) = looped[:2]
     return (
-        len(looped) > 1
-        and all(isinstance(n, int) for _, n in looped[:2])
-        and looped[0][1] < FEW_PARALLEL_TRIPS  # type: ignore[operator]
-        and looped[1][1] > 1  # type: ignore[operator]
+        isinstance(first, int)
+        and isinstance(second, int)
+        and first < FEW_PARALLEL_TRIPS
+        and second > 1
     )
 
 

@@ -333,9 +333,9 @@ def quantized_linear(
 
 
 #: the block types ``block_scales`` decodes: two planes of 16 weights, one scale (and offset);
-#: and Q8_0's one scale a block, which its partial dots then read from a buffer of scales alone
-#: rather than from every 34th byte of the blocks (a tied 49,152-row head: 30 MB of cache
-#: lines for 1.7 MB of scales)
+#: and Q8_0's one scale a block, which ``quantized_linear``'s partial dots then read from a
+#: buffer of scales alone rather than from every 34th byte of the blocks (30 MB of cache lines
+#: for 1.7 MB of scales in a 49,152-row head)
 SCALE_KINDS = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 
 
@@ -369,7 +369,9 @@ def block_scales(
 WORD_ROWS = 4
 #: the block types a loop device keeps split (``split_blocks``): where a block's values start,
 #: and whether they are nibbles (two 4-bit weights a byte) or signed bytes
-SPLIT_KINDS = {"Q4_0": (2, True), "Q4_1": (4, True), "Q8_0": (2, False)}
+SPLIT_KINDS = {name: (start, True) for name, (start, _) in NIBBLE_KINDS.items()} | {
+    "Q8_0": (2, False)
+}
 
 
 @dataclass(frozen=True, slots=True)

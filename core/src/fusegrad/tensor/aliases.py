@@ -20,14 +20,14 @@ import numpy as np
 from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import InvalidIndex, ShapeError
 from fusegrad.tensor.base import TensorBase
-from fusegrad.tensor.movement import broadcast_shapes
+from fusegrad.tensor.movement import ONE_INT, broadcast_shapes
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
 
 
 def _axes(dims: int | Sequence[int]) -> tuple[int, ...]:
-    return (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
+    return (dims,) if isinstance(dims, ONE_INT) else tuple(dims)
 
 
 def _size(size: tuple) -> tuple[int, ...]:

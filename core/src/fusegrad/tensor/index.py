@@ -27,7 +27,12 @@ from fusegrad.helpers import prod
 from fusegrad.tensor import bounds
 from fusegrad.tensor.autograd import replace_value
 from fusegrad.tensor.base import TensorBase, is_tensor
-from fusegrad.tensor.movement import ADVANCED_INDEX, _check_variable_bounds, broadcast_shapes
+from fusegrad.tensor.movement import (
+    ADVANCED_INDEX,
+    ONE_INT,
+    _check_variable_bounds,
+    broadcast_shapes,
+)
 from fusegrad.uop.ops import Ops, UOp
 
 if TYPE_CHECKING:
@@ -169,7 +174,7 @@ class IndexMixin(TensorBase):
         """Pieces of ``sizes`` along ``dim`` (an int: equal pieces, the last may be smaller)."""
         dim = self._axis(dim)
         n = self.shape[dim]
-        if isinstance(sizes, (int, np.integer)):
+        if isinstance(sizes, ONE_INT):
             if sizes <= 0:
                 raise InvalidValue(f"split size must be positive (>= 1), got {sizes}")
             sizes = [min(sizes, n - s) for s in range(0, n, sizes)] or [0]

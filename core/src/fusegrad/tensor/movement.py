@@ -51,12 +51,7 @@ def no_float_sizes(sizes: tuple) -> tuple:
     integers as ints (a size computed with ``np.prod``, ``a.shape[0] // 2``)."""
     if any(isinstance(s, (float, np.floating)) for s in sizes):
         raise InvalidType(f"sizes must be ints, got {sizes}; write int(size) for a computed size")
-    return plain_ints(sizes)
-
-
-def plain_ints(values: tuple) -> tuple:
-    """``values`` with numpy's integers as Python ints (PyTorch takes them as sizes and axes)."""
-    return tuple(int(v) if isinstance(v, np.integer) else v for v in values)
+    return tuple(int(s) if isinstance(s, np.integer) else s for s in sizes)
 
 
 #: what an axis or a size given alone may be: an int, or numpy's (not a sequence of them)

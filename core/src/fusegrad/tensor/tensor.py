@@ -466,7 +466,7 @@ class Tensor(
         [0.0, 0.25, 0.5, 0.75, 1.0]
         """
         dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
-        if not isinstance(steps, (int, np.integer)):
+        if not isinstance(steps, ONE_INT):
             raise InvalidType(f"linspace steps must be an int, got {steps!r}; write int(steps)")
         if steps < 0 or dtype == dtypes.bool:
             raise InvalidArgument(
