@@ -165,6 +165,17 @@ def workloads(n_big: int, matmul_sizes: tuple[int, ...], found: dict) -> list[tu
     out.append(
         (f"sum {n_big / 2**20:.1f}M f32", "GB/s", 4 * n_big * 1e-9, x, None, lambda x, _: x.sum())
     )
+    half = x.astype(np.float16)  # read and written as 16 bits, computed in float32
+    out.append(
+        (
+            f"f16 x*2+1 {n_big / 2**20:.1f}M",
+            "GB/s",
+            4 * n_big * 1e-9,
+            half,
+            None,
+            lambda x, _: x * 2 + 1,
+        )
+    )
     s = rng.standard_normal((4096, 4096) if n_big > 1 << 20 else (512, 512), np.float32)
     out.append((f"softmax {s.shape[0]}x{s.shape[1]}", "GB/s", 8 * s.size * 1e-9, s, None, _softmax))
     q, k = (rng.standard_normal((4, 4, 128, 64), np.float32) for _ in range(2))

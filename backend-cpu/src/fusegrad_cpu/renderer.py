@@ -133,6 +133,9 @@ class CPURenderer(CStyleRenderer):
     """Renders a kernel as a C function; its output loop runs on all cores when it is long."""
 
     type_names = {**CStyleRenderer.type_names, dtypes.float16: "_Float16"}
+    #: gcc 12 vectorises no loop that converts a ``_Float16``: a float16 ``x * 2 + 1`` ran 7x
+    #: slower than in float32; core's integer conversions vectorise (codegen/decompose.py)
+    native_float16 = False
     #: libm's exp2f and log2f: gcc vectorises no loop that calls them (it would with -ffast-math,
     #: which we do not use), so a softmax spent most of its time in scalar calls
     scalar_math_ops = frozenset({Ops.EXP2, Ops.LOG2})

@@ -3,7 +3,10 @@ into what it has, and what cannot be rewritten is refused with a clear error."""
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fusegrad.codegen.transcendental import FLOAT32_MATH
 from fusegrad.dtype import DType, dtypes
@@ -72,45 +75,188 @@ def _round_to_bfloat16(f: UOp) -> UOp:
     return UOp(Ops.BITCAST, dtypes.float32, (rounded,))
 
 
-def _emulate_node(u: UOp, src: tuple[UOp, ...]) -> UOp:
-    """One node of ``emulate_bfloat16``; ``src`` are already rewritten."""
-    f32, bf16, u16 = dtypes.float32, dtypes.bfloat16, dtypes.uint16
-    if u.op is Ops.PARAM and u.dtype == bf16:
-        return u.replace(dtype=u16)
-    if u.op is Ops.INDEX and u.dtype == bf16:
-        return u.replace(dtype=u16, src=src)
-    if u.op is Ops.LOAD and u.dtype == bf16:  # the 16 bits are the top half of a float32
-        alt = (UOp.const(u16, 0),) if len(src) == 3 else ()
-        raw = UOp(Ops.LOAD, u16, (*src[:2], *alt) if len(src) == 3 else src)
-        wide = UOp(Ops.SHL, dtypes.uint32, (raw.cast(dtypes.uint32), UOp.const(dtypes.uint32, 16)))
-        return UOp(Ops.BITCAST, f32, (wide,))
-    if u.op is Ops.STORE and u.src[0].dtype == bf16:
-        bits = UOp(Ops.BITCAST, dtypes.uint32, (src[1],))
-        top = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16)))
-        return u.replace(src=(src[0], top.cast(u16)))
-    if u.op is Ops.BITCAST and u.dtype == bf16:  # 16 bits in -> the float32 they are the top of
-        bits = (
-            UOp(Ops.BITCAST, u16, (src[0],)) if src[0].dtype.is_float else src[0]
-        )  # float16's bits
-        wide = UOp(Ops.SHL, dtypes.uint32, (bits.cast(dtypes.uint32), UOp.const(dtypes.uint32, 16)))
-        return UOp(Ops.BITCAST, f32, (wide,))
-    if u.op is Ops.BITCAST and u.src[0].dtype == bf16:  # the top 16 bits of the float32
-        bits = UOp(Ops.BITCAST, dtypes.uint32, (src[0],))
-        top = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16))).cast(u16)
-        return top if u.dtype == u16 else UOp(Ops.BITCAST, u.dtype, (top,))
-    if u.op is Ops.CONST and u.dtype == bf16:
-        return _round_to_bfloat16(UOp.const(f32, u.arg))
-    if u.dtype == bf16:  # arithmetic and casts: compute in float32, round as bfloat16 would
-        inner = u.replace(dtype=f32, src=src)
-        return inner if u.op is Ops.REDUCE else _round_to_bfloat16(inner)
-    return u if src == u.src else u.replace(src=src)
+def _u32(value: int) -> UOp:
+    return UOp.const(dtypes.uint32, value)
 
 
-def emulate_bfloat16(graph: UOp) -> UOp:
-    """bfloat16 as 16-bit storage with float32 arithmetic, for targets without native bfloat16."""
+def _shr(x: UOp, n: int) -> UOp:
+    return UOp(Ops.SHR, dtypes.uint32, (x, _u32(n)))
+
+
+def _shl(x: UOp, n: int) -> UOp:
+    return UOp(Ops.SHL, dtypes.uint32, (x, _u32(n)))
+
+
+def _bits(f: UOp) -> UOp:
+    return UOp(Ops.BITCAST, dtypes.uint32, (f,))
+
+
+def _float(bits: UOp) -> UOp:
+    return UOp(Ops.BITCAST, dtypes.float32, (bits,))
+
+
+def _bfloat16_value(raw: UOp) -> UOp:
+    """16 stored bits (uint16) of a bfloat16 -> its float32: the top half of the float32."""
+    return _float(_shl(raw.cast(dtypes.uint32), 16))
+
+
+def _bfloat16_bits(f: UOp) -> UOp:
+    """A float32 -> the nearest bfloat16's 16 bits (ties to even)."""
+    return _shr(_bits(_round_to_bfloat16(f)), 16).cast(dtypes.uint16)
+
+
+def _float16_value(raw: UOp) -> UOp:
+    """16 stored bits (uint16) of an IEEE half -> its float32, exactly, with integer ops and
+    selects that vectorise. Normal numbers move their exponent and mantissa into place and
+    rebias the exponent (+112); subnormals are their mantissa times 2**-24; infinities and NaNs
+    take float32's all-ones exponent (a NaN keeps its payload)."""
+    h = raw.cast(dtypes.uint32)
+    magnitude = h & 0x7FFF
+    moved = _shl(magnitude, 13)
+    normal = moved + 0x38000000
+    subnormal = _bits(magnitude.cast(dtypes.int32).cast(dtypes.float32) * 2.0**-24)
+    special = moved | 0x7F800000
+    bits = magnitude.lt(0x400).where(subnormal, magnitude.lt(0x7C00).where(normal, special))
+    return _float(bits | _shl(h & 0x8000, 16))
+
+
+def _float16_bits(f: UOp) -> UOp:
+    """A float32 -> the nearest IEEE half's 16 bits (ties to even), as the hardware converts:
+    past the largest half (65504, up to where rounding stays below it) infinity, a NaN quiet
+    with its top payload bits. Halves' subnormals come from a float32 addition of 0.5, whose
+    rounding to 2**-24 steps is the same; normal numbers round their 13 dropped bits by adding
+    0xFFF and the lowest kept bit, rebiasing the exponent (-112) in the same add."""
+    b = _bits(f)
+    sign = _shr(b, 16) & 0x8000
+    a = b & 0x7FFFFFFF
+    subnormal = _bits(_float(a) + 0.5) + 0xC1000000  # (- 0.5's bits)
+    normal = _shr(a + 0xC8000FFF + (_shr(a, 13) & 1), 13)
+    nan = (_shr(a, 13) & 0x3FF) | 0x7E00
+    half = a.lt(0x38800000).where(
+        subnormal,
+        a.lt(0x477FF000).where(normal, a.lt(0x7F800001).where(_u32(0x7C00), nan)),
+    )
+    return (half | sign).cast(dtypes.uint16)
+
+
+def _round_to_float16(f: UOp) -> UOp:
+    """Round a float32 to the nearest half (ties to even), keeping it in a float32: the 13 low
+    mantissa bits rounded away for the half's normal range; below it, multiples of 2**-24 (a
+    float32 addition of 0.5 and its subtraction round so); past it, infinity."""
+    b = _bits(f)
+    a = b & 0x7FFFFFFF
+    normal = (a + 0xFFF + (_shr(a, 13) & 1)) & 0xFFFFE000
+    subnormal = _bits((_float(a) + 0.5) - 0.5)
+    past = a.lt(0x7F800001).where(_u32(0x7F800000), a | 0x400000)  # infinity, or a quiet NaN
+    rounded = a.lt(0x38800000).where(subnormal, a.lt(0x477FF000).where(normal, past))
+    return _float(rounded | (b & 0x80000000))
+
+
+def _float16_const(value: float) -> float:
+    """``value`` rounded to the nearest half, as a Python float (inf past the half's range)."""
+    if value != value or abs(value) == float("inf"):
+        return value
+    try:
+        return struct.unpack("<e", struct.pack("<e", value))[0]
+    except OverflowError:  # (struct refuses what rounds past 65504)
+        return math.copysign(float("inf"), value)
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """A 16-bit float a target stores as uint16 and computes in float32: how the stored bits
+    become a float32 value and back, and how a float32 result is rounded to the type."""
+
+    value: Callable[[UOp], UOp]
+    bits: Callable[[UOp], UOp]
+    rounded: Callable[[UOp], UOp]
+    const: Callable[[float], UOp]
+
+
+BFLOAT16 = Emulated(
+    _bfloat16_value,
+    _bfloat16_bits,
+    _round_to_bfloat16,
+    lambda v: _round_to_bfloat16(UOp.const(dtypes.float32, v)),
+)
+FLOAT16 = Emulated(
+    _float16_value,
+    _float16_bits,
+    _round_to_float16,
+    lambda v: UOp.const(dtypes.float32, _float16_const(v)),
+)
+#: ops whose result is one of their operands' values: no rounding needed after them
+_PICKS = frozenset({Ops.WHERE, Ops.MAX, Ops.NEG})
+
+
+class FloatEmulation:
+    """Rewrites a kernel's 16-bit floats of ``kinds`` into uint16 storage and float32 values.
+    It remembers the bits each value came from (a load) or the float32 it rounds (arithmetic),
+    so that a store converts once: ``x * 2 + 1`` in float16 stores the add's bits, not the
+    bits of its rounded value."""
+
+    def __init__(self, kinds: dict[DType, Emulated]):
+        self.kinds = kinds
+        self.loaded: dict[UOp, UOp] = {}  # value -> the uint16 it was loaded as
+        self.unrounded: dict[UOp, UOp] = {}  # rounded value -> the float32 it rounds
+
+    def bits(self, kind: Emulated, value: UOp) -> UOp:
+        if (raw := self.loaded.get(value)) is not None:
+            return raw
+        return kind.bits(self.unrounded.get(value, value))
+
+    def _unrounded(self, value: UOp, op: Ops) -> UOp:
+        """``value`` before its rounding when an ``op`` computed it, else itself."""
+        inner = self.unrounded.get(value)
+        return inner if inner is not None and inner.op is op else value
+
+    def node(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+        """``u`` rewritten; ``src`` are already rewritten."""
+        f32, u16, kinds = dtypes.float32, dtypes.uint16, self.kinds
+        kind = kinds.get(u.dtype)
+        if u.op in (Ops.PARAM, Ops.INDEX) and kind:
+            return u.replace(dtype=u16, src=src)
+        if u.op is Ops.LOAD and kind:
+            alt = (UOp.const(u16, 0),) if len(src) == 3 else ()
+            raw = UOp(Ops.LOAD, u16, (*src[:2], *alt) if len(src) == 3 else src)
+            value = kind.value(raw)
+            self.loaded[value] = raw
+            return value
+        if u.op is Ops.STORE and (stored := kinds.get(u.src[0].dtype)):
+            return u.replace(src=(src[0], self.bits(stored, src[1]), *src[2:]))
+        if u.op is Ops.BITCAST and (kind or u.src[0].dtype in kinds):
+            before = kinds.get(u.src[0].dtype)
+            if before:  # an emulated float's 16 bits
+                bits = self.bits(before, src[0])
+            elif src[0].dtype.is_float:  # a native half's
+                bits = UOp(Ops.BITCAST, u16, (src[0],))
+            else:
+                bits = src[0] if src[0].dtype == u16 else UOp(Ops.BITCAST, u16, (src[0],))
+            if kind:
+                return kind.value(bits)
+            return bits if u.dtype == u16 else UOp(Ops.BITCAST, u.dtype, (bits,))
+        if u.op is Ops.CONST and kind:
+            return kind.const(u.arg)
+        if kind:  # arithmetic and casts: compute in float32, round as the type would
+            if u.op is Ops.REDUCE:  # a matmul sums exact products (float32 holds them), as torch
+                src = (self._unrounded(src[0], Ops.MUL), *src[1:])
+            if u.op is Ops.MUL:  # x / y is x * (1 / y): the reciprocal unrounded, as a division
+                src = tuple(self._unrounded(s, Ops.RECIP) for s in src)
+            inner = u.replace(dtype=f32, src=src)
+            if u.op in _PICKS:
+                return inner
+            value = kind.rounded(inner)  # (a sum adds up in float32, rounded once at the end)
+            self.unrounded[value] = inner
+            return value
+        return u if src == u.src else u.replace(src=src)
+
+
+def emulate_floats(graph: UOp, kinds: dict[DType, Emulated]) -> UOp:
+    """The 16-bit floats of ``kinds`` as 16-bit storage with float32 arithmetic."""
     done: dict[UOp, UOp] = {}
+    emulation = FloatEmulation(kinds)
     for u in toposort([graph]):
-        done[u] = _emulate_node(u, tuple(done[s] for s in u.src))
+        done[u] = emulation.node(u, tuple(done[s] for s in u.src))
     return done[graph]
 
 
@@ -257,8 +403,11 @@ def needs_narrow_types(renderer: Renderer) -> bool:
 
 def decompose(graph: UOp, renderer: Renderer) -> UOp:
     """Rewrite the ops ``renderer`` lacks, then check what remains is renderable."""
-    if not renderer.native_bfloat16:
-        graph = emulate_bfloat16(graph)
+    kinds = {dtypes.bfloat16: BFLOAT16} if not renderer.native_bfloat16 else {}
+    if not renderer.native_float16:
+        kinds[dtypes.float16] = FLOAT16
+    if kinds:
+        graph = emulate_floats(graph, kinds)
     if needs_narrow_types(renderer):
         graph = NarrowTypes(renderer).rewrite(graph)
     rules = [rule for op, rule in DECOMPOSITIONS.items() if op not in renderer.native_ops]

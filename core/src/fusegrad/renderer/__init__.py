@@ -72,6 +72,10 @@ class Renderer:
     scalar_math_ops: frozenset[Ops] = frozenset()
     #: False: core stores bfloat16 as 16 bits and computes in float32 (see codegen/decompose.py)
     native_bfloat16: bool = False
+    #: False: core stores float16 as 16 bits too and computes in float32, converting with integer
+    #: ops that vectorise (a C compiler whose half conversions are scalar: gcc 12's ``_Float16``
+    #: kept every loop holding one scalar)
+    native_float16: bool = True
     #: the target keeps nan and infinities as IEEE 754 says; False: its compiler may assume there
     #: are none (WGSL), so results that hinge on them are not promised
     ieee_specials: bool = True
