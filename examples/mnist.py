@@ -27,7 +27,7 @@ from fusegrad import distributed as dist
 from fusegrad.errors import DownloadError
 from fusegrad.nn.datasets import mnist
 from fusegrad.nn.state import get_parameters, get_state_dict, safe_save
-from fusegrad.progress import enabled as progress_enabled
+from fusegrad.progress import progress
 
 
 class Model:
@@ -57,17 +57,9 @@ class Model:
         return x
 
 
-def progress(step: int, total: int, loss: float, acc: float, started: float) -> None:
-    """Redraw the training bar, only on a terminal (or with PROGRESS=1): logs stay clean."""
-    if not progress_enabled():
-        return
-    done = int(30 * step / total)
-    rate = step / max(time.perf_counter() - started, 1e-9)
-    sys.stderr.write(
-        f"\r[{'=' * done}{' ' * (30 - done)}] {step}/{total} "
-        f"loss {loss:6.3f} acc {acc * 100:5.1f}% {rate:5.2f} steps/s"
-    )
-    sys.stderr.flush()
+def shown(loss: Tensor, accuracy: Tensor) -> str:
+    """The training bar's figures (read back from the device every 10 steps)."""
+    return f"loss {loss.item():6.3f} acc {accuracy.item() * 100:5.1f}%"
 
 
 def normalise(images: Tensor) -> Tensor:
@@ -99,16 +91,15 @@ def train(model: Model, x: Tensor, y: Tensor, steps: int, batch: int, lr: float)
         optimizer.step(loss, accuracy)  # in the step's realize: alone, the forward would run again
         return loss, accuracy
 
-    started = time.perf_counter()
-    with Tensor.train():
+    with Tensor.train(), progress(total=steps, desc="train", unit="step") as bar:
         for step in range(1, steps + 1):
             rows = rng.integers(0, x_host.shape[0], batch)
             images = Tensor(x_host[rows], device=x.device)
             labels = Tensor(y_host[rows], device=x.device)
             loss, accuracy = train_step(images, labels)
             if step % 10 == 0 or step == steps:
-                progress(step, steps, loss.item(), accuracy.item(), started)
-    sys.stderr.write("\n")
+                bar.postfix(shown(loss, accuracy))
+            bar.update()
 
 
 def train_distributed(
@@ -143,8 +134,8 @@ def train_distributed(
             p.grad = g
         optimizer.step()
 
-    started = time.perf_counter()
-    with Tensor.train():
+    shown_here = steps if rank == 0 else 0  # (a bar of 0 steps is never drawn)
+    with Tensor.train(), progress(total=shown_here, desc="train", unit="step") as bar:
         for step in range(1, steps + 1):
             rows = rng.integers(0, x_host.shape[0], batch)[share]
             images = Tensor(x_host[rows], device=x.device)
@@ -155,12 +146,10 @@ def train_distributed(
             update(*dist.sync_gradients(optimizer.params))
             if step % 10 == 0 or step == steps:
                 loss, accuracy = dist.all_reduce(loss, "mean"), dist.all_reduce(accuracy, "mean")
-                if rank == 0:
-                    progress(step, steps, loss.item(), accuracy.item(), started)
+                bar.postfix(shown(loss, accuracy))
+            bar.update()
     # the ranks' BatchNorm statistics differ (each saw its own rows): test with rank 0's
     dist.broadcast_parameters(optimizer.buffers)
-    if rank == 0:
-        sys.stderr.write("\n")
 
 
 def evaluate_distributed(model: Model, x_test: Tensor, y_test: Tensor) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import re
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,45 @@ def test_beam_search_shows_a_bar(
     bars = [line for line in err.split("\r") if line.startswith("BEAM r_")]
     assert bars and "candidates" in bars[-1]
     assert "candidates, best" in err  # the summary line after the bar
+
+
+def test_plain_bar_shows_a_postfix(plain: None) -> None:
+    stream = Terminal()
+    with Progress(total=4, desc="train", unit="step", stream=stream) as bar:
+        bar.update(2)
+        bar.postfix("loss  0.500 acc  75.0%")
+        assert bar.line().endswith("step/s loss  0.500 acc  75.0%")
+        bar.update(2)
+    assert stream.getvalue().rstrip("\n").endswith("acc  75.0%")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tqdm") is None, reason="tqdm not installed")
+def test_tqdm_shows_the_postfix() -> None:
+    stream = Terminal()
+    with Progress(total=2, desc="train", stream=stream) as bar:
+        bar.postfix("loss 1.000")
+        bar.update(1)
+        assert str(bar._bar).endswith("loss 1.000]")  # (tqdm's line; it erases it when done)
+
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def test_the_mnist_example_trains_under_the_shared_bar(
+    plain: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/mnist.py's training loop draws ``fusegrad.progress``'s bar with its loss and
+    accuracy (it drew a bar of its own)."""
+    spec = importlib.util.spec_from_file_location("fusegrad_example_mnist", EXAMPLES / "mnist.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    monkeypatch.setenv("PROGRESS", "1")
+    rng = np.random.default_rng(0)
+    images = Tensor(rng.integers(0, 256, (16, 1, 28, 28), dtype=np.uint8))
+    labels = Tensor(rng.integers(0, 10, 16).astype(np.int32))
+    Tensor.manual_seed(0)
+    example.train(example.Model(), images, labels, steps=10, batch=4, lr=0.002)
+    last = capsys.readouterr().err.rstrip("\n").split("\r")[-1]
+    assert last.startswith(f"train [{'#' * 30}] 100% 10/10 step, ")
+    assert re.search(r"loss +\d+\.\d{3} acc +\d+\.\d%$", last), last

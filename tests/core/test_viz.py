@@ -4,6 +4,7 @@ shows it in a real browser (headless Chromium through Playwright)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import linecache
 import os
@@ -15,9 +16,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+import weakref
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fusegrad
@@ -25,7 +28,8 @@ from fusegrad import Tensor
 from fusegrad.__main__ import main
 from fusegrad.codegen.kernel import DECOMPOSITION, SIMPLIFICATION
 from fusegrad.engine import realize
-from fusegrad.errors import FileFormatError
+from fusegrad.errors import FileFormatError, InvalidValue
+from fusegrad.schedule.kernelize import Plan
 from fusegrad.uop import pattern, symbolic
 from fusegrad.viz import recorder, recording, server
 
@@ -192,6 +196,46 @@ def test_rule_firings_are_kept_up_to_the_cap(monkeypatch):
     assert len(stage["firings"]["steps"]) == 1 and stage["firings"]["total"] == 2
 
 
+def test_firings_kept_per_stage_come_from_viz_firings():
+    assert recorder.firings_kept({}) == recorder.DEFAULT_FIRINGS == 20_000
+    assert recorder.firings_kept({"VIZ_FIRINGS": "50"}) == 50
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(InvalidValue, match="VIZ_FIRINGS"):
+            recorder.firings_kept({"VIZ_FIRINGS": bad})
+
+
+def test_the_emulations_of_the_decomposition_stage_are_recorded_as_firings():
+    """On the CPU a float16 kernel is rewritten by the float emulation (no pattern table):
+    each node it changed is a firing of ``emulated_float``, the half load among them."""
+    fusegrad.reset_caches()
+    x = Tensor(np.ones(8, np.float16), device="CPU").realize()
+    with recording() as trace:
+        (x * 2).tolist()
+    (kernel,) = trace.to_json()["kernels"]
+    stage = next(s for s in kernel["stages"] if s["title"] == DECOMPOSITION)
+    assert dict(stage["rules"]).get("emulated_float", 0) >= 3  # param, load, mul, store...
+    names = [stage["firings"]["rules"][r][0] for r, _, _ in stage["firings"]["steps"]]
+    assert set(names) == {"emulated_float"}
+    nodes = kernel["nodes"]
+    replaced = {nodes[node][0] for _, node, _ in stage["firings"]["steps"]}
+    assert {"LOAD", "MUL", "STORE"} <= replaced
+
+
+def test_a_plan_that_dies_is_not_kept_alive_by_the_trace():
+    """A long VIZ run keeps each plan's record, not the plan: its id may be the next plan's."""
+    trace = recorder.Trace()
+    roots = [Tensor([1.0, 2.0]).uop]
+    plan = Plan([], [], [], 0)
+    trace.planned(roots, plan, [])
+    trace.planned(roots, plan, [])
+    alive = weakref.ref(plan)
+    del plan
+    gc.collect()
+    assert alive() is None and not trace._live
+    (record,) = trace.plans
+    assert record.realizes == 2 and len(trace.to_json()["plans"]) == 1
+
+
 def _record_jit_replays(calls: int = 5) -> dict:
     fusegrad.reset_caches()
 
@@ -264,6 +308,7 @@ TRAINING_STEP = """
 import json
 from fusegrad import Tensor, nn
 from fusegrad.engine import realize
+from fusegrad.errors import InvalidValue
 Tensor.manual_seed(0)
 l1, l2 = nn.Linear(8, 16), nn.Linear(16, 4)
 opt = nn.optim.SGD([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.1)

@@ -55,6 +55,7 @@ class Progress:
         self.on = total != 0 and enabled(self.stream)
         self._bar = _tqdm(total, desc, unit, scale, self.stream) if self.on else None
         self._closed = False
+        self._postfix = ""
 
     def __iter__(self) -> Iterator[Any]:
         if self.iterable is None:
@@ -78,6 +79,12 @@ class Progress:
             self._draw()
         if self.total is not None and self.count >= self.total:
             self.close()
+
+    def postfix(self, text: str) -> None:
+        """Show ``text`` after the bar (a loss, an accuracy) from its next redraw on."""
+        self._postfix = text
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
 
     def close(self) -> None:
         """Finish the bar's line (once)."""
@@ -108,8 +115,10 @@ class Progress:
             percent = 100 * self.count // self.total
             bar = f"[{'#' * filled}{'.' * (WIDTH - filled)}] {percent:3d}%"
             total = f"{self.total / per:.1f}" if self.scale else str(self.total)
-            return f"{self.desc} {bar} {done}/{total} {unit}, {rate}".lstrip()
-        return f"{self.desc} {done} {unit}, {rate}".lstrip()
+            text = f"{self.desc} {bar} {done}/{total} {unit}, {rate}"
+        else:
+            text = f"{self.desc} {done} {unit}, {rate}"
+        return f"{text} {self._postfix}".strip()
 
     def _draw(self) -> None:
         self._drawn = time.perf_counter()

@@ -13,7 +13,7 @@ from fusegrad.dtype import DType, dtypes
 from fusegrad.errors import UnsupportedOp
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import Ops, UOp, toposort
-from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite
+from fusegrad.uop.pattern import PatternMatcher, UPat, graph_rewrite, rebuild
 
 # one rule per op a target may lack, each the identity it relies on
 DECOMPOSITIONS: dict[Ops, tuple[UPat, Callable[..., UOp | None]]] = {
@@ -210,7 +210,7 @@ class FloatEmulation:
         inner = self.unrounded.get(value)
         return inner if inner is not None and inner.op is op else value
 
-    def node(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+    def emulated_float(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
         """``u`` rewritten; ``src`` are already rewritten."""
         f32, u16, kinds = dtypes.float32, dtypes.uint16, self.kinds
         kind = kinds.get(u.dtype)
@@ -253,11 +253,7 @@ class FloatEmulation:
 
 def emulate_floats(graph: UOp, kinds: dict[DType, Emulated]) -> UOp:
     """The 16-bit floats of ``kinds`` as 16-bit storage with float32 arithmetic."""
-    done: dict[UOp, UOp] = {}
-    emulation = FloatEmulation(kinds)
-    for u in toposort([graph]):
-        done[u] = emulation.node(u, tuple(done[s] for s in u.src))
-    return done[graph]
+    return rebuild(graph, FloatEmulation(kinds).emulated_float)
 
 
 # ---- narrow types: 8/16-bit integers and bools on targets of 32-bit words -----------------------
@@ -315,12 +311,9 @@ class NarrowTypes:
         return _wide(dtype) if dtype in self.widened else dtype
 
     def rewrite(self, graph: UOp) -> UOp:
-        done: dict[UOp, UOp] = {}
-        for u in toposort([graph]):
-            done[u] = self.node(u, tuple(done[s] for s in u.src))
-        return done[graph]
+        return rebuild(graph, self.narrow_type)
 
-    def node(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
+    def narrow_type(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
         """One node; ``src`` are already rewritten. A packed INDEX stays, for its LOAD or STORE."""
         op, dtype = u.op, u.dtype
         if op is Ops.PARAM and self.packed(dtype):

@@ -16,7 +16,7 @@ from typing import Any
 
 from fusegrad.dtype import DType
 from fusegrad.helpers import Context
-from fusegrad.uop.ops import GroupOp, Ops, UOp
+from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 
 _ANY = object()  # "any arg"
 
@@ -203,6 +203,21 @@ class Fired(Counter):
 
 #: the rules that fired while ``rules_fired`` is active (None: nobody is counting, the fast path)
 _fired: Fired | None = None
+
+
+def rebuild(graph: UOp, rule: Callable[[UOp, tuple[UOp, ...]], UOp]) -> UOp:
+    """``graph`` rebuilt from its leaves up, each node as ``rule(node, its rewritten sources)``
+    says: the form of a rewriter that is no pattern table (codegen/decompose.py's emulations).
+    Inside a ``rules_fired`` block, each node ``rule`` changed beyond taking its new sources is
+    noted as a firing of ``rule``, so that DEBUG=4 counts and VIZ steps through them as through
+    a table's rules."""
+    done: dict[UOp, UOp] = {}
+    for u in toposort([graph]):
+        src = tuple(done[s] for s in u.src)
+        out = done[u] = rule(u, src)
+        if _fired is not None and out is not (u if src == u.src else u.replace(src=src)):
+            _fired.note(rule, u, out)
+    return done[graph]
 
 
 def rule_name(fn: Callable) -> str:

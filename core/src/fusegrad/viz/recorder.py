@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fusegrad import profiler
+from fusegrad.errors import InvalidValue
 from fusegrad.profiler import Profiler
 from fusegrad.renderer import Renderer
 from fusegrad.uop.ops import Ops, UOp, toposort
@@ -38,9 +41,25 @@ from fusegrad.uop.pattern import Fired, rule_name, rule_place
 
 #: the longest arg text kept for a node (a constant table would fill the page)
 ARG_CHARS = 120
-#: the most rule firings kept per stage (each costs the nodes it adds to the kernel's table);
-#: the rest are counted only, and the page says so
-FIRINGS_KEPT = 2000
+#: the most rule firings kept per stage unless ``VIZ_FIRINGS`` says otherwise (each costs the
+#: nodes it adds to the kernel's table): the rest are counted only, and the page says so
+DEFAULT_FIRINGS = 20_000
+
+
+def firings_kept(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    """``VIZ_FIRINGS`` (a positive number of rule firings kept per stage), else the default."""
+    text = environ.get("VIZ_FIRINGS", "")
+    if not text:
+        return DEFAULT_FIRINGS
+    if not text.isdigit() or int(text) < 1:
+        raise InvalidValue(
+            f"VIZ_FIRINGS={text!r}: give a positive number of rule firings to keep per stage "
+            f"(default {DEFAULT_FIRINGS}), or unset it"
+        )
+    return int(text)
+
+
+FIRINGS_KEPT = firings_kept()
 #: the version of the trace file's layout; the viewer refuses another
 FORMAT_VERSION = 1
 
@@ -175,8 +194,10 @@ class Trace:
         #: the profile recorded alongside (launch and compile times), read when it is written
         self.profile = profile
         self.kernels: dict[UOp, KernelRecord] = {}
-        self.plans: dict[int, PlanRecord] = {}
-        self._plan_objects: list[Any] = []  # keeps planned objects alive: their ids stay theirs
+        self.plans: list[PlanRecord] = []
+        #: the records of the plans still alive, by ``id``: a plan that dies leaves (its id may
+        #: be another's next), so a long run does not keep every plan it ever made
+        self._live: dict[int, PlanRecord] = {}
         self.realizes: list[dict[str, Any]] = []
         self._current = threading.local()
 
@@ -227,9 +248,10 @@ class Trace:
         """A realize of ``roots`` with ``plan`` (``schedule/kernelize.py``); ``inputs`` are the
         buffers in its first slots. A plan seen before is counted, not recorded again."""
         key = id(plan)
-        if (record := self.plans.get(key)) is None:
-            record = self.plans[key] = self._plan_record(roots, plan, inputs)
-            self._plan_objects.append(plan)
+        if (record := self._live.get(key)) is None:
+            record = self._live[key] = self._plan_record(roots, plan, inputs)
+            self.plans.append(record)
+            weakref.finalize(plan, self._live.pop, key, None)
         record.realizes += 1
         self.realizes.append({"plan": record.index, "start": time.perf_counter()})
 
@@ -276,7 +298,7 @@ class Trace:
                 ],
                 "realizes": p.realizes,
             }
-            for p in self.plans.values()
+            for p in self.plans
         ]
         realizes = _realize_times(self.realizes, plans, kernels, events, clock)
         out = [k.to_json() for k in kernels]
