@@ -456,3 +456,19 @@ def test_lanes_reading_every_other_element_run_as_vectors():
     lanes = [u for u in kernel.program if u.op is Ops.RANGE and u.arg.kind.name == "LANE"]
     assert lanes and all(u.arg.hint is LoopHint.SIMD for u in lanes)
     np.testing.assert_allclose(out.numpy(), w @ np.maximum(x[::2], 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_short_block_inside_a_long_reduction_takes_a_register_of_lanes():
+    """Rows of 18 blocks of 32 (an 8-bit quantized weight's groups, scaled per block): the
+    lanes add up over all 18 blocks, so they take a register's width, as a 4-bit block's 16
+    do (32 took 4 lanes: SmolLM2's Q8_0 head ran at half speed in xmm registers)."""
+    x = Tensor.rand(1, 1, 18, 32, device="CPU").realize()
+    w = Tensor.rand(4096, 18, 1, device="CPU").realize()
+    q = Tensor.rand(4096, 18, 32, device="CPU").realize()
+    out = (x * (w * q)).sum((2, 3))
+    for target, width in ((AVX2, 8), (AVX512, 16)):
+        opts = heuristic_opts(_reduce_ast(out), target)
+        assert opts is not None and opts.lanes is not None and opts.lanes[1] == width, opts
+    np.testing.assert_allclose(
+        out.numpy(), (x.numpy() * (w.numpy() * q.numpy())).sum((2, 3)), rtol=1e-4
+    )
