@@ -210,10 +210,10 @@ class Linearizer:
                 if lanes
                 else [UOp(Ops.LOAD, red.dtype, (slot([copies[u] for u in kernel_ups]), end))]
             )
-            out = reads[0]
-            for r in reads[1:]:
-                out = out.alu(red.arg, r)
-            return out
+            while len(reads) > 1:  # pairwise: a chain of log2(lanes) ops, not one of lanes - 1
+                pairs = [a.alu(red.arg, b) for a, b in zip(reads[::2], reads[1::2])]
+                reads = pairs + reads[len(pairs) * 2 :]
+            return reads[0]
 
         return result
 
