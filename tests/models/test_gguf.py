@@ -228,3 +228,49 @@ def test_a_row_range_of_split_blocks_is_those_rows():
     np.testing.assert_array_equal(part.dequantize(contiguous=True).numpy(), whole[4:12])
     with pytest.raises(InvalidValue, match="split the words of 4 rows"):
         split.row_range(2, 12)
+
+
+def _plans_near(ast, renderer) -> list:
+    """The heuristic's plan for ``ast``, BEAM's neighbours of it, and theirs (two changes away)."""
+    from fusegrad.codegen import search
+    from fusegrad.codegen.opt import heuristic_opts
+
+    base = heuristic_opts(ast, renderer)
+    near = [base, *search._neighbours(base, ast)]
+    return list(dict.fromkeys(near + [n for o in near[1:] for n in search._neighbours(o, ast)]))
+
+
+@pytest.mark.parametrize("name, tokens", [("Q4_1", 1), ("Q8_0", 3)])
+def test_every_plan_near_the_decode_product_computes_it(name, tokens, monkeypatch):
+    """The word product of split blocks under every loop plan BEAM may try two changes from the
+    heuristic's, and the tiled ones that once gave garbage on a (144, 4) output (upcast rows and
+    words, lanes, a panel tile): each equals numpy's product with the dequantized weight."""
+    import fusegrad
+    from fusegrad import Device
+    from fusegrad.codegen import kernel
+    from fusegrad.codegen.opt import KernelOpts, _reduce_of
+
+    rng = np.random.default_rng(5)
+    raw = gguf.quants.quantize(rng.standard_normal((576, 576)).astype(np.float32), Q[name])
+    split = split_blocks(Tensor(raw), Q[name].value, (576, 576))
+    x = Tensor(rng.standard_normal((tokens, 576)).astype(np.float32)).realize()
+    want = x.numpy() @ gguf.quants.dequantize(raw, Q[name]).T
+    *_, step = split.linear(x).schedule()
+    shape = step.ast.src[0].src[1].shape
+    lane = max(_reduce_of(step.ast.src[0].src[1]).arg[1])
+    words, rows = shape.index(144), shape.index(4)
+    plans = _plans_near(step.ast, Device["CPU"].renderer)
+    for ups in (((rows, 2), (words, 8)), ((rows, 4), (words, 8))):
+        order = tuple(d for d in range(len(shape)) if d not in dict(ups)) + (rows, words)
+        plans += [KernelOpts(order, ups, (lane, 16), False, tile) for tile in ((), ((words, 2),))]
+    chosen = kernel.heuristic_opts
+    assert len(plans) > 20
+    for plan in plans:
+        monkeypatch.setattr(
+            kernel,
+            "heuristic_opts",
+            lambda ast, r, p=plan: p if ast == step.ast else chosen(ast, r),
+        )
+        fusegrad.reset_caches()
+        got = split.linear(x).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3, err_msg=str(plan))
