@@ -3,10 +3,11 @@ into what it has, and what cannot be rewritten is refused with a clear error."""
 
 from __future__ import annotations
 
-import math
-import struct
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from fusegrad.codegen.transcendental import FLOAT32_MATH
 from fusegrad.dtype import DType, dtypes
@@ -67,14 +68,6 @@ def check_dtypes(graph: UOp, renderer: Renderer) -> None:
             )
 
 
-def _round_to_bfloat16(f: UOp) -> UOp:
-    """Round a float32 to the nearest bfloat16 (ties to even), keeping it in a float32."""
-    bits = UOp(Ops.BITCAST, dtypes.uint32, (f,))
-    odd = UOp(Ops.SHR, dtypes.uint32, (bits, UOp.const(dtypes.uint32, 16))) & 1
-    rounded = (bits + 0x7FFF + odd) & 0xFFFF0000
-    return UOp(Ops.BITCAST, dtypes.float32, (rounded,))
-
-
 def _u32(value: int) -> UOp:
     return UOp.const(dtypes.uint32, value)
 
@@ -93,6 +86,12 @@ def _bits(f: UOp) -> UOp:
 
 def _float(bits: UOp) -> UOp:
     return UOp(Ops.BITCAST, dtypes.float32, (bits,))
+
+
+def _round_to_bfloat16(f: UOp) -> UOp:
+    """Round a float32 to the nearest bfloat16 (ties to even), keeping it in a float32."""
+    bits = _bits(f)
+    return _float((bits + 0x7FFF + (_shr(bits, 16) & 1)) & 0xFFFF0000)
 
 
 def _bfloat16_value(raw: UOp) -> UOp:
@@ -152,45 +151,38 @@ def _round_to_float16(f: UOp) -> UOp:
     return _float(rounded | (b & 0x80000000))
 
 
-def _float16_const(value: float) -> float:
-    """``value`` rounded to the nearest half, as a Python float (inf past the half's range)."""
-    if value != value or abs(value) == float("inf"):
-        return value
-    try:
-        return struct.unpack("<e", struct.pack("<e", value))[0]
-    except OverflowError:  # (struct refuses what rounds past 65504)
-        return math.copysign(float("inf"), value)
+def _float16_const(value: float) -> UOp:
+    """A constant rounded to the nearest half, held in a float32 (past the range: infinity)."""
+    with np.errstate(over="ignore"):
+        return UOp.const(dtypes.float32, float(np.float16(value)))
 
 
 @dataclass(frozen=True)
 class Emulated:
     """A 16-bit float a target stores as uint16 and computes in float32: how the stored bits
-    become a float32 value and back, and how a float32 result is rounded to the type."""
+    become a float32 value and back, how a float32 result is rounded to the type, and a
+    constant of it."""
 
     value: Callable[[UOp], UOp]
     bits: Callable[[UOp], UOp]
     rounded: Callable[[UOp], UOp]
     const: Callable[[float], UOp]
-    #: the target's own type for it, used outside the kernel's innermost loop: one conversion
-    #: instruction beats the integer form where there are no vector lanes to fill (a 4-bit
-    #: weight's float16 scales, read once per row and group: SmolLM2's decode 65 -> 48 tok/s
-    #: with every scale converted by integer ops)
-    native: DType | None = None
+    #: the form used outside the kernel's innermost loop, where the target converts the type
+    #: itself: one instruction beats the integer form where there are no vector lanes to fill
+    #: (a 4-bit weight's float16 scales, read once per row and group: SmolLM2's decode
+    #: 65 -> 48 tok/s with every scale converted by integer ops)
+    scalar: Emulated | None = None
 
-    def value_of(self, raw: UOp, vector: bool) -> UOp:
-        if vector or self.native is None:
-            return self.value(raw)
-        return UOp(Ops.BITCAST, self.native, (raw,)).cast(dtypes.float32)
 
-    def bits_of(self, f: UOp, vector: bool) -> UOp:
-        if vector or self.native is None:
-            return self.bits(f)
-        return UOp(Ops.BITCAST, dtypes.uint16, (f.cast(self.native),))
-
-    def rounded_of(self, f: UOp, vector: bool) -> UOp:
-        if vector or self.native is None:
-            return self.rounded(f)
-        return f.cast(self.native).cast(dtypes.float32)
+def _converted(native: DType, const: Callable[[float], UOp]) -> Emulated:
+    """A 16-bit float converted by the target's own casts (held in ``native``)."""
+    f32, u16 = dtypes.float32, dtypes.uint16
+    return Emulated(
+        lambda raw: UOp(Ops.BITCAST, native, (raw,)).cast(f32),
+        lambda f: UOp(Ops.BITCAST, u16, (f.cast(native),)),
+        lambda f: f.cast(native).cast(f32),
+        const,
+    )
 
 
 BFLOAT16 = Emulated(
@@ -203,8 +195,8 @@ FLOAT16 = Emulated(
     _float16_value,
     _float16_bits,
     _round_to_float16,
-    lambda v: UOp.const(dtypes.float32, _float16_const(v)),
-    native=dtypes.float16,
+    _float16_const,
+    scalar=_converted(dtypes.float16, _float16_const),
 )
 #: ops whose result is one of their operands' values: no rounding needed after them
 _PICKS = frozenset({Ops.WHERE, Ops.MAX, Ops.NEG})
@@ -217,15 +209,24 @@ class FloatEmulation:
     bits of its rounded value."""
 
     def __init__(self, kinds: dict[DType, Emulated], graph: UOp):
-        self.kinds = kinds
+        self.kinds, self.graph = kinds, graph
         self.loaded: dict[UOp, UOp] = {}  # value -> the uint16 it was loaded as
         self.unrounded: dict[UOp, UOp] = {}  # rounded value -> the float32 it rounds
-        self.vector = in_innermost_loop(graph)
 
-    def bits(self, kind: Emulated, value: UOp, vector: bool) -> UOp:
+    @functools.cached_property
+    def vector(self) -> set[UOp]:
+        return in_innermost_loop(self.graph)
+
+    def form(self, kind: Emulated | None, u: UOp) -> Emulated | None:
+        """How ``kind`` converts at node ``u``: its scalar form outside the innermost loop."""
+        if kind is None or kind.scalar is None or u in self.vector:
+            return kind
+        return kind.scalar
+
+    def bits(self, kind: Emulated, value: UOp) -> UOp:
         if (raw := self.loaded.get(value)) is not None:
             return raw
-        return kind.bits_of(self.unrounded.get(value, value), vector)
+        return kind.bits(self.unrounded.get(value, value))
 
     def _unrounded(self, value: UOp, op: Ops) -> UOp:
         """``value`` before its rounding when an ``op`` computed it, else itself."""
@@ -235,27 +236,26 @@ class FloatEmulation:
     def emulated_float(self, u: UOp, src: tuple[UOp, ...]) -> UOp:
         """``u`` rewritten; ``src`` are already rewritten."""
         f32, u16, kinds = dtypes.float32, dtypes.uint16, self.kinds
-        kind, vector = kinds.get(u.dtype), u in self.vector
+        kind = self.form(kinds.get(u.dtype), u)
         if u.op in (Ops.PARAM, Ops.INDEX) and kind:
             return u.replace(dtype=u16, src=src)
         if u.op is Ops.LOAD and kind:
             alt = (UOp.const(u16, 0),) if len(src) == 3 else ()
             raw = UOp(Ops.LOAD, u16, (*src[:2], *alt) if len(src) == 3 else src)
-            value = kind.value_of(raw, vector)
+            value = kind.value(raw)
             self.loaded[value] = raw
             return value
-        if u.op is Ops.STORE and (stored := kinds.get(u.src[0].dtype)):
-            return u.replace(src=(src[0], self.bits(stored, src[1], vector), *src[2:]))
+        if u.op is Ops.STORE and (stored := self.form(kinds.get(u.src[0].dtype), u)):
+            return u.replace(src=(src[0], self.bits(stored, src[1]), *src[2:]))
         if u.op is Ops.BITCAST and (kind or u.src[0].dtype in kinds):
-            before = kinds.get(u.src[0].dtype)
-            if before:  # an emulated float's 16 bits
-                bits = self.bits(before, src[0], vector)
+            if before := self.form(kinds.get(u.src[0].dtype), u):  # an emulated float's 16 bits
+                bits = self.bits(before, src[0])
             elif src[0].dtype.is_float:  # a native half's
                 bits = UOp(Ops.BITCAST, u16, (src[0],))
             else:
                 bits = src[0] if src[0].dtype == u16 else UOp(Ops.BITCAST, u16, (src[0],))
             if kind:
-                return kind.value_of(bits, vector)
+                return kind.value(bits)
             return bits if u.dtype == u16 else UOp(Ops.BITCAST, u.dtype, (bits,))
         if u.op is Ops.CONST and kind:
             return kind.const(u.arg)
@@ -267,7 +267,7 @@ class FloatEmulation:
             inner = u.replace(dtype=f32, src=src)
             if u.op in _PICKS:
                 return inner
-            value = kind.rounded_of(inner, vector)  # (a sum adds in float32, rounded at its end)
+            value = kind.rounded(inner)  # (a sum adds in float32, rounded at its end)
             self.unrounded[value] = inner
             return value
         return u if src == u.src else u.replace(src=src)

@@ -93,7 +93,8 @@ def _rewrite_stage(title: str, rewrite: Callable[[UOp], UOp], graph: UOp) -> UOp
     rules that fired."""
     if Context.DEBUG < 4 and recorder.ACTIVE is None:
         return rewrite(graph)
-    keep = recorder.FIRINGS_KEPT if recorder.ACTIVE is not None else 0  # VIZ steps through them
+    trace = recorder.ACTIVE
+    keep = trace.firings_kept if trace is not None else 0  # VIZ steps through them
     with rules_fired(keep) as fired:
         graph = rewrite(graph)
     _debug_stage(title, graph, fired)

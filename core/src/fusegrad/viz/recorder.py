@@ -6,7 +6,7 @@ While a ``Trace`` is ``ACTIVE``, the compiler reports to it:
   (slots) each writes and reads, and why the scheduler cut the graph there;
 - each kernel it generates (``codegen/kernel.py``): every stage's graph (the kernel AST,
   lowered, each rewriting stage with the rules that fired, the linear program), each rule
-  firing of a rewriting stage (the node replaced and its replacement, up to ``FIRINGS_KEPT``),
+  firing of a rewriting stage (the node replaced and its replacement, up to ``firings_kept``),
   the optimiser's choices, the rendered source and which lines each UOp of the program wrote.
 
 A graph is kept as a table of nodes ``[op, dtype, arg text, [source ids]]`` per kernel. UOps are
@@ -44,13 +44,16 @@ ARG_CHARS = 120
 #: the most rule firings kept per stage unless ``VIZ_FIRINGS`` says otherwise (each costs the
 #: nodes it adds to the kernel's table): the rest are counted only, and the page says so
 DEFAULT_FIRINGS = 20_000
+#: ... the limit in force without ``VIZ_FIRINGS`` (read when a recording starts)
+FIRINGS_KEPT = DEFAULT_FIRINGS
 
 
 def firings_kept(environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
-    """``VIZ_FIRINGS`` (a positive number of rule firings kept per stage), else the default."""
+    """``VIZ_FIRINGS`` (a positive number of rule firings kept per stage), else ``FIRINGS_KEPT``.
+    Read when a recording starts, so that a bad value stops ``VIZ=1``, not ``import fusegrad``."""
     text = environ.get("VIZ_FIRINGS", "")
     if not text:
-        return DEFAULT_FIRINGS
+        return FIRINGS_KEPT
     if not text.isdigit() or int(text) < 1:
         raise InvalidValue(
             f"VIZ_FIRINGS={text!r}: give a positive number of rule firings to keep per stage "
@@ -59,7 +62,6 @@ def firings_kept(environ: dict[str, str] | os._Environ[str] = os.environ) -> int
     return int(text)
 
 
-FIRINGS_KEPT = firings_kept()
 #: the version of the trace file's layout; the viewer refuses another
 FORMAT_VERSION = 1
 
@@ -143,14 +145,14 @@ class KernelRecord:
                 names[rule_name(fn)] += n
             entry["rules"] = names.most_common()
             if fired.steps:
-                entry["firings"] = self.firings(fired.steps, sum(fired.values()))
+                entry["firings"] = self.firings(fired.steps, sum(fired.values()), fired.keep)
         self.stages.append(entry)
         self.last = time.perf_counter()  # the recording's own time is not the next stage's
 
-    def firings(self, steps: list[tuple[Any, UOp, Any]], total: int) -> dict[str, Any]:
+    def firings(self, steps: list[tuple[Any, UOp, Any]], total: int, kept: int) -> dict[str, Any]:
         """A stage's rule firings in order: ``steps`` rows ``[rule, node id, replacement id]``
         (rules indexing ``rules``, ``[name, file:line]``), and the ``total`` fired (more than
-        the rows where ``FIRINGS_KEPT`` cut them). Nodes of the graphs between the stage's first
+        the rows where ``kept`` cut them). Nodes of the graphs between the stage's first
         and last are added to the table: a firing's node may exist only there."""
         rules: dict[Any, int] = {}
         rows = []
@@ -160,7 +162,7 @@ class KernelRecord:
             r = rules.setdefault(fn, len(rules))
             rows.append([r, self.nodes.add_node(node), self.nodes.add_node(replacement)])
         names = [[rule_name(fn), rule_place(fn)] for fn in rules]
-        return {"rules": names, "steps": rows, "total": total, "kept": FIRINGS_KEPT}
+        return {"rules": names, "steps": rows, "total": total, "kept": kept}
 
     def to_json(self) -> dict[str, Any]:
         """The kernel as the viewer reads it (launch and compile times are added by Trace)."""
@@ -200,6 +202,8 @@ class Trace:
         self._live: dict[int, PlanRecord] = {}
         self.realizes: list[dict[str, Any]] = []
         self._current = threading.local()
+        #: rule firings kept per codegen stage (``firings_kept``)
+        self.firings_kept = firings_kept()
 
     # ---- hooks the compiler calls ----------------------------------------------------------
 
