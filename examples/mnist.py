@@ -107,32 +107,25 @@ def train_distributed(
 ) -> None:
     """``train`` over the MPI ranks: every rank draws the same global batch of ``batch`` rows
     and takes its share; the gradients are averaged over the ranks between the backward pass
-    and the update. The exchange runs on the host, between two jitted halves of the step."""
+    and the update, each bucket's all-reduce started while the earlier layers' backward
+    kernels still run: the whole step, exchange included, is one TinyJit function."""
     rank, size = dist.rank(), dist.world_size()
     if batch % size:
         raise SystemExit(f"--batch {batch} must be a multiple of the {size} MPI ranks")
     share = slice(rank * (batch // size), (rank + 1) * (batch // size))
-    optimizer = nn.optim.Adam(get_parameters(model), lr=lr)
-    dist.broadcast_parameters(optimizer.params + optimizer.buffers)  # every rank starts equal
+    optimizer = dist.DataParallel(nn.optim.Adam(get_parameters(model), lr=lr))  # starts equal
     rng = np.random.default_rng(0)  # the same on every rank: the same global batches
     x_host, y_host = x.numpy(), y.numpy()
 
     @TinyJit
-    def gradients(images: Tensor, labels: Tensor) -> tuple[Tensor, ...]:
+    def train_step(images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         optimizer.zero_grad()
         logits = model(normalise(images))
         loss = logits.sparse_categorical_crossentropy(labels)
         loss.backward()
         accuracy = (logits.argmax(1) == labels).float().mean()
-        grads = [p.grad for p in optimizer.params]
-        Tensor.realize(loss, accuracy, *grads, *optimizer.buffers)  # type: ignore[arg-type]
-        return (loss, accuracy, *grads)  # type: ignore[arg-type]
-
-    @TinyJit
-    def update(*grads: Tensor) -> None:
-        for p, g in zip(optimizer.params, grads):
-            p.grad = g
-        optimizer.step()
+        optimizer.step(loss, accuracy)  # averages the gradients over the ranks, then updates
+        return loss, accuracy
 
     shown_here = steps if rank == 0 else 0  # (a bar of 0 steps is never drawn)
     with Tensor.train(), progress(total=shown_here, desc="train", unit="step") as bar:
@@ -140,16 +133,13 @@ def train_distributed(
             rows = rng.integers(0, x_host.shape[0], batch)[share]
             images = Tensor(x_host[rows], device=x.device)
             labels = Tensor(y_host[rows], device=x.device)
-            loss, accuracy, *grads = gradients(images, labels)
-            for p, g in zip(optimizer.params, grads):
-                p.grad = g
-            update(*dist.sync_gradients(optimizer.params))
+            loss, accuracy = train_step(images, labels)
             if step % 10 == 0 or step == steps:
                 loss, accuracy = dist.all_reduce(loss, "mean"), dist.all_reduce(accuracy, "mean")
                 bar.postfix(shown(loss, accuracy))
             bar.update()
     # the ranks' BatchNorm statistics differ (each saw its own rows): test with rank 0's
-    dist.broadcast_parameters(optimizer.buffers)
+    dist.broadcast_parameters(optimizer.optimizer.buffers)
 
 
 def evaluate_distributed(model: Model, x_test: Tensor, y_test: Tensor) -> float:

@@ -1,9 +1,10 @@
 """What each rank runs in the MPI tests (``test_mpi.py`` starts it with ``mpirun -n 2``).
 
-    mpirun -n 2 python tests/distributed/mpi_worker.py collectives|train|die|hang|mismatch
+    mpirun -n 2 python tests/distributed/mpi_worker.py collectives|train|train_jit|die|hang|mismatch
 
-Each scenario prints its findings on rank 0's stdout (``train``: one JSON line of losses) and
-fails with a traceback when a value is wrong. Run with plain ``python``, it is a world of one.
+Each scenario prints its findings on rank 0's stdout (``train``: one JSON line of losses and
+overlap) and fails with a traceback when a value is wrong. Run with plain ``python``, it is a
+world of one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 
 import numpy as np
 
-from fusegrad import Tensor, dtypes, nn
+from fusegrad import Tensor, TinyJit, dtypes, nn
 from fusegrad import distributed as dist
 from fusegrad.nn.state import get_parameters
 
@@ -86,29 +87,47 @@ class MLP:
         return self.l2(self.l1(x).relu())
 
 
-def train(steps: int = 10, batch: int = 8) -> None:
-    """Data-parallel SGD: each rank takes its rows of the same global batch; prints the loss of
-    the whole batch (the mean of the ranks') at each step."""
+def train(steps: int = 10, batch: int = 8, jit: bool = False) -> None:
+    """Data-parallel Adam: each rank takes its rows of the same global batch; prints the loss
+    of the whole batch (the mean of the ranks') at each step, then how the gradient exchange
+    overlapped the backward kernels. With ``jit``, the whole step (forward, backward, exchange,
+    update) is one TinyJit function. Each gradient is a bucket of its own (tiny buckets), so
+    that there are several all-reduces to overlap."""
     rank, size = dist.rank(), dist.world_size()
     Tensor.manual_seed(rank)  # different on each rank: broadcast_parameters makes them equal
     model = MLP()
-    optimizer = dist.DataParallel(nn.optim.Adam(get_parameters(model), lr=0.01))
+    optimizer = dist.DataParallel(nn.optim.Adam(get_parameters(model), lr=0.01), bucket_mb=1e-4)
     rng = np.random.default_rng(0)
     x_all = rng.standard_normal((steps, batch, 8)).astype(np.float32)
     y_all = rng.integers(0, 4, (steps, batch)).astype(np.int32)
     share = batch // size
+
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        optimizer.zero_grad()
+        loss = model(x).sparse_categorical_crossentropy(y)
+        loss.backward()
+        optimizer.step(loss)
+        return loss
+
+    run = TinyJit(step) if jit else step
     losses = []
     with Tensor.train():
-        for step in range(steps):
+        for i in range(steps):
             rows = slice(rank * share, (rank + 1) * share)
-            optimizer.zero_grad()
-            logits = model(Tensor(x_all[step, rows]))
-            loss = logits.sparse_categorical_crossentropy(Tensor(y_all[step, rows]))
-            loss.backward()
-            optimizer.step(loss)
+            loss = run(Tensor(x_all[i, rows]), Tensor(y_all[i, rows]))
             losses.append(dist.all_reduce(loss, "mean").item())
+    if jit:  # where the replayed exchange starts: among the backward kernels, not after them
+        kinds = [type(launch.runner).__name__ for launch in run.launches]
+        sends = [k for k, kind in enumerate(kinds) if kind == "_SendBucket"]
+        finish = kinds.index("_FinishBucket")  # the first wait for an all-reduce
+        between = kinds[sends[0] : finish].count("Runner")  # backward kernels run meanwhile
+        overlap = {"sends": len(sends), "kernels_after_first_send": between}
+    else:
+        last = dist.data_parallel.last_overlap
+        assert last is not None
+        overlap = {"sends": len(last.started_after), "kernels_after_first_send": last.overlapped}
     if rank == 0:
-        print(json.dumps(losses))
+        print(json.dumps({"losses": losses, "overlap": overlap}))
 
 
 def die() -> None:
@@ -149,6 +168,6 @@ def mismatch() -> None:
 
 
 if __name__ == "__main__":
-    {"collectives": collectives, "train": train, "die": die, "hang": hang, "mismatch": mismatch}[
-        sys.argv[1]
-    ]()
+    scenarios = {"collectives": collectives, "train": train, "die": die, "hang": hang}
+    scenarios |= {"mismatch": mismatch, "train_jit": lambda: train(jit=True)}
+    scenarios[sys.argv[1]]()

@@ -37,14 +37,21 @@ def test_collectives_match_numpy_for_every_dtype_and_odd_sizes(deadline):
     assert "checked 140 collectives on 2 ranks" in done.stdout
 
 
-def test_data_parallel_losses_equal_one_process_at_the_same_global_batch():
-    two, _ = run("train")
+@pytest.mark.parametrize("scenario", ["train", "train_jit"])
+def test_data_parallel_losses_equal_one_process_at_the_same_global_batch(scenario):
+    """Eager, and as one TinyJit step (forward, backward, exchange, update) replayed: the
+    losses of 2 ranks equal one process's on the whole batch, and the all-reduces start while
+    backward kernels are still to run (each gradient is a bucket of its own here)."""
+    two, _ = run(scenario)
     one, _ = run("train", ranks=None)
     assert two.returncode == 0 and one.returncode == 0, two.stderr[-3000:] + one.stderr[-3000:]
-    losses_two, losses_one = json.loads(two.stdout), json.loads(one.stdout)
+    found_two, found_one = json.loads(two.stdout), json.loads(one.stdout)
+    losses_two, losses_one = found_two["losses"], found_one["losses"]
     assert len(losses_two) == 10
     np.testing.assert_allclose(losses_two, losses_one, rtol=0, atol=1e-5)
     assert losses_two[0] != losses_two[-1]  # it trained
+    assert found_two["overlap"]["sends"] == 4  # two weights, two biases
+    assert found_two["overlap"]["kernels_after_first_send"] >= 2
 
 
 @pytest.mark.parametrize("how", ["exit", "kill"])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from fusegrad import Device, Tensor
+from fusegrad import Device, Tensor, reset_caches
 from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
 from fusegrad.renderer import Renderer
@@ -21,6 +22,21 @@ def _target(registers: int, vector_bytes: int) -> Renderer:
 
 
 AVX2, AVX512 = _target(16, 32), _target(32, 64)
+
+
+@pytest.fixture
+def avx512_host(monkeypatch):
+    """The CPU device planned as an AVX-512 one, whatever the host: the scheduler's layout pass
+    (panel widths), the loop heuristics and the renderer then all see 32 registers of 64 bytes,
+    as the tests written for that target expect (gcc still builds the kernels for the host: its
+    vectoriser splits 64-byte loops into the host's vectors)."""
+    reset_caches()  # (opens the devices again: patch the renderer after)
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(renderer, "vector_registers", 32)
+    monkeypatch.setattr(renderer, "vector_bytes", 64)
+    yield renderer
+    monkeypatch.undo()
+    reset_caches()
 
 
 def _reduce_ast(t: Tensor):
@@ -166,7 +182,7 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
     np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
-def test_rows_that_alias_keep_the_columns_outside_in_a_first_level_cache_of_many_ways():
+def test_rows_that_alias_keep_the_columns_outside_in_a_first_level_cache_of_many_ways(avx512_host):
     """Rows of 4 KB share cache sets; a 12-way first-level cache (Intel since Ice Lake) holds a
     tile's 8 rows and the panel's lines beside them, so the column panels stay outside (1024²
     measured 1.0-1.5x faster so on a 2-core Emerald Rapids); an 8-way one (Zen 3, Skylake) or
@@ -405,7 +421,7 @@ def test_kernels_of_a_variable_length_loop_per_axis_without_division():
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
-def test_a_tile_summed_over_two_adjacent_axes_runs_them_as_one_loop():
+def test_a_tile_summed_over_two_adjacent_axes_runs_them_as_one_loop(avx512_host):
     """``sum over (batch, time) of x[..., :, None] * dy[..., None, :]``: both axes are one run in
     both operands, so the register tile sums them in one loop (inside two, gcc kept its
     accumulators in memory); merged only when that adds no division."""
@@ -439,7 +455,7 @@ def test_a_kernel_of_several_sums_runs_each_in_lanes():
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
-def test_lanes_reading_every_other_element_run_as_vectors():
+def test_lanes_reading_every_other_element_run_as_vectors(avx512_host):
     """A matrix-vector product whose vector is every other element of an input, through a relu
     (a select): the lanes cannot be unrolled into registers (gcc leaves selects scalar), and a
     load moving by 2 still takes the SIMD hint, not none (scalar: silero-vad's LSTM input)."""

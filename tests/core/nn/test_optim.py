@@ -133,7 +133,9 @@ def test_step_is_one_schedule(monkeypatch):
     calls = []
     real = engine.realize_uops
     monkeypatch.setattr(
-        engine, "realize_uops", lambda roots, devs: calls.append(len(roots)) or real(roots, devs)
+        engine,
+        "realize_uops",
+        lambda roots, devs, ready=None: calls.append(len(roots)) or real(roots, devs, ready),
     )
     _train(lambda p: Adam(p, lr=0.1), steps=1)
     # one realize for all 2 parameters, 2 first moments, 2 second moments and b1**t, b2**t

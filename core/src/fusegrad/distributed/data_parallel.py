@@ -7,25 +7,44 @@ same step, the one a single process would take on the whole batch.
     dist.sync_gradients(params)               # each step, between backward and the update
     optimizer.step()
 
-or ``DataParallel(optimizer)``, whose ``step`` does both. The backward pass is one lazy graph,
-computed in one schedule: the gradients are realized together, then copied to the host in
-buckets (``buckets.py``), each bucket's all-reduce started as soon as it is filled.
+or ``DataParallel(optimizer)``, whose ``step`` does both.
+
+The exchange overlaps the backward pass. ``sync_gradients`` realizes the gradients itself, in
+one plan whose roots are the gradients last layer first (the order backward produces them), so
+the scheduler computes the last layers' gradients early. The gradients go in buckets
+(``buckets.py``, last layer first); as soon as the kernel completing a bucket's last gradient
+has run, the bucket is copied to its host buffer and its non-blocking all-reduce started,
+while the kernels of the earlier layers run on (``realize_as_ready``). Buckets start in the
+plan's order on every rank (MPI needs the same order everywhere), each once it and the ones
+before it are complete. After the last kernel, the requests are waited for and the averaged
+gradients copied back to the device.
+
+Sending and finishing a bucket are launches like a kernel's (``_SendBucket``,
+``_FinishBucket``: they run on handles, as ``realize.CopyRunner`` does), recorded by TinyJit in
+their place among the kernels. So ``sync_gradients`` works inside a jitted step too: a replay
+runs the backward kernels, starts each bucket's all-reduce at the same point, and waits for
+them at the end, without Python between (a replay skips the ranks' agreement check, made
+when the step was captured).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fusegrad.device import Buffer, Device
 from fusegrad.distributed import buckets, comm
 from fusegrad.distributed.collectives import from_host, reduce_dtype, to_host
 from fusegrad.distributed.errors import DistributedError
-from fusegrad.engine import capture
+from fusegrad.engine import capture, realize
 from fusegrad.errors import JitError, UnknownOption
-from fusegrad.tensor import Tensor
+from fusegrad.tensor import Tensor, realize_as_ready
+from fusegrad.tensor.tensor import buffer_uop
 
 if TYPE_CHECKING:
     from fusegrad.nn.optim import Optimizer
@@ -35,9 +54,9 @@ def _not_in_jit(name: str) -> None:
     """TinyJit replays kernels only: an exchange with the other ranks would silently vanish."""
     if capture.active() is not None:
         raise JitError(
-            f"{name} cannot run inside a TinyJit function: a replay runs kernels only, and "
-            "would skip the exchange with the other ranks. Jit the forward and backward pass "
-            f"(returning the gradients), call {name} outside, then jit the optimizer step"
+            f"{name} cannot run inside a TinyJit function: a replay would skip its exchange "
+            f"with the other ranks. Call {name} once, before the jitted training step "
+            "(sync_gradients may run inside it)"
         )
 
 
@@ -72,6 +91,144 @@ def _exchange(
     return filled
 
 
+@dataclass
+class _Bucket:
+    """Gradients exchanged as one buffer: their host copy and the all-reduce in flight."""
+
+    members: list[int]  # positions in the gradient list
+    flat: np.ndarray  # the host buffer, in the dtype the ranks reduce in
+    views: list[np.ndarray]  # each member's part of ``flat``
+    device: str
+    requests: list[Any] = field(default_factory=list)
+    #: kernels the exchange had run when this bucket's all-reduce started (``Overlap``)
+    started_after: int = 0
+
+
+@dataclass
+class Overlap:
+    """How the last ``sync_gradients`` overlapped the backward pass: ``kernels`` it ran in all,
+    and after how many of them each bucket's all-reduce started (in the order started)."""
+
+    kernels: int
+    started_after: list[int]
+
+    @property
+    def overlapped(self) -> int:
+        """The kernels that ran while the first all-reduce was in flight."""
+        return self.kernels - self.started_after[0] if self.started_after else 0
+
+
+#: the last ``sync_gradients``'s overlap (for tests and benchmarks; None before the first)
+last_overlap: Overlap | None = None
+#: seconds spent in the exchange's host steps so far, TinyJit replays included: copies to and
+#: from the host, starting the all-reduces, and waiting for what the kernels did not hide
+exchange_seconds = [0.0]
+
+
+def _copyout(view: np.ndarray, device: str, handle: Any, nbytes: int) -> None:
+    """A buffer's first ``view.nbytes`` bytes into ``view`` (its whole ``nbytes`` copied)."""
+    allocator = Device[device].allocator
+    if not view.nbytes:
+        return
+    if nbytes == view.nbytes:
+        allocator.copyout(view.data.cast("B"), handle)
+        return
+    scratch = np.empty(nbytes, np.uint8)
+    allocator.copyout(scratch.data, handle)
+    view.view(np.uint8)[:] = scratch[: view.nbytes]
+
+
+@dataclass(frozen=True, eq=False)
+class _SendBucket:
+    """Copy a bucket's gradients (``handles``, as computed) to the host and start their
+    all-reduce: launched like a kernel, so that TinyJit replays it among the kernels."""
+
+    bucket: _Bucket
+    exchange: _Exchange
+    nbytes: tuple[int, ...]  # each gradient buffer's size in bytes
+    written: frozenset[int] = frozenset()  # (as ``Runner.written``): it writes no buffer
+    program: Any = None  # not a kernel: never part of a device's batch of launches
+    mem_bytes: int = 0
+
+    def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> None:
+        started, bucket = time.perf_counter(), self.bucket
+        for view, handle, nbytes in zip(bucket.views, handles, self.nbytes):
+            _copyout(view, bucket.device, handle, nbytes)
+        bucket.requests = _start_sum(bucket.flat)
+        bucket.started_after = realize.GlobalCounters.kernel_count - self.exchange.first_kernel
+        comm.progress([r for b in self.exchange.buckets for r in b.requests])
+        exchange_seconds[0] += time.perf_counter() - started
+
+    def profiled(self, active: Any, handles: list[Any], vals: tuple[int, ...] = ()) -> float:
+        started = time.perf_counter()
+        self(handles)
+        return time.perf_counter() - started
+
+    def vals(self, values: dict) -> tuple[int, ...]:
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class _FinishBucket:
+    """Wait for a bucket's all-reduce and copy the result (divided by the number of ranks for
+    a mean) into the first ``len(members)`` handles; the rest are the gradients it was sent
+    from, read by no one here but making TinyJit see that it depends on them."""
+
+    bucket: _Bucket
+    mean: bool
+    written: frozenset[int]
+    program: Any = None
+    mem_bytes: int = 0
+
+    def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> None:
+        started, bucket = time.perf_counter(), self.bucket
+        comm.wait(bucket.requests, "sync_gradients", bucket.flat)
+        if self.mean:
+            bucket.flat /= comm.init().size
+        allocator = Device[bucket.device].allocator
+        for view, handle in zip(bucket.views, handles):
+            if view.nbytes:
+                allocator.copyin(handle, view.data.cast("B"))
+        exchange_seconds[0] += time.perf_counter() - started
+
+    def profiled(self, active: Any, handles: list[Any], vals: tuple[int, ...] = ()) -> float:
+        started = time.perf_counter()
+        self(handles)
+        return time.perf_counter() - started
+
+    def vals(self, values: dict) -> tuple[int, ...]:
+        return ()
+
+
+@dataclass
+class _Exchange:
+    """One ``sync_gradients``: its buckets in the order they start, and the gradients' buffers
+    as they are computed."""
+
+    buckets: list[_Bucket]
+    first_kernel: int
+    computed: dict[int, Buffer] = field(default_factory=dict)
+    started: int = 0  # how many buckets have started
+
+    def ready(self, i: int, buffer: Buffer) -> None:
+        """Gradient ``i`` is computed: start every bucket, in order, whose gradients all are."""
+        self.computed[i] = buffer
+        while self.started < len(self.buckets):
+            bucket = self.buckets[self.started]
+            if any(m not in self.computed for m in bucket.members):
+                return
+            sources = [self.computed[m] for m in bucket.members]
+            _launch(_SendBucket(bucket, self, tuple(b.nbytes for b in sources)), sources)
+            self.started += 1
+
+
+def _launch(runner: Any, buffers: list[Buffer]) -> None:
+    """Run a host step on ``buffers`` now, and record it where TinyJit is capturing."""
+    runner([b.handle for b in buffers])
+    if (recording := capture.active()) is not None:
+        recording.launched(runner, buffers)
+
+
 def sync_gradients(
     params: Sequence[Tensor],
     *also: Tensor,
@@ -82,9 +239,10 @@ def sync_gradients(
 
     ``also``: tensors of the same step to realize with the gradients (the loss, a metric), so
     the forward pass runs once. Gradients go in buckets of up to ``bucket_mb`` MB, one
-    all-reduce each.
+    all-reduce each, started while the backward kernels of earlier layers still run (module
+    docstring). Works inside TinyJit: a replay exchanges as the captured call did.
     """
-    _not_in_jit("sync_gradients")
+    global last_overlap
     params = list(params)
     missing = [i for i, p in enumerate(params) if p.grad is None]
     if missing:
@@ -96,19 +254,39 @@ def sync_gradients(
         raise UnknownOption(f"sync_gradients takes op='mean' or op='sum', got {op!r}")
     grads: list[Tensor] = [p.grad for p in params]  # type: ignore[misc]
     wires = [reduce_dtype(g.dtype, op) for g in grads]
-    sent = [g if w == g.dtype else g.cast(w) for g, w in zip(grads, wires)]
-    Tensor.realize(*also, *sent)
     comm.agree("sync_gradients", f"op={op} [{_signature(grads)}]")
-    sizes = [prod(g.shape) * w.itemsize for g, w in zip(grads, wires)]
-    plan = buckets.plan_buckets(sizes, wires, int(bucket_mb * 2**20))
-    filled = _exchange(plan, lambda i: to_host(sent[i]), _start_sum, "sync_gradients")
-    size = comm.init().size
-    for members, flat in filled:
-        if op == "mean":
-            flat /= size
-        for i, values in zip(members, buckets.unflatten(flat, [grads[i].shape for i in members])):
-            out = from_host(values, grads[i].device, wires[i])
-            params[i].grad = out if wires[i] == grads[i].dtype else out.cast(grads[i].dtype)
+    order = list(reversed(range(len(grads))))  # last layer first: as backward computes them
+    sent = [g if w == g.dtype else g.cast(w) for g, w in zip(grads, wires)]
+    sizes = [prod(grads[i].shape) * wires[i].itemsize for i in order]
+    kinds = [(wires[i], grads[i].device) for i in order]  # a bucket: one dtype, one device
+    plan = buckets.plan_buckets(sizes, kinds, int(bucket_mb * 2**20))
+    filled = []
+    for members in plan:
+        members = [order[k] for k in members]
+        flat = np.empty(sum(prod(grads[i].shape) for i in members), wires[members[0]].np)
+        views = buckets.unflatten(flat, [(prod(grads[i].shape),) for i in members])
+        filled.append(_Bucket(members, flat, views, grads[members[0]].device))
+    exchange = _Exchange(filled, realize.GlobalCounters.kernel_count)
+    skip = len(also)
+
+    def ready(root: int, buffer: Buffer) -> None:
+        if root >= skip:
+            exchange.ready(order[root - skip], buffer)
+
+    realize_as_ready([*also, *(sent[i] for i in order)], ready)
+    for bucket in filled:
+        outs = [Buffer(bucket.device, prod(grads[i].shape), wires[i]) for i in bucket.members]
+        sources = [exchange.computed[i] for i in bucket.members]
+        written = frozenset(range(len(outs)))
+        _launch(_FinishBucket(bucket, op == "mean", written), outs + sources)
+        for i, buffer in zip(bucket.members, outs):
+            buffer.version += 1
+            got = Tensor._wrap(buffer_uop(buffer, grads[i].shape), grads[i].device)
+            params[i].grad = got if wires[i] == grads[i].dtype else got.cast(grads[i].dtype)
+    last_overlap = Overlap(
+        realize.GlobalCounters.kernel_count - exchange.first_kernel,
+        [b.started_after for b in filled],
+    )
     return [p.grad for p in params]  # type: ignore[misc]
 
 

@@ -11,6 +11,7 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -304,11 +305,34 @@ def _submit(batch: list[tuple[tuple[UOp, str], KernelSource]], device: str, bar:
         _compiling[key] = (job, index)
 
 
+#: told which roots of a plan are computed (their indexes, and the plan's buffers), as soon as
+#: the last step writing them has run: ``realize_uops(..., ready=...)``
+Ready = Callable[[list[int], list[Buffer]], None]
+
+
+def finished_after(plan: Plan) -> dict[int, list[int]]:
+    """Step index -> the roots whose last write is that step (-1: roots no step writes, such as
+    an input returned as it is)."""
+    last: dict[int, int] = {}
+    for i, step in enumerate(plan.steps):
+        written = step.slots[: step.writes] if isinstance(step, KernelStep) else (step.dest,)
+        for slot in written:
+            last[slot] = i
+    after: dict[int, list[int]] = {}
+    for root, slot in enumerate(plan.outputs):
+        after.setdefault(last.get(slot, -1), []).append(root)
+    return after
+
+
 def run_plan(
-    plan: Plan, inputs: list[Buffer], values: dict[UOp, int] | None = None
+    plan: Plan,
+    inputs: list[Buffer],
+    values: dict[UOp, int] | None = None,
+    ready: Ready | None = None,
 ) -> list[Buffer]:
     """Execute ``plan`` with ``inputs`` bound to its first slots and its variables to ``values``;
-    return every slot's buffer."""
+    return every slot's buffer. ``ready``: called with the roots each step completes, right
+    after that step (so that their results can be used while later steps run)."""
     pieces: dict[int, Buffer] = {}
     for piece, (size, dtype, dev) in zip(plan.memory, plan.new_slots):
         if piece not in pieces:
@@ -319,8 +343,11 @@ def run_plan(
         plan.compiled = True
     active = profiler.ACTIVE  # one check per plan; per kernel only while profiling
     timing, listeners, recording = Context.DEBUG >= 2, _has_run_listeners(), capture.active()
+    finished = finished_after(plan) if ready is not None else {}
+    if -1 in finished:
+        ready(finished[-1], buffers)  # type: ignore[misc]
     start = time.perf_counter()
-    for step in plan.steps:
+    for index, step in enumerate(plan.steps):
         if type(step) is KernelStep:
             if step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
@@ -345,6 +372,8 @@ def run_plan(
                 )
         elif isinstance(step, CopyStep):
             copy_buffer(buffers[step.dest], buffers[step.source])
+        if index in finished:
+            ready(finished[index], buffers)  # type: ignore[misc]
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
         GlobalCounters.time_sum_s += elapsed
@@ -534,12 +563,21 @@ def run_on_devices(planned: dict[str, Planned]) -> dict[str, list[Buffer]]:
 _device_pool: list[tuple[ThreadPoolExecutor, int]] = []
 
 
-def realize_uops(roots: list[UOp], devices: list[str]) -> list[Buffer]:
-    """Compute ``roots`` (tensor-graph nodes on ``devices``); return one 1-d buffer for each."""
+def realize_uops(roots: list[UOp], devices: list[str], ready: Ready | None = None) -> list[Buffer]:
+    """Compute ``roots`` (tensor-graph nodes on ``devices``); return one 1-d buffer for each.
+    ``ready(indexes, buffers)``: see ``run_plan`` (``buffers[plan.outputs[i]]`` is root ``i``'s:
+    the callback is given them as ``[buffer of each index]``)."""
     if (active := profiler.ACTIVE) is not None:
         with active.timed("schedule", "schedule", "schedule", {"roots": len(roots)}):
             plan, inputs, values = _plan(roots, devices)
     else:
         plan, inputs, values = _plan(roots, devices)
-    buffers = run_plan(plan, inputs, values)
+    told = None
+    if ready is not None:
+        outputs = plan.outputs
+
+        def told(indexes: list[int], buffers: list[Buffer]) -> None:
+            ready(indexes, [buffers[outputs[i]] for i in indexes])
+
+    buffers = run_plan(plan, inputs, values, told)
     return [buffers[s] for s in plan.outputs]

@@ -2,6 +2,6 @@
 beside it (``movement``, ``math_ops``, ``nn_ops``, ...), each one importing nothing above it."""
 
 from fusegrad.tensor.movement import broadcast_shapes
-from fusegrad.tensor.tensor import Tensor, buffer_of
+from fusegrad.tensor.tensor import Tensor, buffer_of, realize_as_ready
 
-__all__ = ["Tensor", "broadcast_shapes", "buffer_of"]
+__all__ = ["Tensor", "broadcast_shapes", "buffer_of", "realize_as_ready"]

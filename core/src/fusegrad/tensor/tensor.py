@@ -9,7 +9,7 @@ never copy; they stay in the graph and become index arithmetic when a kernel is 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 import numpy as np
@@ -209,19 +209,7 @@ class Tensor(
                 _realize_placed(placed)
                 todo = [t for t in todo if not _is_placed(t)]
         if todo:
-            buffers = engine.realize_uops(
-                [_unreshaped(t.uop) for t in todo], [t.device for t in todo]
-            )
-            for t, buf in zip(todo, buffers):
-                # a tensor that requires grad is a target of backward(), never expanded: keeping
-                # its graph (a weight update's, built on the last step's buffers) would keep
-                # every step's graph alive
-                keep_graph = bool(_GRAD_TENSORS) and t.requires_grad is not True
-                if keep_graph and t._graph is None:
-                    t._graph = t.uop  # backward() differentiates the graph, not the buffer
-                t.uop = buffer_uop(buf, t.shape)
-                if keep_graph:
-                    REALIZED[t.uop] = t._graph  # graphs built on t later still reach its inputs
+            _realize_plain(todo)
         return self
 
     def contiguous(self) -> Tensor:
@@ -1112,6 +1100,54 @@ def _is_buffer(u: UOp) -> bool:
 def _is_multi_view(u: UOp) -> bool:
     """Whether ``u`` is a realized sharded tensor: pieces that are views of buffers."""
     return u.op is Ops.MULTI and all(_is_view(s) for s in u.src)
+
+
+def _realize_plain(todo: list[Tensor], ready: engine.Ready | None = None) -> None:
+    """Realize ``todo`` (tensors on one device each, none a view) in one plan; ``ready``: as
+    ``engine.realize_uops``'s, with indexes into ``todo``."""
+    roots, devices = [_unreshaped(t.uop) for t in todo], [t.device for t in todo]
+    buffers = engine.realize_uops(roots, devices, ready)
+    for t, buf in zip(todo, buffers):
+        # a tensor that requires grad is a target of backward(), never expanded: keeping its
+        # graph (a weight update's, built on the last step's buffers) would keep every step's
+        # graph alive
+        keep_graph = bool(_GRAD_TENSORS) and t.requires_grad is not True
+        if keep_graph and t._graph is None:
+            t._graph = t.uop  # backward() differentiates the graph, not the buffer
+        t.uop = buffer_uop(buf, t.shape)
+        if keep_graph:
+            REALIZED[t.uop] = t._graph  # graphs built on t later still reach its inputs
+
+
+def realize_as_ready(tensors: Sequence[Tensor], ready: Callable[[int, Buffer], None]) -> None:
+    """Realize ``tensors`` in one plan, calling ``ready(i, buffer)`` for each as soon as the
+    kernel that completes ``tensors[i]`` has run, before the kernels after it: so that work on
+    a result (sending a gradient to the other processes) overlaps computing the rest.
+
+    ``buffer`` holds the tensor's values in order (its first ``numel`` elements). Each tensor is
+    on one device (not sharded over several: realize those first); one already in a buffer of
+    its own is ready at once; another view of a buffer is copied out in order first.
+    """
+    todo: list[Tensor] = []
+    index: list[int] = []  # todo's position in ``tensors``
+    for i, t in enumerate(tensors):
+        if _SHARDED[0] and (_is_placed(t) or _is_multi_view(t.uop)):
+            raise InvalidArgument(
+                "realize_as_ready takes tensors of one device each; this one is sharded over "
+                f"several ({t.device}): realize it first, or move it with .to(device)"
+            )
+        if (buf := buffer_of(t.uop)) is not None:
+            ready(i, buf)
+            continue
+        todo.append(t if not _is_view(t.uop) else t.contiguous())
+        index.append(i)
+
+    def computed(done: list[int], bufs: list[Buffer]) -> None:
+        for j, buf in zip(done, bufs):
+            ready(index[j], buf)
+
+    if todo:
+        _realize_plain(todo, computed)
 
 
 def _is_view(u: UOp) -> bool:
