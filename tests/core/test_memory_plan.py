@@ -88,3 +88,23 @@ def test_released_pool_memory_goes_back_to_the_allocator():
         del allocator.free
     again = Tensor(np.arange(12345, dtype=np.float32), device="CPU") * 2
     np.testing.assert_array_equal(again.numpy(), np.arange(12345, dtype=np.float32) * 2)
+
+
+def test_small_outputs_of_steps_reading_only_inputs_keep_their_memory():
+    """A step reading only the plan's inputs (a weight's layout copy) keeps a small output in
+    memory of its own, so that TinyJit can skip it (tests/nn/onnx/test_runner.py); a large one
+    (a language model's dequantized panel) shares memory, as any slot does."""
+    from fusegrad.dtype import dtypes
+    from fusegrad.schedule.kernelize import PRIVATE_BYTES, KernelStep, plan_memory
+
+    for size, shared in ((1024, False), (PRIVATE_BYTES // 4 + 1, True)):
+        steps = [
+            KernelStep(None, (3, 0), "CPU"),  # copy of weight 0 (a leaf)
+            KernelStep(None, (4, 1, 3), "CPU"),  # uses it with input 1
+            KernelStep(None, (5, 2), "CPU"),  # copy of weight 2: slot 3 is dead by now
+            KernelStep(None, (6, 4, 5), "CPU"),
+        ]
+        slot = (size, dtypes.float32, "CPU")
+        memory = plan_memory(steps, [slot] * 4, 3, {6})
+        assert (memory[5 - 3] == memory[3 - 3]) == shared, size
+        assert memory[5 - 3] != memory[4 - 3]  # (read by the step after it: never shared)

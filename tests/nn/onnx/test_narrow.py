@@ -139,7 +139,7 @@ def test_int4_initializer_is_never_widened() -> None:
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.5), "s")]
     node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"])
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [15])
-    runner = OnnxRunner(model([node], [], [out], inits))
+    runner = OnnxRunner(model([node], [], [out], inits), lazy=True)
     y = runner({})["y"]
     stored = runner._weights["w"]
     assert isinstance(stored, Packed) and stored.shape == (15,)
@@ -170,7 +170,7 @@ def test_packed_input_to_packed_output(given: str) -> None:
         [helper.make_tensor_value_info("x", INT4, [3, 5])],
         [helper.make_tensor_value_info("y", INT4, [5, 3])],
     )
-    y = OnnxRunner(graph, packed_outputs=True)({"x": value})["y"]
+    y = OnnxRunner(graph, packed_outputs=True, lazy=True)({"x": value})["y"]
     assert isinstance(y, Packed) and y.shape == (5, 3)
     assert len(y.data.schedule()) == 1  # unpack, transpose and pack in one kernel
     y.realize()
@@ -235,7 +235,7 @@ def test_quantize_to_int4_packs_in_the_kernel(elem_type: int) -> None:
         [helper.make_tensor_value_info("y", elem_type, [3, 8])],
         inits,
     )
-    y = OnnxRunner(graph, packed_outputs=True)({"x": x})["y"]
+    y = OnnxRunner(graph, packed_outputs=True, lazy=True)({"x": x})["y"]
     assert len(y.data.schedule()) == 1
     assert buffer_of(y.realize().data.uop).nbytes == 12
     want = ReferenceEvaluator(graph).run(None, {"x": x})[0]

@@ -219,3 +219,70 @@ def test_the_command_without_the_onnx_package_says_how_to_install_it():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1
     assert "pip install 'fusegrad[onnx]'" in done.stderr
+
+
+def test_outputs_that_share_work_are_computed_once():
+    """Two outputs of one MatMul (silero-vad's output and state): the runner realizes them in
+    one plan, so reading both runs the MatMul once (its operations counted); a ``lazy``
+    runner's outputs read one by one run it twice."""
+    from fusegrad import GlobalCounters, Tensor
+    from fusegrad.tensor import buffer_of
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "x"], ["m"]),
+        helper.make_node("Relu", ["m"], ["a"]),
+        helper.make_node("Neg", ["m"], ["b"]),
+    ]
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [16, 16]) for n in "xab"]
+    graph = helper.make_graph(nodes, "g", spec[:1], spec[1:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    counts = []
+    for lazy in (False, True):
+        runner = OnnxRunner(model, lazy=lazy)
+        runner({"x": x})  # (compiles)
+        before = GlobalCounters.global_ops
+        out = runner({"x": Tensor(x)})
+        assert all(buffer_of(t.uop) is not None for t in out.values()) != lazy
+        np.testing.assert_allclose(out["a"].numpy(), np.maximum(x @ x, 0), rtol=1e-5)
+        np.testing.assert_allclose(out["b"].numpy(), -(x @ x), rtol=1e-5)
+        counts.append(GlobalCounters.global_ops - before)
+    assert counts[0] < 1.2 * 2 * 16**3 < 2 * 2 * 16**3 <= counts[1]  # the MatMul once / twice
+
+
+def test_weight_layout_copies_are_skipped_by_tinyjit_replays():
+    """Two Conv layers: the layout pass copies each weight with its output channels innermost.
+    Each copy keeps its own memory (schedule/kernelize.py ``plan_memory``), so a TinyJit replay
+    skips both (silero-vad ran its weights' copies at every call: 10-30% of its time)."""
+    from onnx import numpy_helper
+
+    from fusegrad import Tensor, TinyJit
+
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.standard_normal((64, 64, 3)).astype(np.float32) for _ in range(2))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1]),
+    ]
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64, 32]) for n in "xy"]
+    graph = helper.make_graph(nodes, "g", spec[:1], spec[1:], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    runner = OnnxRunner(model)
+    jitted = TinyJit(lambda x: runner({"x": x})["y"])
+    for _ in range(4):
+        x = rng.standard_normal((1, 64, 32)).astype(np.float32)
+        pad = np.pad(np.maximum(_conv1d(np.pad(x[0], ((0, 0), (1, 1))), w1), 0), ((0, 0), (1, 1)))
+        np.testing.assert_allclose(
+            jitted(Tensor(x)).numpy()[0], _conv1d(pad, w2), rtol=1e-4, atol=1e-4
+        )
+    skipped = [launch for launch in jitted.launches if launch.constant]
+    assert len(skipped) == 2
+
+
+def _conv1d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(C_in, L + k - 1) with (C_out, C_in, k) -> (C_out, L), no padding."""
+    k = w.shape[2]
+    windows = np.stack([x[:, i : i + x.shape[1] - k + 1] for i in range(k)], axis=-1)
+    return np.einsum("clk,ock->ol", windows, w)

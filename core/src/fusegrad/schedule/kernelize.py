@@ -622,6 +622,12 @@ def _slots_of(step: KernelStep | CopyStep) -> tuple[tuple[int, ...], tuple[int, 
     return step.slots[: step.writes], step.slots[step.writes :]
 
 
+#: a step reading only the plan's inputs keeps an output this small in memory of its own
+#: (``plan_memory``): larger ones, such as a language model's dequantized weight panels (one
+#: per matrix, 0.4-9 MB each), share memory as other slots do
+PRIVATE_BYTES = 256 << 10
+
+
 def plan_memory(
     steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: int, outputs: set[int]
 ) -> list[int]:
@@ -629,6 +635,10 @@ def plan_memory(
 
     A step's output never shares memory with a slot that step reads. Outputs are never reused:
     they are what realize returns. An empty slot, which no step writes, has a piece of its own.
+    So has the small output of a step that reads only the plan's inputs (a weight's layout
+    copy, ``private``): under TinyJit such a step, reading weights, computes the same at every
+    call and is skipped when its output is its own (jit.py ``_constant_launches``); sharing
+    that memory with another slot made silero-vad run its weights' copies at every call.
     """
     last_read: dict[int, int] = {}
     for i, step in enumerate(steps):
@@ -637,17 +647,23 @@ def plan_memory(
     memory: list[int] = [-1] * len(new_slots)
     free: dict[tuple, list[int]] = {}
     pieces = 0
+    private: set[int] = set()
     for i, step in enumerate(steps):
         writes, read = _slots_of(step)
+        leaf = all(slot < n_inputs for slot in read)
         for written in writes:
             if written < n_inputs:  # an in-place write into an input's buffer
                 continue
             key = new_slots[written - n_inputs]
-            if (pool := free.get(key)) and written not in outputs:
+            if leaf and isinstance(key[0], int) and key[0] * key[1].itemsize <= PRIVATE_BYTES:
+                private.add(written)
+            if (pool := free.get(key)) and written not in outputs and written not in private:
                 memory[written - n_inputs] = pool.pop()
             else:
                 memory[written - n_inputs], pieces = pieces, pieces + 1
         for slot in set(read):
+            if slot in private:
+                continue
             if slot >= n_inputs and slot not in outputs and last_read.get(slot) == i:
                 free.setdefault(new_slots[slot - n_inputs], []).append(memory[slot - n_inputs])
     for slot, piece in enumerate(memory):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections import ChainMap
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -244,11 +244,15 @@ class OnnxRunner:
         model: str | os.PathLike | bytes | onnx.ModelProto,
         device: str | None = None,
         packed_outputs: bool = False,
+        lazy: bool = False,
     ):
         self.model = load_model(model)
         #: an output of a sub-byte type (int4, uint4, float4e2m1, int2, uint2) is ``Packed``
         #: (its bytes packed on the device) rather than a uint8 Tensor of codes
         self.packed_outputs = packed_outputs
+        #: return the outputs unrealized, so that what is done with them next fuses into the
+        #: model's last kernels (realize them together: see ``__call__``)
+        self.lazy = lazy
         if self.model.functions:
             self.model = inliner.inline_local_functions(self.model)
         self.opsets = {
@@ -269,8 +273,13 @@ class OnnxRunner:
         return self.graph.outputs
 
     def __call__(self, inputs: Mapping[str, Any] | None = None, **more: Any) -> dict[str, Value]:
-        """Build the outputs' lazy graph for ``inputs`` (name -> numpy array, Tensor, list or
-        None); return name -> Tensor (list for a sequence, None for an empty optional)."""
+        """Compute the outputs for ``inputs`` (name -> numpy array, Tensor, list or None);
+        return name -> Tensor (list for a sequence, None for an empty optional).
+
+        The whole graph is one lazy fusegrad graph, its outputs realized together in one plan
+        (unless the runner is ``lazy``): realized one by one (``out["a"].numpy()``, then
+        ``out["b"].numpy()``), the second would compute again all it shares with the first
+        (silero-vad's output and state: the whole model twice)."""
         given = {**(inputs or {}), **more}
         previous = Device.DEFAULT
         Device.DEFAULT = self.device  # the tensors ops create (constants, ranges) go there too
@@ -281,6 +290,8 @@ class OnnxRunner:
             Device.DEFAULT = previous
         if self.packed_outputs:
             outs = [_packed_output(o, v) for o, v in zip(self.graph.outputs, outs)]
+        if not self.lazy and (computed := list(_tensors_in(outs))):
+            computed[0].realize(*computed[1:])
         return dict(zip([o.name for o in self.graph.outputs], outs))
 
     def _bind_inputs(self, given: dict[str, Any]) -> tuple[dict[str, Value], dict[str, np.ndarray]]:
@@ -385,6 +396,17 @@ def _subgraph_runner(
         return run_graph(graph, inner, inner_known)
 
     return run_subgraph
+
+
+def _tensors_in(values: list[Value]) -> Iterator[Tensor]:
+    """The Tensors holding ``values`` (a Packed value's bytes; a sequence's items)."""
+    for value in values:
+        if isinstance(value, Tensor):
+            yield value
+        elif isinstance(value, onnx_dtypes.Packed):
+            yield value.data
+        elif isinstance(value, list):
+            yield from _tensors_in(value)
 
 
 def _packed_output(spec: ValueSpec, value: Value) -> Value:
