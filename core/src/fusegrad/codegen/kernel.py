@@ -17,6 +17,7 @@ from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts, symbolic_opts
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
+from fusegrad.codegen.split import split_index_sets
 from fusegrad.codegen.staged import linearize_staged, lower_staged
 from fusegrad.codegen.tensorcore import (
     TensorCores,
@@ -107,6 +108,7 @@ _DEFAULT = object()
 ROOMY_REGISTERS = 32
 #: the titles of generate's rewriting stages in DEBUG=4's output (docs/architecture.md shows them)
 SIMPLIFICATION = "symbolic simplification (kernel rules)"
+SPLITTING = "index-set splitting (an innermost loop cut at the constants it is tested against)"
 DECOMPOSITION = "decomposition (for what the renderer lacks)"
 PROGRAM_RULES = "program rules (plugins)"
 
@@ -151,6 +153,10 @@ def generate(
     _debug_stage("lowered", graph)
     check(graph, LOWERED)
     graph = _rewrite_stage(SIMPLIFICATION, lambda g: graph_rewrite(g, rules.kernel), graph)
+    # (a stage of its own, listed by DEBUG=4 and VIZ, only for a kernel it changes)
+    split = graph if grid else split_index_sets(graph, lambda g: graph_rewrite(g, rules.kernel))
+    if split is not graph:
+        graph = _rewrite_stage(SPLITTING, lambda _: split, graph)
     graph = _rewrite_stage(DECOMPOSITION, lambda g: decompose(g, renderer), graph)
     if (program_rules := rules.program) is not None:
         graph = _rewrite_stage(PROGRAM_RULES, lambda g: graph_rewrite(g, program_rules), graph)

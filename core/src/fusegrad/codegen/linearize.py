@@ -8,15 +8,17 @@ accumulator (an array of them when it is upcast)::
 
     acc[u] = identity;  for r: for u: acc[u] = acc[u] <op> value(r, u);  ... for u: use acc[u]
 
-The copies of the upcast loops are new loops, numbered after the kernel's own. Last, each loop
-gets its compiler hint (codegen/hints.py).
+The copies of the upcast loops are new loops, numbered after the kernel's own. An elementwise
+kernel whose innermost loop was split into stretches (codegen/split.py) has *sibling* loops,
+which no store is inside all of: they run one after the other inside the loops around them.
+Last, each loop gets its compiler hint (codegen/hints.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from fusegrad.codegen.hints import hint_loops
+from fusegrad.codegen.hints import hint_loops, reads_consecutively
 from fusegrad.codegen.online_loop import online_groups, place_online_group
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind
@@ -122,6 +124,12 @@ class Linearizer:
         self.place([UOp(Ops.END, src=(r,)) for r in reversed(loops)])
 
     def linearize(self) -> list[UOp]:
+        stores = list(self.sink.src)
+        siblings = [r for r in self.outer if not all(r in self.used[s] for s in stores)]
+        if siblings and not self.reduces:
+            groups = self.sibling_groups(siblings)
+            if groups is not None:
+                return self.linearize_siblings(groups)
         before = [
             u for u in self.order if u not in self.after and not (self.used[u] & set(self.upcast))
         ]
@@ -144,6 +152,43 @@ class Linearizer:
             results[self.reduces[number]] = self.place_reduce(red, number)
         self.place_rest(results)
         self.close(self.outer)
+        return self.program
+
+    def sibling_groups(self, siblings: list[UOp]) -> list[list[UOp]] | None:
+        """Each sibling loop with the tile loops inside it (a split kernel's stretches each have
+        their own copy, codegen/split.py); None when a node needs two groups' loops."""
+        nodes = [u for u in self.order if u.op is not Ops.SINK]  # (the sink needs every loop)
+        groups = [
+            [loop, *(r for r in self.upcast if any({loop, r} <= self.used[u] for u in nodes))]
+            for loop in siblings
+        ]
+        claimed = [set(group) for group in groups]
+        every = set().union(*claimed)
+        if sum(len(c) for c in claimed) != len(every) or not set(self.upcast) <= every:
+            return None  # (a tile loop in two groups, or in none)
+        if any(sum(bool(self.used[u] & c) for c in claimed) > 1 for u in nodes):
+            return None
+        return groups
+
+    def linearize_siblings(self, groups: list[list[UOp]]) -> list[UOp]:
+        """A kernel whose innermost loop was split into stretches (codegen/split.py: no
+        reductions): the loops every store is inside, then each stretch's loop (and its tile
+        loops) in turn inside them, opened and closed on its own."""
+        inner = {r for group in groups for r in group}
+        common = [r for r in self.outer if r not in inner]
+        nodes = [u for u in self.order if u.op not in _STRUCTURE]
+        self.place_nested(common, set(), [u for u in nodes if not self.used[u] & inner], self.used)
+        for group in groups:
+            mine = set(group)
+            stretch, tile = group[0], group[1:]
+            body = [u for u in nodes if stretch in self.used[u]]
+            if tile and reads_consecutively(stretch, body):  # (a stretch copied in order)
+                group = [*tile, stretch]  # innermost: as vectors along the stretch
+            self.place_nested(
+                group, set(common), [u for u in nodes if self.used[u] & mine], self.used
+            )
+            self.close(group)
+        self.close(common)
         return self.program
 
     def place_reduce(self, red: UOp, number: int) -> Callable[[dict[UOp, UOp]], UOp]:

@@ -308,6 +308,16 @@ def fold_compare(x: UOp, c: UOp) -> UOp | None:
     return None
 
 
+def fold_max(x: UOp, c: UOp) -> UOp | None:
+    """max(x, c) is x or c when the bounds of x lie on one side of c (a clamp that cannot
+    bite: a pad's source index inside the stretch that reads it, codegen/split.py)."""
+    if x.vmin >= c.arg:
+        return x
+    if x.vmax <= c.arg:
+        return UOp.const(x.dtype, c.arg)
+    return None
+
+
 _int = tuple(d for d in dtypes.all() if d.is_int)
 _ix = UPat.var("x", dtype=_int)
 
@@ -339,6 +349,8 @@ SIMPLIFY = PatternMatcher(
         ((_ix // UPat.cvar("c")) * UPat.cvar("c") + UPat.var("y"), recombine_divmod),
         (UPat(Ops.ADD, dtype=_int, name="x"), recombine_in_sum),
         (UPat(Ops.CMPLT, src=(_ix, UPat.cvar("c"))), fold_compare),  # decided by bounds
+        (UPat(Ops.MAX, src=(_ix, UPat.cvar("c"))), fold_max),  # decided by bounds
+        (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(_ix,)),)), lambda x: x),  # -(-x) -> x (ints)
         (
             UPat(Ops.WHERE, src=(UPat.const(True), UPat.var("a"), UPat.var())),
             lambda a: a,
