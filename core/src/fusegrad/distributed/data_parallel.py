@@ -138,8 +138,29 @@ def _copyout(view: np.ndarray, device: str, handle: Any, nbytes: int) -> None:
     view.view(np.uint8)[:] = scratch[: view.nbytes]
 
 
+class _HostStep:
+    """A step on the host that TinyJit records and replays among the kernels, launched on
+    handles as a kernel's ``Runner`` is (as ``realize.CopyRunner``)."""
+
+    program: Any = None  # not a kernel: never part of a device's batch of launches
+    mem_bytes = 0  # (kernels' memory traffic only)
+
+    def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> None:
+        raise NotImplementedError
+
+    def profiled(self, active: Any, handles: list[Any], vals: tuple[int, ...] = ()) -> float:
+        """Run (a profile shows host steps as the time between kernels)."""
+        started = time.perf_counter()
+        self(handles)
+        return time.perf_counter() - started
+
+    def vals(self, values: dict) -> tuple[int, ...]:
+        """A host step takes no variables."""
+        return ()
+
+
 @dataclass(frozen=True, eq=False)
-class _SendBucket:
+class _SendBucket(_HostStep):
     """Copy a bucket's gradients (``handles``, as computed) to the host and start their
     all-reduce: launched like a kernel, so that TinyJit replays it among the kernels."""
 
@@ -147,8 +168,6 @@ class _SendBucket:
     exchange: _Exchange
     nbytes: tuple[int, ...]  # each gradient buffer's size in bytes
     written: frozenset[int] = frozenset()  # (as ``Runner.written``): it writes no buffer
-    program: Any = None  # not a kernel: never part of a device's batch of launches
-    mem_bytes: int = 0
 
     def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> None:
         started, bucket = time.perf_counter(), self.bucket
@@ -159,17 +178,9 @@ class _SendBucket:
         comm.progress([r for b in self.exchange.buckets for r in b.requests])
         exchange_seconds[0] += time.perf_counter() - started
 
-    def profiled(self, active: Any, handles: list[Any], vals: tuple[int, ...] = ()) -> float:
-        started = time.perf_counter()
-        self(handles)
-        return time.perf_counter() - started
-
-    def vals(self, values: dict) -> tuple[int, ...]:
-        return ()
-
 
 @dataclass(frozen=True, eq=False)
-class _FinishBucket:
+class _FinishBucket(_HostStep):
     """Wait for a bucket's all-reduce and copy the result (divided by the number of ranks for
     a mean) into the first ``len(members)`` handles; the rest are the gradients it was sent
     from, read by no one here but making TinyJit see that it depends on them."""
@@ -177,8 +188,6 @@ class _FinishBucket:
     bucket: _Bucket
     mean: bool
     written: frozenset[int]
-    program: Any = None
-    mem_bytes: int = 0
 
     def __call__(self, handles: list[Any], wait: bool = False, vals: tuple[int, ...] = ()) -> None:
         started, bucket = time.perf_counter(), self.bucket
@@ -190,14 +199,6 @@ class _FinishBucket:
             if view.nbytes:
                 allocator.copyin(handle, view.data.cast("B"))
         exchange_seconds[0] += time.perf_counter() - started
-
-    def profiled(self, active: Any, handles: list[Any], vals: tuple[int, ...] = ()) -> float:
-        started = time.perf_counter()
-        self(handles)
-        return time.perf_counter() - started
-
-    def vals(self, values: dict) -> tuple[int, ...]:
-        return ()
 
 
 @dataclass
