@@ -22,7 +22,7 @@ The linearizer places such loops one after the other inside the loops around the
 with a loop per axis) are split, at up to ``MAX_CUTS`` constants, and only when a stretch of at
 least ``MIN_STRETCH`` trips is left to run as vectors. A kernel reading an input transposed has
 a short tile loop inside (``opt._transpose_tile``): each stretch gets a copy of it (GPT's
-concatenation of the q, k and v gradients, written transposed).
+concatenation of the q, k and v gradients, two of them read transposed).
 """
 
 from __future__ import annotations
