@@ -163,11 +163,10 @@ class Linearizer:
             for loop in siblings
         ]
         claimed = [set(group) for group in groups]
-        every = set().union(*claimed)
-        if sum(len(c) for c in claimed) != len(every) or not set(self.upcast) <= every:
-            return None  # (a tile loop in two groups, or in none)
+        if not set(self.upcast) <= set().union(*claimed):
+            return None  # a tile loop in no stretch
         if any(sum(bool(self.used[u] & c) for c in claimed) > 1 for u in nodes):
-            return None
+            return None  # a node (or a tile loop) in two
         return groups
 
     def linearize_siblings(self, groups: list[list[UOp]]) -> list[UOp]:
@@ -179,14 +178,11 @@ class Linearizer:
         nodes = [u for u in self.order if u.op not in _STRUCTURE]
         self.place_nested(common, set(), [u for u in nodes if not self.used[u] & inner], self.used)
         for group in groups:
-            mine = set(group)
             stretch, tile = group[0], group[1:]
-            body = [u for u in nodes if stretch in self.used[u]]
+            body = [u for u in nodes if self.used[u] & set(group)]
             if tile and reads_consecutively(stretch, body):  # (a stretch copied in order)
                 group = [*tile, stretch]  # innermost: as vectors along the stretch
-            self.place_nested(
-                group, set(common), [u for u in nodes if self.used[u] & mine], self.used
-            )
+            self.place_nested(group, set(common), body, self.used)
             self.close(group)
         self.close(common)
         return self.program

@@ -64,10 +64,6 @@ def _signature(tensors: Sequence[Tensor]) -> str:
     return ", ".join(f"{t.dtype.name} {tuple(t.shape)}" for t in tensors)
 
 
-def _start_sum(flat: np.ndarray) -> list[Any]:
-    return comm.start_allreduce(flat, "sum")
-
-
 def _exchange(
     plan: list[list[int]],
     host_of: Callable[[int], np.ndarray],
@@ -173,7 +169,7 @@ class _SendBucket(_HostStep):
         started, bucket = time.perf_counter(), self.bucket
         for view, handle, nbytes in zip(bucket.views, handles, self.nbytes):
             _copyout(view, bucket.device, handle, nbytes)
-        bucket.requests = _start_sum(bucket.flat)
+        bucket.requests = comm.start_allreduce(bucket.flat, "sum")
         bucket.started_after = realize.GlobalCounters.kernel_count - self.exchange.first_kernel
         comm.progress([r for b in self.exchange.buckets for r in b.requests])
         exchange_seconds[0] += time.perf_counter() - started

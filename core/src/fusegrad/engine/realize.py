@@ -305,8 +305,8 @@ def _submit(batch: list[tuple[tuple[UOp, str], KernelSource]], device: str, bar:
         _compiling[key] = (job, index)
 
 
-#: told which roots of a plan are computed (their indexes, and the plan's buffers), as soon as
-#: the last step writing them has run: ``realize_uops(..., ready=...)``
+#: told which roots of a plan are computed (their indexes, and their buffers), as soon as the
+#: last step writing them has run: ``realize_uops(..., ready=...)``
 Ready = Callable[[list[int], list[Buffer]], None]
 
 
@@ -331,8 +331,8 @@ def run_plan(
     ready: Ready | None = None,
 ) -> list[Buffer]:
     """Execute ``plan`` with ``inputs`` bound to its first slots and its variables to ``values``;
-    return every slot's buffer. ``ready``: called with the roots each step completes, right
-    after that step (so that their results can be used while later steps run)."""
+    return every slot's buffer. ``ready``: called with the roots each step completes and their
+    buffers, right after that step (so that their results can be used while later steps run)."""
     pieces: dict[int, Buffer] = {}
     for piece, (size, dtype, dev) in zip(plan.memory, plan.new_slots):
         if piece not in pieces:
@@ -344,8 +344,12 @@ def run_plan(
     active = profiler.ACTIVE  # one check per plan; per kernel only while profiling
     timing, listeners, recording = Context.DEBUG >= 2, _has_run_listeners(), capture.active()
     finished = finished_after(plan) if ready is not None else {}
+
+    def tell(roots: list[int]) -> None:
+        ready(roots, [buffers[plan.outputs[r]] for r in roots])  # type: ignore[misc]
+
     if -1 in finished:
-        ready(finished[-1], buffers)  # type: ignore[misc]
+        tell(finished[-1])
     start = time.perf_counter()
     for index, step in enumerate(plan.steps):
         if type(step) is KernelStep:
@@ -373,7 +377,7 @@ def run_plan(
         elif isinstance(step, CopyStep):
             copy_buffer(buffers[step.dest], buffers[step.source])
         if index in finished:
-            ready(finished[index], buffers)  # type: ignore[misc]
+            tell(finished[index])
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
         GlobalCounters.time_sum_s += elapsed
@@ -565,19 +569,11 @@ _device_pool: list[tuple[ThreadPoolExecutor, int]] = []
 
 def realize_uops(roots: list[UOp], devices: list[str], ready: Ready | None = None) -> list[Buffer]:
     """Compute ``roots`` (tensor-graph nodes on ``devices``); return one 1-d buffer for each.
-    ``ready(indexes, buffers)``: see ``run_plan`` (``buffers[plan.outputs[i]]`` is root ``i``'s:
-    the callback is given them as ``[buffer of each index]``)."""
+    ``ready(indexes, buffers)``: see ``run_plan``."""
     if (active := profiler.ACTIVE) is not None:
         with active.timed("schedule", "schedule", "schedule", {"roots": len(roots)}):
             plan, inputs, values = _plan(roots, devices)
     else:
         plan, inputs, values = _plan(roots, devices)
-    told = None
-    if ready is not None:
-        outputs = plan.outputs
-
-        def told(indexes: list[int], buffers: list[Buffer]) -> None:
-            ready(indexes, [buffers[outputs[i]] for i in indexes])
-
-    buffers = run_plan(plan, inputs, values, told)
+    buffers = run_plan(plan, inputs, values, ready)
     return [buffers[s] for s in plan.outputs]
