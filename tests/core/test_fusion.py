@@ -184,6 +184,49 @@ def test_cheap_work_read_by_three_kernels_is_recomputed():
     assert len(e.sum(0).schedule(e.max(0), e.sum(1))) == 3
 
 
+def _taps(x: Tensor, n: int) -> Tensor:
+    """A sum of ``n`` shifted slices of ``x`` (n, 1024 + n) times a weight each: what a
+    depthwise convolution with ``n`` taps is to the ONNX importer (nn/onnx/ops_nn.py)."""
+    total = x[:, :1024] * 0.5
+    for t in range(1, n):
+        total = total + x[:, t : t + 1024] * (0.5 + t)
+    return total.relu()
+
+
+def test_costly_work_read_by_two_kernels_is_computed_once():
+    """A squeeze-and-excitation block: a 25-tap convolution pooled, and the convolution scaled
+    by the pool. Its 50 operations an element get a buffer: without one, the pooling and the
+    product each computed the convolution (PP-OCR's classifier ran each of them twice)."""
+    rng = np.random.default_rng(0)
+    xn = rng.standard_normal((16, 1024 + 25)).astype(np.float32)
+    wn = rng.standard_normal((16, 16)).astype(np.float32) * 0.1
+    y = _taps(Tensor(xn), 25)
+    out = y * _excitation(y, Tensor(wn))
+    shapes = [s.ast.src[0].src[1].shape for s in out.schedule()]
+    assert shapes.count((16, 1024)) == 2  # y, then out: y's sum not computed again for out
+    ref = sum(xn[:, t : t + 1024] * (0.5 + t) for t in range(25)).clip(0, None)
+    scale = 1 / (1 + np.exp(-(ref.mean(1) @ wn)))
+    np.testing.assert_allclose(out.numpy(), ref * scale[:, None], rtol=1e-4, atol=1e-4)
+
+
+def _excitation(y: Tensor, w: Tensor) -> Tensor:
+    """A squeeze-and-excitation's scale for each row of ``y``: its mean, mixed across rows."""
+    return (y.mean(1) @ w).sigmoid().reshape(-1, 1)
+
+
+def test_cheap_or_small_work_read_by_two_kernels_is_recomputed():
+    """Two kernels reading a few operations an element, or a few costly elements, compute it
+    each: the buffer would cost more than the work."""
+    x, w = inputs("CPU", (16, 1024 + 25), (16, 16))
+    y = _taps(x, 4)
+    shapes = [s.ast.src[0].src[1].shape for s in (y * _excitation(y, w)).schedule()]
+    assert shapes.count((16, 1024)) == 1
+    small, w = inputs("CPU", (2, 1024 + 25), (2, 2))
+    y = _taps(small, 25)[:, :1000]
+    shapes = [s.ast.src[0].src[1].shape for s in (y * _excitation(y, w)).schedule()]
+    assert shapes.count((2, 1000)) == 1
+
+
 def test_a_relu_read_by_many_kernels_beside_a_shared_gradient_gets_a_buffer_too(monkeypatch):
     """BatchNorm, ReLU, max-pool, trained: the gradient under the pooling gets a buffer (read by
     the norm's sums and its output); the ReLU beneath it is still read by the pooling and the

@@ -11,6 +11,7 @@ from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
 from fusegrad.renderer import Renderer
 from fusegrad.schedule.kernelize import abstract, make_plan
 from fusegrad.tensor.movement import _unreshaped
+from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import Ops
 
 
@@ -488,3 +489,25 @@ def test_a_short_block_inside_a_long_reduction_takes_a_register_of_lanes():
     np.testing.assert_allclose(
         out.numpy(), (x.numpy() * (w.numpy() * q.numpy())).sum((2, 3)), rtol=1e-4
     )
+
+
+def _loop_kinds(t: Tensor) -> set:
+    (step,) = t.schedule()
+    rt = Device["CPU"]
+    kernel = generate(step.ast, rt.renderer, rt.rules)
+    return {u.arg.kind for u in kernel.program if u.op is Ops.RANGE}
+
+
+def test_costly_elements_run_on_all_cores():
+    """An elementwise kernel of 38,400 elements runs on one core when each is a few operations
+    (a copy's pass over memory is cheaper than waking the others), on all of them when each is
+    a 25-tap sum (a depthwise convolution: 63 us on one core)."""
+    x = Tensor.rand(200, 2, 96 + 24, device="CPU")
+    assert AxisKind.PARALLEL not in _loop_kinds((x[:, :, :96] * 2 + 1).contiguous())
+    total = x[:, :, :96] * 0.5
+    for t in range(1, 25):
+        total = total + x[:, :, t : t + 96] * (0.5 + t)
+    assert AxisKind.PARALLEL in _loop_kinds(total.contiguous())
+    xn = x.numpy()
+    want = sum(xn[:, :, t : t + 96] * np.float32(0.5 + t) for t in range(25))
+    np.testing.assert_allclose(total.numpy(), want, rtol=1e-5, atol=1e-4)

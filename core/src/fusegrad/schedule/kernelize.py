@@ -366,6 +366,13 @@ SHARED_WORK_ROUNDS = 3
 SHARED_WORK_KERNELS = 3
 #: ... when one element of it costs at least this many ALU ops (``_alu_cost``)
 SHARED_WORK_COST = 8
+#: elementwise work this costly per element gets a buffer when two kernels would compute it:
+#: a depthwise 5x5 convolution (25 taps) with its norm and activation, read by a
+#: squeeze-and-excitation's pooling and by the product with its scale (PP-OCR's classifier ran
+#: each such convolution twice: 80 + 80 us where the copy costs 10)
+HEAVY_WORK_COST = 48
+#: ... and has at least this many elements (a few rows are cheaper computed again)
+HEAVY_WORK_ELEMENTS = 1 << 12
 
 
 def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> set[UOp]:
@@ -379,9 +386,13 @@ def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> se
     chosen: set[UOp] = set()
     covered: set[UOp] = set()
     for u in reversed(order):  # consumers first: the largest shared expression wins
-        if u in covered or reached_by.get(u, 0) < SHARED_WORK_KERNELS or sym_max(u.size) < 1 << 16:
+        if u in covered or (kernels := reached_by.get(u, 0)) < 2:
             continue
-        if _alu_cost(u, realize) < SHARED_WORK_COST:
+        size = sym_max(u.size)
+        if kernels >= SHARED_WORK_KERNELS and size >= 1 << 16:
+            if _alu_cost(u, realize) < SHARED_WORK_COST:
+                continue
+        elif size < HEAVY_WORK_ELEMENTS or _alu_cost(u, realize) < HEAVY_WORK_COST:
             continue
         chosen.add(u)
         why.setdefault(u, f"costly elementwise work that {reached_by[u]} kernels would compute")
