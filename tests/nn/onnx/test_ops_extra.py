@@ -205,35 +205,73 @@ def test_dropout_opset7_mask_has_the_input_type() -> None:
     np.testing.assert_array_equal(got["mask"].numpy(), np.ones_like(x))
 
 
-def test_if_on_an_input_value_replays_right_under_tinyjit() -> None:
-    """A condition computed from the inputs: TinyJit's replays must still take the branch each
-    input asks for (both branches run, ``where`` picks)."""
-    from fusegrad import Tensor, TinyJit
+def _scaling_branch(name: str, factor: float, n: int) -> onnx.GraphProto:
+    """A branch ``y{name} = x * factor`` of ``n`` elements."""
+    k = helper.make_tensor(f"k{name}", F, [], [factor])
+    return helper.make_graph(
+        [helper.make_node("Mul", ["x", f"k{name}"], [f"y{name}"])],
+        name,
+        [],
+        [helper.make_tensor_value_info(f"y{name}", F, [n])],
+        [k],
+    )
 
-    def branch(name: str, factor: float) -> onnx.GraphProto:
-        k = helper.make_tensor(f"k{name}", F, [], [factor])
-        return helper.make_graph(
-            [helper.make_node("Mul", ["x", f"k{name}"], [f"y{name}"])],
-            name,
-            [],
-            [helper.make_tensor_value_info(f"y{name}", F, [3])],
-            [k],
-        )
+
+def test_if_on_an_input_value_replays_right_under_tinyjit() -> None:
+    """A condition computed from the inputs' values (a sum of 32): TinyJit's replays must still
+    take the branch each input asks for (both branches run, ``where`` picks: no guard)."""
+    from fusegrad import Tensor, TinyJit
 
     nodes = [
         helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
         helper.make_node("Greater", ["s", "zero"], ["c"]),
         helper.make_node(
-            "If", ["c"], ["y"], then_branch=branch("a", 2.0), else_branch=branch("b", 3.0)
+            "If",
+            ["c"],
+            ["y"],
+            then_branch=_scaling_branch("a", 2.0, 32),
+            else_branch=_scaling_branch("b", 3.0, 32),
         ),
     ]
-    m = model(nodes, {"x": np.zeros(3, np.float32)}, ["y"], 16, {"zero": np.zeros((), np.float32)})
+    zero = {"zero": np.zeros((), np.float32)}
+    m = model(nodes, {"x": np.zeros(32, np.float32)}, ["y"], 16, zero)
     runner = OnnxRunner(m)
     jitted = TinyJit(lambda x: runner({"x": x})["y"].realize())
     for i in range(6):
-        x = (np.arange(3, dtype=np.float32) + 1) * (1 if i % 2 else -1)
+        x = (np.arange(32, dtype=np.float32) + 1) * (1 if i % 2 else -1)
         want = x * (2.0 if x.sum() > 0 else 3.0)
         np.testing.assert_allclose(jitted(Tensor(x)).numpy(), want)
+    assert not jitted.guards
+
+
+def test_if_on_a_mode_input_runs_one_branch_under_tinyjit() -> None:
+    """A condition computed from a scalar input (silero-vad's sample rate picks one of two whole
+    models): the capture reads it back and runs the branch it names only, guarded, so a call
+    with the other mode runs the model anew and both give the plain runner's values."""
+    from fusegrad import GlobalCounters, Tensor, TinyJit
+
+    nodes = [
+        helper.make_node("Equal", ["sr", "k16"], ["c"]),
+        helper.make_node(
+            "If",
+            ["c"],
+            ["y"],
+            then_branch=_scaling_branch("a", 2.0, 32),
+            else_branch=_scaling_branch("b", 3.0, 32),
+        ),
+    ]
+    feeds = {"x": np.zeros(32, np.float32), "sr": np.array(16000, np.int64)}
+    m = model(nodes, feeds, ["y"], 16, {"k16": np.array(16000, np.int64)})
+    runner = OnnxRunner(m)
+    jitted = TinyJit(lambda x, sr: runner({"x": x, "sr": sr})["y"].realize())
+    x = np.arange(32, dtype=np.float32)
+    for sr in [16000, 16000, 16000, 8000, 16000, 8000]:
+        got = jitted(Tensor(x), Tensor(np.array(sr, np.int64))).numpy()
+        np.testing.assert_allclose(got, x * (2.0 if sr == 16000 else 3.0))
+    assert len(jitted.guards) == 1
+    GlobalCounters.reset()
+    jitted(Tensor(x), Tensor(np.array(16000, np.int64)))
+    assert GlobalCounters.global_ops <= 32 + 1  # one product per element (and the comparison)
 
 
 def test_value_dependent_output_replays_right_under_tinyjit() -> None:

@@ -19,6 +19,7 @@ from fusegrad.nn.onnx.dtypes import to_dtype
 from fusegrad.nn.onnx.ops_nn import host_value, read_back
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.tensor import Tensor
+from fusegrad.uop.ops import Ops, toposort
 
 
 def host_scalar(node: Node, index: int, value: Any) -> Any:
@@ -37,16 +38,29 @@ def _run(node: Node, attr: str, inputs: list[Any]) -> list[Any]:
 def if_(node: Node, cond: Any) -> Any:
     """The outputs of ``then_branch`` when cond is true, else of ``else_branch``.
 
-    Under a TinyJit capture, a condition computed from the inputs is better not read back (a
-    read waits for the device): where both branches run and give outputs of one shape and type,
-    both are computed and ``where`` picks each output. Otherwise the condition is read back and
-    guards the capture (``read_back``): replays whose condition differs run the model anew."""
+    Under a TinyJit capture, a condition computed from the model's activations is better not
+    read back (a read waits for the device, and a guard that fails runs the model anew): where
+    both branches run and give outputs of one shape and type, both are computed and ``where``
+    picks each output. Otherwise, or when the condition comes from a few values only (a mode
+    such as silero-vad's sample rate, whose branches are each the whole model), the condition
+    is read back and guards the capture (``read_back``): replays whose condition differs run
+    the model anew."""
     known = node.known(0) if node.known is not None else None
     if known is None and isinstance(cond, Tensor) and capture.active() is not None:
-        if (picked := _select_branches(node, cond)) is not None:
+        if not _from_few_values(cond) and (picked := _select_branches(node, cond)) is not None:
             return picked
     branch = "then_branch" if host_scalar(node, 0, cond) else "else_branch"
     return tuple(_run(node, branch, []))
+
+
+#: a condition computed from buffers of at most this many elements is a mode, read back
+MODE_ELEMENTS = 16
+
+
+def _from_few_values(cond: Tensor) -> bool:
+    """Whether ``cond`` is computed from buffers of at most ``MODE_ELEMENTS`` elements only."""
+    leaves = [u for u in toposort([cond.uop]) if u.op is Ops.BUFFER]
+    return all(u.arg.size <= MODE_ELEMENTS for u in leaves)
 
 
 def _select_branches(node: Node, cond: Tensor) -> tuple[Any, ...] | None:
