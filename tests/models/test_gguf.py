@@ -110,8 +110,9 @@ def test_quantized_linear_with_its_blocks_scales_decoded_once(written, name):
 @pytest.mark.parametrize("name", [n for n in TYPES if n not in ("F32", "F16", "BF16")])
 def test_a_weight_kept_as_values_and_scales(written, name):
     """``split_blocks`` (Q4_0, Q4_1 and Q8_0; None for the others): each block's values (16
-    bytes of nibbles, or 32 bytes) and float16 scales, no more bytes than the file's;
-    dequantized bit for bit as gguf does, and its product with ``x`` the dequantized matmul's."""
+    bytes of nibbles, or 32 bytes) as the file has them, its float16 scales decoded to float32
+    (2 bytes more each); dequantized bit for bit as gguf does, and its product with ``x`` the
+    dequantized matmul's."""
     path, expected = written
     _, tensors = gguf_load(path, packed=True)
     raw, kind, shape = tensors[name]
@@ -119,8 +120,11 @@ def test_a_weight_kept_as_values_and_scales(written, name):
     if name not in ("Q4_0", "Q4_1", "Q8_0"):
         assert split is None
         return
-    parts = [t for t in (split.values, split.scale, split.offset) if t is not None]
-    assert sum(t.numel() * t.dtype.itemsize for t in parts) == raw.numel() * raw.dtype.itemsize
+    scales = [t for t in (split.scale, split.offset) if t is not None]
+    assert all(t.dtype == dtypes.float32 for t in scales)
+    parts = [split.values, *scales]
+    widened = sum(t.numel() * 2 for t in scales)  # float16 -> float32
+    assert sum(t.numel() * t.dtype.itemsize for t in parts) == raw.numel() + widened
     np.testing.assert_array_equal(split.dequantize().numpy(), expected[name])
     x = np.random.default_rng(2).standard_normal((2, SHAPE[1])).astype(np.float32)
     got = split.linear(Tensor(x)).numpy()
