@@ -32,6 +32,30 @@ def test_bitwise_of_floats_raises_as_torch(op):
         getattr(Tensor([4.0]), op)(1)
 
 
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_fma_values_broadcasting_and_gradients_as_mul_then_add(device):
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (1, 4), (3, 1)))
+    xs = [Tensor(v, device=device, requires_grad=True) for v in (a, b, c)]
+    out = xs[0].fma(xs[1], xs[2])
+    (out * out).sum().backward()
+    ts = [torch.tensor(v, requires_grad=True) for v in (a, b, c)]
+    ref = ts[0] * ts[1] + ts[2]
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-6, atol=1e-6)
+    for x, t in zip(xs, ts):
+        np.testing.assert_allclose(x.grad.numpy(), t.grad.numpy(), rtol=1e-5, atol=1e-5)
+    assert Tensor([1, 2], device=device).fma(3, 1).tolist() == [4, 7]  # integers: exact
+    assert Tensor([1.0, 2.0], device=device).fma(3, 0.5).tolist() == [3.5, 6.5]
+
+
+def test_fma_rounds_once_on_the_cpu():
+    """(1 + 2**-12)**2 - (1 + 2**-11) is 2**-24 exactly; the square alone rounds to 1 + 2**-11."""
+    a = Tensor([1 + 2**-12])  # (exact in float32)
+    assert a.fma(a, -(1 + 2**-11)).tolist() == [2.0**-24]
+    assert (a * a - (1 + 2**-11)).tolist() == [0.0]
+
+
 def test_div_rounding_modes():
     a, b = Tensor([-7, 7, -1]), Tensor([2, -2, 4])
     assert a.div(b, rounding_mode="trunc").tolist() == [-3, -3, 0]

@@ -68,6 +68,10 @@ DERIVATIVES = PatternMatcher(
             UPat(Ops.MUL, name="ret"),
             lambda ctx, ret: (ctx * ret.src[1], ctx * ret.src[0]),
         ),  # d(ab) = b, a
+        (
+            UPat(Ops.MULACC, name="ret"),
+            lambda ctx, ret: (ctx * ret.src[1], ctx * ret.src[0], ctx),
+        ),  # d(ab + c) = b, a, 1
         (UPat(Ops.NEG, name="ret"), lambda ctx, ret: (-ctx,)),  # d(-x) = -1
         (UPat(Ops.RECIP, name="ret"), lambda ctx, ret: (-ctx * ret * ret,)),  # d(1/x) = -1/x²
         (

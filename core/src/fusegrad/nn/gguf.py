@@ -433,11 +433,22 @@ class SplitBlocks:
         w = scale * q if not bias else scale * q + scale * bias
         return w if self.offset is None else w + self._scaled(self.offset)
 
+    def _fused(self) -> Tensor:
+        """``q.fma(scale, offset)`` (``offset`` ``scale * bias`` for Q4_0 and Q8_0): each weight
+        one fused multiply-add, rounded once (not bit for bit as ``dequantize``; within an ulp).
+        The decode step's product is 4 vector instructions per 16 weights this way, 5 apart:
+        SmolLM2's 3072 x 576 gate and up product 121 -> 107 us in C written by hand."""
+        (q, bias), scale = self.weights(), self._scaled(self.scale)
+        offset = self._scaled(self.offset) if self.offset is not None else None
+        if bias:
+            offset = scale * bias if offset is None else scale * bias + offset
+        return q * scale if offset is None else q.fma(scale, offset)
+
     def linear(self, x: Tensor) -> Tensor:
-        """``x @ w.T``: one sum per row of ``x * (scale * q + offset)``, the rows of a word
-        side by side (the optimiser takes them as one register tile)."""
+        """``x @ w.T``: one sum per row of ``x * (scale * q + offset)`` (``_fused``), the rows of
+        a word side by side (the optimiser takes them as one register tile)."""
         (m, k), t = self.shape, x.shape[0]
-        w = self._dequantized()
+        w = self._fused()
         xs = x.reshape(t, 1, 1, k // 32, *w.shape[3:])
         return (xs * w.unsqueeze(0)).sum((3, 4, 5)).reshape(t, m)
 
@@ -493,7 +504,8 @@ def split_blocks(packed: Tensor, kind: int, shape: tuple[int, int]) -> SplitBloc
     shifts = shifts.contiguous()
     scales = block_scales(packed, kind, shape, realize=False)
     assert scales is not None
-    scale, offset = (t.cast(SCALES_DTYPE).contiguous() if t is not None else None for t in scales)
+    scale = scales[0].cast(SCALES_DTYPE).contiguous()
+    offset = scales[1].cast(SCALES_DTYPE).contiguous() if scales[1] is not None else None
     Tensor.realize(values, shifts, *(t for t in (scale, offset) if t is not None))
     return SplitBlocks(values, scale, offset, kind, shape, shifts)
 

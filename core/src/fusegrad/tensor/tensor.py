@@ -653,6 +653,23 @@ class Tensor(
         a, b = self._operands(other, reverse)
         return a._alu(Ops.MUL, b)
 
+    def fma(self, other: Tensor | Scalar, addend: Tensor | Scalar) -> Tensor:
+        """``self * other + addend``, rounded once where the device has a fused multiply-add
+        (the C backends, CUDA, OpenCL, Metal, WGSL's ``fma``), else twice as the two ops are.
+        For sums of products whose rounding is free to differ from separate ops (a quantized
+        weight's ``scale * q + offset`` inside a dot product, a convolution's taps): one
+        instruction instead of two. Integers: exactly ``self * other + addend``.
+
+        >>> Tensor([1.0, 2.0]).fma(3.0, 0.5).tolist()
+        [3.5, 6.5]
+        """
+        a, b = self._operands(other)
+        if not a.dtype.is_float:
+            return a * b + addend
+        a, c = a._operands(addend)
+        b = b.cast(a.dtype)._broadcast_to(a.shape)
+        return a._alu(Ops.MULACC, b, c)
+
     def sub(self, other: Tensor | Scalar, reverse: _bool = False) -> Tensor:
         """Elementwise difference, broadcasting."""
         a, b = self._operands(other, reverse)
