@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fusegrad import GlobalCounters, Tensor
 from fusegrad_cpu.compiler import CCompiler
 from fusegrad_cpu.device import ALIGNMENT, CPUProgram, address_of
 
@@ -114,3 +115,32 @@ def test_kernels_built_together_load_their_library_once(compiler, allocator):
     ones = upload(allocator, np.ones(2, np.float32))
     muladd(out, ones, ones, vals=(1,))
     assert download(allocator, out, np.float32, 1)[0] == 2
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def test_zeroed_memory_takes_room_only_where_written(allocator):
+    """``alloc_zeroed``: zeros, aligned, and pages that the operating system fills when first
+    touched: a 256 MiB buffer costs nothing until written, then what is written."""
+    before = _resident_mib()
+    handle = allocator.alloc_zeroed(256 << 20)
+    assert address_of(handle) % ALIGNMENT == 0 and handle.nbytes == 256 << 20
+    assert _resident_mib() - before < 16
+    handle[: 64 << 20] = 1
+    assert 48 < _resident_mib() - before < 96
+    assert handle[(64 << 20) - 1] == 1 and not handle[64 << 20 :].any()
+    del handle
+
+
+@pytest.mark.parametrize("device", ["CPU", "PYTHON"])
+def test_zeros_buffer_is_realized_zeros_written_in_place(device):
+    """``Tensor.zeros_buffer``: a buffer at once (no kernel), zeros, and a prefix view assigned
+    writes into it (as a KV cache is written)."""
+    GlobalCounters.reset()
+    t = Tensor.zeros_buffer(5, 3, device=device)
+    assert GlobalCounters.kernel_count == 0
+    t.shrink(((0, 2), None)).assign(Tensor.ones(2, 3, device=device)).realize()
+    np.testing.assert_array_equal(t.numpy(), np.r_[np.ones((2, 3)), np.zeros((3, 3))])

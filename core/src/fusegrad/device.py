@@ -44,6 +44,14 @@ class Allocator:
     def free(self, handle: Any, nbytes: int) -> None:
         """Release memory; the default lets the garbage collector do it."""
 
+    def alloc_zeroed(self, nbytes: int) -> Any:
+        """Memory of ``nbytes`` zeros. The default writes them; a backend whose fresh memory
+        comes zeroed (host pages from the operating system) returns it as it is, so that the
+        parts never written cost no memory."""
+        handle = self.alloc(nbytes)
+        self.copyin(handle, memoryview(bytes(nbytes)))
+        return handle
+
     def copyin(self, handle: Any, src: memoryview) -> None:
         raise NotImplementedError
 
@@ -253,6 +261,7 @@ class Buffer:
         "device",
         "size",
         "dtype",
+        "zeroed",
         "version",
         "replaced_at",
         "_handle",
@@ -262,8 +271,10 @@ class Buffer:
     #: how many times a tensor has let go of its buffer for another value (``mark_replaced``)
     replacements = 0
 
-    def __init__(self, device: str, size: int, dtype: DType):
+    def __init__(self, device: str, size: int, dtype: DType, zeroed: bool = False):
         self.device, self.size, self.dtype = device, size, dtype
+        #: allocated as zeros (``Allocator.alloc_zeroed``), not from the pool of freed memory
+        self.zeroed = zeroed
         #: counts the writes into this buffer (copyin, kernel launches): TinyJit re-runs a
         #: launch it keeps from one replay to the next when a buffer it reads has changed
         self.version = 0
@@ -292,6 +303,9 @@ class Buffer:
         if self._handle is None:
             self._allocator = allocator = Device[self.device].allocator
             nbytes = max(self.nbytes, 1)
+            if self.zeroed:
+                self._handle = _checked(allocator.alloc_zeroed(nbytes), nbytes, self.device)
+                return self._handle
             free = _pool(allocator).get(nbytes, [])
             while free and self._handle is None:
                 self._handle = _reusable(free.pop())

@@ -205,8 +205,9 @@ class Block:
         # position more than the context, so that even L == context is a view, not the whole
         # tensor: the buffers never change, and every capture of a step may keep using them
         shape = (context + 1, batch, width)
-        self.cache_k = Tensor.zeros(*shape, device=device).contiguous().realize()
-        self.cache_v = Tensor.zeros(*shape, device=device).contiguous().realize()
+        # (zeroed memory: the positions not reached yet cost none on the CPU)
+        self.cache_k = Tensor.zeros_buffer(*shape, device=device)
+        self.cache_v = Tensor.zeros_buffer(*shape, device=device)
 
     def __call__(self, x: Tensor, rope: tuple[Tensor, Tensor], write: Tensor, bias: Tensor):
         """``x`` ``(B, T, dim)`` -> ``(B, T, dim)``; writes the step's keys and values to the

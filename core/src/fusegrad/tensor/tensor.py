@@ -373,6 +373,23 @@ class Tensor(
         return t.requires_grad_(bool(requires_grad))
 
     @staticmethod
+    def zeros_buffer(
+        *shape: Any, dtype: DType | str | None = None, device: str | None = None
+    ) -> Tensor:
+        """A realized tensor of zeros, in memory the device hands out zeroed (``zeros`` is a
+        constant until realized, then a kernel writes every element). On the CPU its pages
+        take memory only once written: a buffer written a part at a time (a KV cache) costs
+        what is written so far.
+
+        >>> Tensor.zeros_buffer(2, 3).tolist()
+        [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+        """
+        shape = _shape_arg(shape)
+        dev = Device.canonicalize(device) if device else Device.DEFAULT
+        buf = Buffer(dev, prod(shape), to_dtype(dtype or dtypes.default_float), zeroed=True)
+        return Tensor._wrap(buffer_uop(buf, shape), dev)
+
+    @staticmethod
     def ones(
         *shape: Any,
         dtype: DType | str | None = None,
