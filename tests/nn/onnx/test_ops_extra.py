@@ -11,7 +11,9 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+from fusegrad.errors import InvalidIndex  # noqa: E402
 from fusegrad.nn.onnx import OnnxRunner  # noqa: E402
+from fusegrad.tensor import bounds  # noqa: E402
 from fusegrad.uop.ops import Ops, toposort  # noqa: E402
 
 F = TensorProto.FLOAT
@@ -397,3 +399,24 @@ def test_pow_by_a_constant_exponent_multiplies(exponent: float) -> None:
     for got in (y, z):
         assert got.shape == (3, 5)
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("i", [1, -2])
+def test_gather_of_a_known_scalar_index_is_a_view(i: int) -> None:
+    """An initializer's scalar index (silero-vad picks its state's halves so) is a view of x:
+    no bounds check waits to be read back after the call, and no gather is computed."""
+    x = randn(3, 4)
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=0)
+    m = model([node], {"x": x}, ["y"], 13, {"i": np.array(i, np.int64)})
+    out = OnnxRunner(m, lazy=True)({"x": x})["y"]
+    assert not bounds.waiting()
+    assert not any(u.op is Ops.GATHER for u in toposort([out.uop]))
+    np.testing.assert_array_equal(out.numpy(), x[i])
+    check(m, {"x": x})
+
+
+def test_gather_of_a_known_index_out_of_range_fails_when_called() -> None:
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=1)
+    m = model([node], {"x": randn(3, 4)}, ["y"], 13, {"i": np.array(4, np.int64)})
+    with pytest.raises(InvalidIndex, match="index 4 is out of bounds for axis 1 of size 4"):
+        OnnxRunner(m)({"x": randn(3, 4)})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from fusegrad.dtype import dtypes
+from fusegrad.errors import InvalidIndex
 from fusegrad.nn.onnx.ops_shape import _axis, _like
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.nn.onnx.runner import onnx_check
@@ -24,7 +25,18 @@ def _wrap(index: Tensor, size: int) -> Tensor:
 
 @onnx_op("Gather")
 def gather(n: Node, x: Tensor, index: Tensor) -> Tensor:
+    """A scalar index the model holds (an initializer, a folded constant) is a view of ``x``:
+    no gather kernel, and no bounds check to read back after every call (silero-vad picks its
+    recurrent state's halves so: the check's read was a fifth of a call)."""
     axis = _axis(n.attr("axis", 0), x.ndim)
+    known = n.known(1) if n.known is not None else None
+    if known is not None and known.ndim == 0 and isinstance(size := x.shape[axis], int):
+        if not -size <= (i := int(known)) < size:
+            raise InvalidIndex(
+                f"Gather node {n.name!r}: index {i} is out of bounds for axis {axis} of size "
+                f"{size}: valid indices are {-size}..{size - 1}"
+            )
+        return x[(slice(None),) * axis + (i,)]
     return x[(slice(None),) * axis + (_wrap(index, x.shape[axis]),)]
 
 
