@@ -219,6 +219,12 @@ def _scaling_branch(name: str, factor: float, n: int) -> onnx.GraphProto:
     )
 
 
+def _double_or_triple(cond: str) -> onnx.NodeProto:
+    """An If of 32 floats: ``x * 2`` where ``cond``, else ``x * 3``."""
+    then, other = _scaling_branch("a", 2.0, 32), _scaling_branch("b", 3.0, 32)
+    return helper.make_node("If", [cond], ["y"], then_branch=then, else_branch=other)
+
+
 def test_if_on_an_input_value_replays_right_under_tinyjit() -> None:
     """A condition computed from the inputs' values (a sum of 32): TinyJit's replays must still
     take the branch each input asks for (both branches run, ``where`` picks: no guard)."""
@@ -227,13 +233,7 @@ def test_if_on_an_input_value_replays_right_under_tinyjit() -> None:
     nodes = [
         helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
         helper.make_node("Greater", ["s", "zero"], ["c"]),
-        helper.make_node(
-            "If",
-            ["c"],
-            ["y"],
-            then_branch=_scaling_branch("a", 2.0, 32),
-            else_branch=_scaling_branch("b", 3.0, 32),
-        ),
+        _double_or_triple("c"),
     ]
     zero = {"zero": np.zeros((), np.float32)}
     m = model(nodes, {"x": np.zeros(32, np.float32)}, ["y"], 16, zero)
@@ -254,13 +254,7 @@ def test_if_on_a_mode_input_runs_one_branch_under_tinyjit() -> None:
 
     nodes = [
         helper.make_node("Equal", ["sr", "k16"], ["c"]),
-        helper.make_node(
-            "If",
-            ["c"],
-            ["y"],
-            then_branch=_scaling_branch("a", 2.0, 32),
-            else_branch=_scaling_branch("b", 3.0, 32),
-        ),
+        _double_or_triple("c"),
     ]
     feeds = {"x": np.zeros(32, np.float32), "sr": np.array(16000, np.int64)}
     m = model(nodes, feeds, ["y"], 16, {"k16": np.array(16000, np.int64)})
