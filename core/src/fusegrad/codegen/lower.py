@@ -375,8 +375,7 @@ def _longer_than_one(size: int | UOp) -> bool:
 def row_reductions(value: UOp) -> list[UOp]:
     """The reductions of a row kernel (schedule/kernelize.py ``_row_reads``), which all reduce
     arrays of the output's own shape over its last axis; [] for any other kernel."""
-    nodes = toposort([value])
-    reduced = [u for u in nodes if u.op is Ops.REDUCE_AXIS]
+    reduced = [u for u in toposort([value]) if u.op is Ops.REDUCE_AXIS]
     return reduced if reduced and all(r.src[0].shape == value.shape for r in reduced) else []
 
 

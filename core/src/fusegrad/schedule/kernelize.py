@@ -376,7 +376,8 @@ HEAVY_WORK_ELEMENTS = 1 << 12
 
 
 def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> set[UOp]:
-    """Costly elementwise results that three or more kernels would each compute again.
+    """Costly elementwise results that three or more kernels would each compute again, or two
+    when each element costs ``HEAVY_WORK_COST`` ALU ops or more.
 
     A gradient flowing back through a pooling and a ReLU into a BatchNorm is read by each of
     the norm's backward sums and by its output: computed once into a buffer, each of them reads

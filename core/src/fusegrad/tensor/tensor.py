@@ -671,10 +671,10 @@ class Tensor(
         return a._alu(Ops.MUL, b)
 
     def fma(self, other: Tensor | Scalar, addend: Tensor | Scalar) -> Tensor:
-        """``self * other + addend``, rounded once where the device has a fused multiply-add
-        (the C backends, CUDA, OpenCL, Metal, WGSL's ``fma``), else twice as the two ops are.
-        For sums of products whose rounding is free to differ from separate ops (a quantized
-        weight's ``scale * q + offset`` inside a dot product, a convolution's taps): one
+        """``self * other + addend``, rounded once where the device renders a fused multiply-add
+        (``Ops.MULACC`` among its renderer's native ops: the CPU's C and OpenCL), else as a
+        multiply then an add. For sums of products whose rounding is free to differ from
+        separate ops (a quantized weight's ``scale * q + offset`` inside a dot product): one
         instruction instead of two. Integers: exactly ``self * other + addend``.
 
         >>> Tensor([1.0, 2.0]).fma(3.0, 0.5).tolist()
