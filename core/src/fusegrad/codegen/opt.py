@@ -582,5 +582,11 @@ def _lanes(reduce: UOp, regs: RegisterBudget) -> tuple[int, int] | None:
         # 32 of an 8-bit one, 18 blocks a row): the lanes add up over all of it, so a register's
         # worth (an 8-bit block's 32 took 4 lanes, SmolLM2's Q8_0 head ran at half speed)
         amount = regs.width
-    amount = amount or next((c for c in regs.lane_amounts() if size % c == 0 and size > c), 1)
-    return (axis, amount) if amount > 1 else None
+    amount = amount or next((c for c in regs.lane_amounts() if size % c == 0 and size > c), None)
+    if amount is None and isinstance(size, int):
+        # no power of two divides it (PP-OCR's 6,625 characters): any count from two registers
+        # down to 5 that does, for independent sums (else one chain of dependent adds: its
+        # softmax's max and sum ran 0.5 and 0.9 ms for 40 rows)
+        top = min(2 * regs.width, size // 8)
+        amount = next((c for c in range(top, 4, -1) if size % c == 0), 1)
+    return (axis, amount) if amount and amount > 1 else None
