@@ -251,9 +251,9 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     # an output axis too short to be the vector (the 4 rows of a word, summed in lanes) may be
     # the rows of the tile, all of it
     short = lanes is not None and vec_axis is not None and shape[vec_axis] < regs.width
-    # (an axis that is no vector after all, a matvec's output with the sum in lanes, may be
-    # the tile's rows: 8 rows share each load of x, 4.5x faster for a (512, 128) weight)
-    placed = None if short or (lanes and not upcast) else vec_axis
+    # with the sum in lanes no output axis is a vector: any may be the tile's rows (a matvec's
+    # output: 8 rows share each load of x, 4.5x faster for a (512, 128) weight)
+    placed = vec_axis if lanes is None else None
     others = [d for d in axes if d != placed]
     loads = _load_axes(nodes, shape) if others else []
 
@@ -268,7 +268,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
 
     vector = upcast[0][1] if upcast else lanes[1] if lanes else 1
     candidates = sorted(others, key=reuse_score, reverse=True)
-    if lanes and not upcast:  # rows only where they share a load (not a channel sum's runs)
+    if lanes is not None:  # rows only where they share a load (not a channel sum's runs)
         candidates = [d for d in candidates if any(d not in a for a in loads)]
     rows, vector = _tile_rows(shape, candidates, vector, regs, bool(upcast), short=short)
     if upcast and vec_axis is not None:

@@ -375,6 +375,15 @@ HEAVY_WORK_COST = 48
 HEAVY_WORK_ELEMENTS = 1 << 12
 
 
+def _buffer_cost(kernels: int, u: UOp) -> int | None:
+    """The ALU ops per element from which ``u``, computed by ``kernels`` kernels, is worth a
+    buffer; None where it never is."""
+    size = sym_max(u.size)
+    if kernels >= SHARED_WORK_KERNELS and size >= 1 << 16:
+        return SHARED_WORK_COST
+    return HEAVY_WORK_COST if kernels >= 2 and size >= HEAVY_WORK_ELEMENTS else None
+
+
 def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> set[UOp]:
     """Costly elementwise results that three or more kernels would each compute again, or two
     when each element costs ``HEAVY_WORK_COST`` ALU ops or more.
@@ -387,13 +396,9 @@ def _shared_work(realize: set[UOp], order: list[UOp], why: dict[UOp, str]) -> se
     chosen: set[UOp] = set()
     covered: set[UOp] = set()
     for u in reversed(order):  # consumers first: the largest shared expression wins
-        if u in covered or (kernels := reached_by.get(u, 0)) < 2:
+        if u in covered or (least := _buffer_cost(reached_by.get(u, 0), u)) is None:
             continue
-        size = sym_max(u.size)
-        if kernels >= SHARED_WORK_KERNELS and size >= 1 << 16:
-            if _alu_cost(u, realize) < SHARED_WORK_COST:
-                continue
-        elif size < HEAVY_WORK_ELEMENTS or _alu_cost(u, realize) < HEAVY_WORK_COST:
+        if _alu_cost(u, realize) < least:
             continue
         chosen.add(u)
         why.setdefault(u, f"costly elementwise work that {reached_by[u]} kernels would compute")

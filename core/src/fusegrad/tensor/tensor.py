@@ -384,10 +384,7 @@ class Tensor(
         >>> Tensor.zeros_buffer(2, 3).tolist()
         [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
         """
-        shape = _shape_arg(shape)
-        dev = Device.canonicalize(device) if device else Device.DEFAULT
-        buf = Buffer(dev, prod(shape), to_dtype(dtype or dtypes.default_float), zeroed=True)
-        return Tensor._wrap(buffer_uop(buf, shape), dev)
+        return Tensor._allocated(_shape_arg(shape), dtype, device, zeroed=True)
 
     @staticmethod
     def ones(
@@ -407,10 +404,18 @@ class Tensor(
         requires_grad: _bool | None = None,
     ) -> Tensor:
         """Uninitialised memory of ``shape``."""
-        shape = _shape_arg(shape)
+        t = Tensor._allocated(_shape_arg(shape), dtype, device)
+        return t.requires_grad_(bool(requires_grad))
+
+    @staticmethod
+    def _allocated(
+        shape: tuple, dtype: DType | str | None, device: str | None, zeroed: _bool = False
+    ) -> Tensor:
+        """A tensor over a new buffer of ``shape`` (``Buffer``'s ``zeroed``: see
+        ``zeros_buffer``)."""
         dev = Device.canonicalize(device) if device else Device.DEFAULT
-        buf = Buffer(dev, prod(shape), to_dtype(dtype or dtypes.default_float))
-        return Tensor._wrap(buffer_uop(buf, shape), dev).requires_grad_(bool(requires_grad))
+        buf = Buffer(dev, prod(shape), to_dtype(dtype or dtypes.default_float), zeroed=zeroed)
+        return Tensor._wrap(buffer_uop(buf, shape), dev)
 
     @staticmethod
     def arange(

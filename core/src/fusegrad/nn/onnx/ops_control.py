@@ -45,7 +45,7 @@ def if_(node: Node, cond: Any) -> Any:
     such as silero-vad's sample rate, whose branches are each the whole model), the condition
     is read back and guards the capture (``read_back``): replays whose condition differs run
     the model anew."""
-    known = node.known(0) if node.known is not None else None
+    known = node.known_value(0)
     if known is None and isinstance(cond, Tensor) and capture.active() is not None:
         if not _from_few_values(cond) and (picked := _select_branches(node, cond)) is not None:
             return picked

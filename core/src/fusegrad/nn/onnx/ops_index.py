@@ -29,7 +29,7 @@ def gather(n: Node, x: Tensor, index: Tensor) -> Tensor:
     no gather kernel, and no bounds check to read back after every call (silero-vad picks its
     recurrent state's halves so: the check's read was a fifth of a call)."""
     axis = _axis(n.attr("axis", 0), x.ndim)
-    known = n.known(1) if n.known is not None else None
+    known = n.known_value(1)
     if known is not None and known.ndim == 0 and isinstance(size := x.shape[axis], int):
         if not -size <= (i := int(known)) < size:
             raise InvalidIndex(

@@ -67,7 +67,7 @@ def _known_exponent(n: Node, b: Tensor) -> float | None:
     """A float base's exponent as a number when it is one constant (an initializer): ``x ** 2``
     is then ``x * x``, not the general pow's exp2(b * log2|x|) with its sign and nan tests
     (silero-vad's STFT magnitude: 0.04 ms -> a few microseconds)."""
-    known = n.known(1) if n.known is not None and b.numel() == 1 else None
+    known = n.known_value(1) if b.numel() == 1 else None
     if known is None or known.dtype.kind not in "fiu":
         return None
     return float(np.asarray(known).reshape(-1)[0])

@@ -45,7 +45,7 @@ def host_value(node: Node, index: int, value: Any, what: str) -> np.ndarray | No
     None for an absent input."""
     if value is None:
         return None
-    known = node.known(index) if node.known is not None else None
+    known = node.known_value(index)
     if known is not None:
         return np.asarray(known)
     return value if isinstance(value, np.ndarray) else read_back(node, value, what)

@@ -84,14 +84,18 @@ class Node:
     def output_type(self, i: int) -> int:
         return self.output_types[i] if i < len(self.output_types) else 0
 
+    def known_value(self, i: int) -> np.ndarray | None:
+        """Input ``i``'s host value when the runner knows it without running a kernel (``known``),
+        else None."""
+        return self.known(i) if self.known is not None else None
+
     def host(self, i: int, value: Any) -> np.ndarray | None:
         """The host value of input ``i`` (``value`` is what the op received): the folded
         constant when the runner knows it, else the Tensor read back (a device sync; fine for
         shape-like inputs, which are small). None for an absent input."""
         if value is None:
             return None
-        known = self.known(i) if self.known is not None else None
-        if known is not None:
+        if (known := self.known_value(i)) is not None:
             return known
         return value if isinstance(value, np.ndarray) else value.numpy()
 
