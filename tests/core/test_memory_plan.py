@@ -108,3 +108,32 @@ def test_small_outputs_of_steps_reading_only_inputs_keep_their_memory():
         memory = plan_memory(steps, [slot] * 4, 3, {6})
         assert (memory[5 - 3] == memory[3 - 3]) == shared, size
         assert memory[5 - 3] != memory[4 - 3]  # (read by the step after it: never shared)
+
+
+def test_large_copies_of_inputs_keep_their_memory():
+    """A large output of a step reading only inputs keeps memory of its own when it is no larger
+    than what the step reads (a weight's layout copy: PP-OCR's 1x1 convolutions' weights ran
+    their copies at every TinyJit call); one larger than its source (a dequantized panel of
+    4-bit weights) shares memory."""
+    from fusegrad.dtype import dtypes
+    from fusegrad.schedule.kernelize import PRIVATE_BYTES, KernelStep, plan_memory
+    from fusegrad.uop.ops import Ops, UOp
+
+    size = PRIVATE_BYTES  # floats: four times PRIVATE_BYTES in bytes
+
+    def copy(slot: int, source: int, dtype) -> KernelStep:
+        params = (
+            UOp(Ops.PARAM, dtypes.float32, (), (0, size)),
+            UOp(Ops.PARAM, dtype, (), (1, size)),
+        )
+        return KernelStep(UOp(Ops.SINK, dtypes.void, params), (slot, source), "CPU")
+
+    for dtype, shared in ((dtypes.float32, False), (dtypes.uint8, True)):
+        steps = [
+            copy(3, 0, dtype),
+            KernelStep(None, (4, 1, 3), "CPU"),
+            copy(5, 2, dtype),  # slot 3 is dead by now
+            KernelStep(None, (6, 4, 5), "CPU"),
+        ]
+        memory = plan_memory(steps, [(size, dtypes.float32, "CPU")] * 4, 3, {6})
+        assert (memory[5 - 3] == memory[3 - 3]) == shared, dtype

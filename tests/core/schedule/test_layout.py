@@ -42,6 +42,31 @@ def test_matmul_reads_its_right_operand_from_panels_on_a_target_that_loops_over_
     assert copy.shape == (512 // 16, 256, 16)  # (m / p, k, p): p = two 32-byte registers of floats
 
 
+def test_a_right_operand_of_columns_no_panel_divides_is_padded_into_panels():
+    """PP-OCR's last product (40, 120) @ (120, 6625 characters): the weight is copied into
+    panels with zero columns after its last one, the product computed over 6,640 columns and
+    the extra ones cut off; values, bias and a softmax over the classes are numpy's. Padding
+    that would add more than a quarter of the work is not done."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((40, 120), np.float32), rng.standard_normal((120, 6625), np.float32)
+    bias = rng.standard_normal(6625, np.float32)
+    y = Tensor(x, device="CPU") @ Tensor(w, device="CPU")
+    nodes = _laid_out(y, CPU)
+    copy, product = [u for u in nodes if u.op is Ops.CONTIGUOUS]
+    assert copy.shape == (6640 // 16, 120, 16)  # p = 16 here: two 32-byte registers of floats
+    # the product stored whole (a kernel storing the kept columns only would loop over those)
+    assert product.src[0].op is Ops.REDUCE_AXIS and product.shape == (40, 6640, 1)
+    assert nodes[-1].op is Ops.SHRINK and nodes[-1].shape == (40, 6625, 1)
+    want = x @ w
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    probs = (y + Tensor(bias, device="CPU")).softmax(-1).numpy()
+    e = np.exp(want + bias - (want + bias).max(-1, keepdims=True))
+    np.testing.assert_allclose(probs, e / e.sum(-1, keepdims=True), rtol=1e-3, atol=1e-6)
+    assert _copies(_realized(64, 512) @ _realized(512, 200))[0] == (13, 512, 16)  # 4% more
+    assert _copies(_realized(64, 2048) @ _realized(2048, 40))[0] == (3, 2048, 16)  # 20% more
+    assert _copies(_realized(64, 2048) @ _realized(2048, 36)) == []  # 36 -> 48: a third more
+
+
 def test_matmul_reads_its_right_operand_in_place_on_a_grid_or_when_small():
     assert _count(_laid_out(_realized(64, 256) @ _realized(256, 512), GRID), Ops.CONTIGUOUS) == 0
     assert _count(_laid_out(_realized(64, 128) @ _realized(128, 128), CPU), Ops.CONTIGUOUS) == 0

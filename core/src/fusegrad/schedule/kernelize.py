@@ -640,9 +640,18 @@ def _slots_of(step: KernelStep | CopyStep) -> tuple[tuple[int, ...], tuple[int, 
 
 
 #: a step reading only the plan's inputs keeps an output this small in memory of its own
-#: (``plan_memory``): larger ones, such as a language model's dequantized weight panels (one
-#: per matrix, 0.4-9 MB each), share memory as other slots do
+#: (``plan_memory``), or one no larger than what it reads (a weight's layout copy). Larger
+#: ones, such as a language model's dequantized weight panels (one per matrix, 0.4-9 MB each,
+#: several times their 4-bit source), share memory as other slots do
 PRIVATE_BYTES = 256 << 10
+
+
+def _bytes_read(step: KernelStep | CopyStep) -> int:
+    """The bytes of the buffers a kernel step reads (0 for a copy, or for sizes not known)."""
+    if not isinstance(step, KernelStep) or step.ast is None:
+        return 0
+    params = (u for u in toposort([step.ast]) if u.op is Ops.PARAM and u.arg[0] >= step.writes)
+    return sum(u.arg[1] * u.dtype.itemsize for u in params if isinstance(u.arg[1], int))
 
 
 def plan_memory(
@@ -652,10 +661,12 @@ def plan_memory(
 
     A step's output never shares memory with a slot that step reads. Outputs are never reused:
     they are what realize returns. An empty slot, which no step writes, has a piece of its own.
-    So has the small output of a step that reads only the plan's inputs (a weight's layout
-    copy, ``private``): under TinyJit such a step, reading weights, computes the same at every
-    call and is skipped when its output is its own (jit.py ``_constant_launches``); sharing
-    that memory with another slot made silero-vad run its weights' copies at every call.
+    So has the output of a step that reads only the plan's inputs (a weight's layout copy,
+    ``private``) when it is small or no larger than what the step reads: under TinyJit such a
+    step, reading weights, computes the same at every call and is skipped when its output is
+    its own (jit.py ``_constant_launches``); sharing that memory with another slot made
+    silero-vad run its weights' copies at every call, and PP-OCR recognition its 1x1
+    convolutions' (0.9 MB each, 0.8 ms a call).
     """
     last_read: dict[int, int] = {}
     for i, step in enumerate(steps):
@@ -672,7 +683,8 @@ def plan_memory(
             if written < n_inputs:  # an in-place write into an input's buffer
                 continue
             key = new_slots[written - n_inputs]
-            if leaf and isinstance(key[0], int) and key[0] * key[1].itemsize <= PRIVATE_BYTES:
+            size = key[0] * key[1].itemsize if isinstance(key[0], int) else None
+            if leaf and size is not None and (size <= PRIVATE_BYTES or size <= _bytes_read(step)):
                 private.add(written)
             if (pool := free.get(key)) and written not in outputs and written not in private:
                 memory[written - n_inputs] = pool.pop()

@@ -229,15 +229,53 @@ def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
     chain, w = found
     k, m = w.shape
     p = 2 * caps.vector_bytes // w.dtype.itemsize
-    if is_symbolic(w.shape) or prod(w.shape) < PANEL_ELEMENTS or m % p or m == p:
+    if is_symbolic(w.shape) or prod(w.shape) < PANEL_ELEMENTS or m <= p:
         return None
     # a few rows (a language model's decode step) read w about once anyway: the copy would cost
     # as much as it saves (and for a quantized weight it would be a float copy of it)
     if prod(red.src[0].shape[:-2]) < PANEL_ROWS:
         return None
-    panels = _reshape(w, (k, m // p, p))
+    wide = -(-m // p) * p
+    if wide - m > m * PANEL_PADDING:
+        return None
+    if wide != m:  # the last panel padded with zero columns, the product's extra ones cut off
+        w = UOp(Ops.PAD, w.dtype, (w,), ((0, 0), (0, wide - m)))
+    panels = _reshape(w, (k, wide // p, p))
     panels = _permute(UOp(Ops.CONTIGUOUS, w.dtype, (_permute(panels, (1, 0, 2)),)), (1, 0, 2))
-    return _rebuild_chain(chain, _reshape(panels, (k, m)))
+    if wide == m:
+        return _rebuild_chain(chain, _reshape(panels, (k, m)))
+    product = _rebuild_widened(chain, _reshape(panels, (k, wide)), wide)
+    # stored whole: a kernel storing only the columns kept would loop over those, no vector
+    product = UOp(Ops.CONTIGUOUS, product.dtype, (product,))
+    kept = tuple((0, m) if d == len(red.shape) - 2 else (0, s) for d, s in enumerate(red.shape))
+    return UOp(Ops.SHRINK, red.dtype, (product,), kept)
+
+
+#: a right operand whose columns no panel width divides is padded with zero columns up to a
+#: multiple of it, when that adds at most this fraction of the product's work. Without panels
+#: the kernel cannot keep a vector of columns in registers: PP-OCR recognition's last product,
+#: (40, 120) @ (120, 6625 characters), ran at 7-30 GFLOP/s, 150 from panels of 6,656 columns
+PANEL_PADDING = 0.25
+
+
+def _rebuild_widened(chain: list[UOp], bottom: UOp, wide: int) -> UOp:
+    """``_rebuild_chain`` for a matmul chain over a right operand of ``wide`` columns instead
+    of its own: every shape in it (the broadcasts of both operands, the reshapes of ``w.T``)
+    has the columns second to last, and takes ``wide`` there."""
+
+    def widened(shape: tuple) -> tuple:
+        return (*shape[:-2], wide, shape[-1])
+
+    cur = bottom
+    for node in reversed(chain):
+        if node.op is Ops.MUL:
+            a = node.src[0]  # x broadcast along the columns (``_matmul_operand`` checked it)
+            cur = node.replace(src=(a.replace(arg=widened(a.arg)), cur))
+        elif node.op in (Ops.RESHAPE, Ops.EXPAND):
+            cur = node.replace(src=(cur,), arg=widened(node.arg))
+        else:
+            cur = node.replace(src=(cur,))
+    return cur
 
 
 def panel_columns_operand(red: UOp, caps: Capabilities) -> UOp | None:
