@@ -16,6 +16,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from fusegrad.errors import DTypeError, FileFormatError, InvalidArgument, ShapeError  # noqa: E402
 from fusegrad.nn.onnx import OnnxRunner, OnnxUnsupported  # noqa: E402
 from fusegrad.nn.onnx.docs import BEGIN, END, ops_table  # noqa: E402
+from fusegrad.uop.ops import Ops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
@@ -279,6 +280,120 @@ def test_weight_layout_copies_are_skipped_by_tinyjit_replays():
         )
     skipped = [launch for launch in jitted.launches if launch.constant]
     assert len(skipped) == 2
+
+
+def test_a_large_weight_copy_is_skipped_by_tinyjit_replays():
+    """1 MB weights' panel copies (larger than PRIVATE_BYTES, no larger than the weights) keep
+    their memory too: the second would share the memory of the first product, dead by then,
+    and run at every call (PP-OCR recognition copied three 1x1 convolutions' weights so)."""
+    from onnx import numpy_helper
+
+    from fusegrad import Tensor, TinyJit
+
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (rng.standard_normal((512, 512)).astype(np.float32) / 16 for _ in range(3))
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("MatMul", ["h", "w2"], ["g"]),
+        helper.make_node("MatMul", ["g", "w3"], ["y"]),
+    ]
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [512, 512]) for n in "xy"]
+    init = [numpy_helper.from_array(w, n) for w, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"))]
+    graph = helper.make_graph(nodes, "g", spec[:1], spec[1:], initializer=init)
+    runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    jitted = TinyJit(lambda x: runner({"x": x})["y"])
+    for _ in range(4):
+        x = rng.standard_normal((512, 512)).astype(np.float32)
+        np.testing.assert_allclose(
+            jitted(Tensor(x)).numpy(), x @ w1 @ w2 @ w3, rtol=1e-3, atol=1e-3
+        )
+    assert sum(launch.constant for launch in jitted.launches) == 3  # the panels, made once
+
+
+def _static_model(extra: list | None = None) -> onnx.ModelProto:
+    """y = x @ concat(w[:, 4:], w[:, :4]) (a weight reordered in the graph, as an exporter
+    leaves an LSTM's gates), plus ``extra`` nodes and outputs."""
+    from onnx import numpy_helper
+
+    w = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
+    consts = {"a": [0], "m": [4], "e": [8], "ax": [1]}
+    inits = [numpy_helper.from_array(w, "w")]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in consts.items()]
+    nodes = [
+        helper.make_node("Slice", ["w", "m", "e", "ax"], ["hi"]),
+        helper.make_node("Slice", ["w", "a", "m", "ax"], ["lo"]),
+        helper.make_node("Concat", ["hi", "lo"], ["w2"], axis=1),
+        helper.make_node("MatMul", ["x", "w2"], ["y"]),
+    ]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])]
+    for node, out in extra or []:
+        nodes.append(node)
+        outputs.append(out)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    graph = helper.make_graph(nodes, "g", [x], outputs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_weight_arithmetic_in_the_graph_runs_at_the_first_call_only():
+    """Nodes computing from weights only (Slice, Slice, Concat) are static: the first call
+    realizes the Concat, which the MatMul reads (the frontier), and later calls skip the three
+    nodes, so a call is one kernel; a plain Slice of a weight (a view) is not copied."""
+    from fusegrad import Tensor
+    from fusegrad.tensor import buffer_of
+
+    runner = OnnxRunner(_static_model(), lazy=True)
+    static = {s.node.op_type: s for s in runner.graph.steps if s.static}
+    assert sorted(static) == ["Concat", "Slice"] and static["Concat"].frontier == {"w2"}
+    w = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
+    want = np.concatenate([w[:, 4:], w[:, :4]], axis=1)
+    for call in range(3):
+        x = np.random.default_rng(call).standard_normal((2, 8)).astype(np.float32)
+        y = runner({"x": Tensor(x)})["y"]
+        assert len(y.schedule()) == 1  # the MatMul only: the reordered weight is a buffer
+        np.testing.assert_allclose(y.numpy(), x @ want, rtol=1e-5, atol=1e-6)
+    (kept,), _ = static["Concat"].constants["CPU"]
+    assert buffer_of(kept.uop) is not None
+    (hi,), _ = static["Slice"].constants["CPU"]
+    assert buffer_of(hi.uop) is None  # a view of the weight: nothing to keep
+
+
+def test_random_nodes_expansions_and_overridden_weights_are_not_kept():
+    """A random node of a weight draws anew at every call; a weight broadcast to a larger shape
+    stays an expression (kept, it would take memory for nothing); a weight that is also a graph
+    input is not static: the caller may give another value."""
+    from fusegrad import Tensor
+
+    extra = [
+        (
+            helper.make_node("RandomUniformLike", ["w2"], ["r"]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [8, 8]),
+        ),
+        (
+            helper.make_node("Expand", ["w2", "shape"], ["big"]),
+            helper.make_tensor_value_info("big", TensorProto.FLOAT, [4, 8, 8]),
+        ),
+    ]
+    model = _static_model(extra)
+    model.graph.initializer.append(helper.make_tensor("shape", TensorProto.INT64, [3], [4, 8, 8]))
+    runner = OnnxRunner(model)
+    steps = {s.node.op_type: s for s in runner.graph.steps}
+    assert not steps["RandomUniformLike"].static and steps["Expand"].static
+    x = np.ones((2, 8), np.float32)
+    first, second = runner({"x": x}), runner({"x": x})
+    assert not np.array_equal(first["r"].numpy(), second["r"].numpy())
+    (big,), _ = steps["Expand"].constants["CPU"]
+    assert big.uop.op is not Ops.BUFFER and big.shape == (4, 8, 8)
+    w = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
+    np.testing.assert_allclose(second["big"].numpy()[3], np.concatenate([w[:, 4:], w[:, :4]], 1))
+    # w as an input with the initializer as its default
+    model.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [8, 8]))
+    runner = OnnxRunner(model)
+    assert not any(s.static for s in runner.graph.steps if s.node.op_type == "Concat")
+    other = np.eye(8, dtype=np.float32)
+    np.testing.assert_allclose(runner({"x": x})["y"].numpy(), x @ np.roll(w, 4, axis=1))
+    np.testing.assert_allclose(
+        runner({"x": x, "w": Tensor(other)})["y"].numpy(), x @ np.roll(other, 4, axis=1)
+    )
 
 
 def _conv1d(x: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from fusegrad.nn.onnx.values import (
     tensor_value,
 )
 from fusegrad.tensor import Tensor
+from fusegrad.uop.ops import Ops
 
 
 @dataclass
@@ -54,9 +55,13 @@ class Step:
     node: Node
     inputs: list[str]
     subgraphs: dict[str, Graph] = field(default_factory=dict)
-    #: device -> the Tensors of a node without inputs (a Constant) folded on the host: made
-    #: once, not on every call (some exporters keep every weight in a Constant)
-    constants: dict[str, list[Value]] = field(default_factory=dict)
+    #: whether the node computes only from the model's weights (``static_steps``)
+    static: bool = False
+    #: whether one of its outputs is read by a node that is not static, or is a graph output
+    frontier: set[str] = field(default_factory=set)
+    #: device -> a static node's values and host arrays (None when it was not folded on the
+    #: host), made at the first call: later calls skip the node
+    constants: dict[str, tuple[list[Value], list[np.ndarray] | None]] = field(default_factory=dict)
 
 
 class Graph:
@@ -87,6 +92,7 @@ class Graph:
         self.reads = {name for s in steps for name in s.inputs if name}
         self.reads |= {name for s in steps for g in s.subgraphs.values() for name in g.reads}
         self.steps = live_steps(steps, {o.name for o in self.outputs})
+        static_steps(self.steps, set(self.initializers) - set(self.defaults), self.outputs)
         for out in self.outputs:
             if out.name not in defined:
                 raise FileFormatError(
@@ -160,6 +166,57 @@ def live_steps(steps: list[Step], wanted: set[str]) -> list[Step]:
             needed.update(name for name in step.inputs if name)
             needed.update(name for g in step.subgraphs.values() for name in g.reads)
     return live[::-1]
+
+
+#: ops whose results differ from call to call although their inputs do not
+RANDOM_OPS = {
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+    "Dropout",
+}
+
+
+def static_steps(steps: list[Step], weights: set[str], outputs: list[ValueSpec]) -> None:
+    """Mark the steps that compute only from ``weights`` (initializers no input overrides) and
+    Constants: such a step gives the same values at every call, so the first call keeps them
+    and later calls skip it. Of its outputs, those that a step of the call itself reads (its
+    ``frontier``) are realized once when that is worth it (``_kept``): exporters leave weight
+    arithmetic in the graph (the OpenVINO export of silero-vad reorders its LSTM's gates with
+    Slice and Concat: a select among three loads for each weight, at every call)."""
+    static = set(weights)
+    for step in steps:
+        if step.subgraphs or step.node.op_type in RANDOM_OPS:
+            continue
+        if all(name in static for name in step.inputs if name):
+            step.static = True
+            static.update(name for name in step.node.outputs if name)
+    read = {o.name for o in outputs}
+    for step in steps:
+        if not step.static:
+            read.update(name for name in step.inputs if name)
+            read.update(name for g in step.subgraphs.values() for name in g.reads)
+    for step in steps:
+        if step.static:
+            step.frontier = read.intersection(step.node.outputs)
+
+
+def _kept(value: Value, args: list[Value]) -> Value:
+    """A static step's output read by the call: realized when it computes something from its
+    sources (not a view of a weight, which costs nothing to read in place) and takes no more
+    memory than its sources (an expansion, or a dequantized weight, is computed where used)."""
+    if not isinstance(value, Tensor) or value.uop.op in (Ops.BUFFER, Ops.CONST):
+        return value
+    u = value.uop
+    while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.PAD):
+        u = u.src[0]
+    if u.op in (Ops.BUFFER, Ops.CONST):
+        return value
+    sources = sum(a.numel() * a.element_size() for a in args if isinstance(a, Tensor))
+    return value.realize() if value.numel() * value.element_size() <= sources else value
 
 
 def value_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -331,33 +388,46 @@ def run_graph(
     scope: ChainMap[str, Value] = ChainMap({}, env)  # type: ignore[arg-type]
     consts: ChainMap[str, np.ndarray] = ChainMap({}, known)  # type: ignore[arg-type]
     for step in graph.steps:
-        args = [onnx_dtypes.unpacked(scope[name]) if name else None for name in step.inputs]
-        step.node.known = _known_reader(step.inputs, consts, step.node.input_types)
-        step.node.run_subgraph = _subgraph_runner(step, scope, consts)
-        host = fold(step.node, args, step.node.known)
+        if step.static and (kept := step.constants.get(Device.DEFAULT)) is not None:
+            outs, host = kept
+        else:
+            outs, host = _run_step(step, scope, consts)
         if host is not None:
             consts.update(zip(step.node.outputs, host))
-            outs = _host_values(step, host, _device(args))
-        else:
-            outs = split_outputs(step.node, step.fn(step.node, *args))
         for name, value in zip(step.node.outputs, outs):
             if name:
                 scope[name] = value
     return [onnx_dtypes.unpacked(scope[o.name]) for o in graph.outputs]
 
 
+def _run_step(
+    step: Step, scope: Mapping[str, Value], consts: Mapping[str, np.ndarray]
+) -> tuple[list[Value], list[np.ndarray] | None]:
+    """A step's values, and its host arrays when it was folded on the host; a static step's
+    are kept for later calls (its frontier outputs realized, see ``_kept``)."""
+    args = [onnx_dtypes.unpacked(scope[name]) if name else None for name in step.inputs]
+    step.node.known = _known_reader(step.inputs, consts, step.node.input_types)
+    step.node.run_subgraph = _subgraph_runner(step, scope, consts)
+    host = fold(step.node, args, step.node.known)
+    if host is not None:
+        outs = _host_values(step, host, _device(args))
+    else:
+        outs = split_outputs(step.node, step.fn(step.node, *args))
+    if step.static:
+        outs = [
+            _kept(v, args) if n in step.frontier else v for n, v in zip(step.node.outputs, outs)
+        ]
+        step.constants[Device.DEFAULT] = (outs, host)
+    return outs, host
+
+
 def _host_values(step: Step, arrays: list[np.ndarray], device: str) -> list[Value]:
     """Folded host arrays as the values ops see: Tensors, or numpy arrays of strings."""
-    if not step.inputs and device in step.constants:
-        return step.constants[device]
     types = step.node.output_types + [0] * len(arrays)
-    outs = [
+    return [
         a if a.dtype == object else onnx_dtypes.device_value(a, device, t)
         for a, t in zip(arrays, types)
     ]
-    if not step.inputs:
-        step.constants[device] = outs
-    return outs
 
 
 def _device(args: list[Value]) -> str:
