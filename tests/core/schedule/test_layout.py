@@ -78,6 +78,49 @@ def test_convolution_weight_is_copied_with_output_channels_innermost():
     assert copy.shape == (1, 3, 5, 5, 16)  # (groups, C_in, *kernel, C_out)
 
 
+def test_convolution_weight_is_copied_in_panels_of_filters_on_a_loop_target():
+    """64 filters on a target whose panel is 16 floats: (groups, C_out / 16, C_in, *kernel, 16),
+    each step along C_in reading the tile's filters as one run; values are numpy's."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 12, 12), dtype=np.float32)
+    w = rng.standard_normal((64, 3, 3, 3), dtype=np.float32)
+    y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"))
+    assert _copies(y) == [(1, 4, 3, 3, 3, 16)]
+    windows = np.lib.stride_tricks.sliding_window_view(x, (3, 3), axis=(2, 3))
+    np.testing.assert_allclose(
+        y.numpy(), np.einsum("nchwij,ocij->nohw", windows, w), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_pointwise_convolution_reads_its_input_from_panels_of_positions():
+    """A 1x1 convolution of 64 filters over 64 channels is ``w @ x`` per image: its input is
+    copied into panels of 16 positions (N, P / 16, C_in, 16), the positions one axis (40x40:
+    rows of 40 split into panels of 16 cost a division per load), its weight read in place;
+    the input's own computation (x * 2) stays a kernel of its own. Values, with a bias and a
+    ReLU after, are numpy's; 32 filters, strides, pads and groups keep the usual plan."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 64, 40, 40), dtype=np.float32)
+    w = rng.standard_normal((64, 64, 1, 1), dtype=np.float32)
+    bias = rng.standard_normal(64, dtype=np.float32)
+    tx, tw = Tensor(x, device="CPU"), Tensor(w, device="CPU")
+    y = (tx * 2).conv2d(tw, Tensor(bias, device="CPU")).relu()
+    nodes = _laid_out(y, CPU)
+    computed, panels = [u for u in nodes if u.op is Ops.CONTIGUOUS]
+    assert computed.src[0].op is Ops.MUL and panels.shape == (2, 100, 64, 16)
+    (red,) = [u for u in nodes if u.op is Ops.REDUCE_AXIS]
+    assert red.shape == (2, 1, 64, 1, 1600, 1, 1, 1)
+    want = np.maximum(np.einsum("nchw,oc->nohw", 2 * x, w[:, :, 0, 0]) + bias[:, None, None], 0)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert len(_copies(tx.conv2d(_realized(64, 64, 1, 1)))) == 1  # the input as it is: a copy
+    for other in (
+        tx.conv2d(_realized(32, 64, 1, 1)),
+        tx.conv2d(_realized(64, 64, 1, 1), stride=2),
+        tx.conv2d(_realized(64, 64, 1, 1), padding=1),
+        tx.conv2d(_realized(64, 32, 1, 1), groups=2),
+    ):
+        assert all(len(shape) != 4 for shape in _copies(other))
+
+
 def test_filters_of_no_vector_width_keep_their_layout_and_a_one_sided_reflect_pad_is_copied():
     """An STFT as a strided conv (silero-vad): 258 filters make no vector, so the weight keeps
     its taps innermost (read transposed, each tap came from a line of its own); the input

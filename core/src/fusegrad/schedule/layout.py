@@ -1,7 +1,7 @@
 """The layout pass: memory-layout choices for the target, made on the graph before it is cut.
 
 The Tensor layer builds only the math; this pass, run by ``make_plan`` with the capabilities of
-each device the graph runs on, rewrites three shapes of reduction so that kernels read memory
+each device the graph runs on, rewrites these shapes of reduction so that kernels read memory
 the way the target likes it:
 
 - a long full reduction (a sum of 2**18 elements or more) is cut in two, so that every core or
@@ -9,8 +9,12 @@ the way the target likes it:
 - a matmul's right operand ``w`` (k, m) is copied into panels of ``p`` columns, one run each,
   on targets that loop over their output (``panel_right_operand``), and so is any other
   matmul's right operand not stored with its columns innermost (``panel_columns_operand``);
-- a convolution's weight is copied with its output channels innermost, so the kernel loads a
-  vector of filters at once (``channels_innermost``).
+- a matmul's right operand whose columns no panel width divides is padded with zero columns
+  into panels, and the product's extra columns cut off (``panel_right_operand``);
+- a convolution's weight is copied with its output channels innermost, in panels of ``p``
+  filters where they fill them, so the kernel loads a vector of filters at once; a pointwise
+  convolution (1x1, stride 1) reads its input from panels of positions instead, as the matmul
+  it is (``channels_innermost``).
 
 The copies are CONTIGUOUS nodes: the scheduler makes each a kernel of its own. The pass runs
 after autograd, on the abstracted graph, so a plan (cached by graph structure and devices)
@@ -408,13 +412,74 @@ def channels_innermost(red: UOp, caps: Capabilities) -> UOp | None:
     chain, weight = found  # weight: (groups, C_out, C_in, *kernel)
     ndim = len(weight.shape)
     conv = red
-    if weight.shape[1] % FILTER_VECTOR == 0:
+    groups, filters, *rest = weight.shape
+    p = 2 * caps.vector_bytes // weight.dtype.itemsize
+    pointwise = caps.grid_dims is None and groups == 1 and all(k == 1 for k in rest[1:])
+    if pointwise and (panelled := _input_in_panels(red, filters, caps)) is not None:
+        return panelled
+    if caps.grid_dims is None and filters % p == 0 and filters > p:
+        # in panels of p filters, (groups, C_out / p, C_in, *kernel, p): each step along C_in
+        # reads the tile's filters as one run, as ``panel_right_operand`` explains
+        split = _reshape(weight, (groups, filters // p, p, *rest))
+        order = (0, 1, *range(3, ndim + 1), 2)
+        copy = UOp(Ops.CONTIGUOUS, weight.dtype, (_permute(split, order),))
+        back = _permute(copy, tuple(order.index(a) for a in range(ndim + 1)))
+        conv = _rebuild_chain(chain, _reshape(back, weight.shape))
+    elif filters % FILTER_VECTOR == 0:
         order = (0, *range(2, ndim), 1)
         copy = UOp(Ops.CONTIGUOUS, weight.dtype, (_permute(weight, order),))
         conv = _rebuild_chain(chain, _permute(copy, tuple(order.index(a) for a in range(ndim))))
     if caps.grid_dims is None and any(k > 1 for k in weight.shape[3:]):
         conv = _padded_input_copied(conv)
     return None if conv is red else conv
+
+
+#: a pointwise convolution reads its input from panels from this many filters and this many
+#: input channels on: below, the copy costs about what it saves (PP-OCR detection, one thread:
+#: 79-80 ms a call with these, 80-82 from 32 filters and 16 channels, 81 from 128 and 64)
+POINTWISE_FILTERS = 64
+POINTWISE_CHANNELS = 32
+
+
+def _input_in_panels(red: UOp, filters: int, caps: Capabilities) -> UOp | None:
+    """A pointwise convolution (1x1 kernel, stride 1, no pad, one group) is the matmul
+    ``weight (C_out, C_in) @ x (C_in, positions)`` for each image: it reads its input from a
+    copy in panels of ``p`` positions, ``(N, P / p, C_in, p)``, as ``panel_right_operand`` reads
+    a matmul's right operand, and its weight as it is (rows of C_in, read a tile of filters at
+    a time). PP-OCR recognition's (480, 480) over 6x80 positions: the kernel reading a vector
+    of filters from panels of the weight and the image in place, a row of it apart at each step
+    of C_in, took 1.4 ms; this one 1.1, and 0.04 for the copy."""
+    mul = red.src[0].src[0] if red.src[0].op is Ops.CAST else red.src[0]
+    views, x = _views_down(mul.src[0], (Ops.RESHAPE, Ops.EXPAND))
+    shape = mul.shape
+    n = (len(shape) - 4) // 2
+    images, channels, positions = shape[0], shape[3], prod(shape[4 : 4 + n])
+    if is_symbolic(shape) or sum(v.op is Ops.EXPAND for v in views) != 1:
+        return None
+    if filters < POINTWISE_FILTERS or channels < POINTWISE_CHANNELS:
+        return None  # (the copies, a pass over the input each, would cost more than they save)
+    if prod(x.shape) != images * channels * positions:
+        return None  # (strided or padded windows, or an input broadcast below them)
+    p = 2 * caps.vector_bytes // x.dtype.itemsize
+    if positions % p or positions == p or images * channels * positions < PANEL_ELEMENTS:
+        return None
+    # what computes x stays a kernel of its own, storing it in its order: a depthwise
+    # convolution before it, computed in the panels' order, took 8x as long
+    if _below(x, (Ops.RESHAPE,)).op not in (Ops.PARAM, Ops.BUFFER):
+        x = UOp(Ops.CONTIGUOUS, x.dtype, (x,))
+    # the positions as one axis (P, 1, ...): a kernel splitting them into panels then finds
+    # whole panels along it, where rows of 40 split into panels of 32 computed a division per
+    # load (PP-OCR detection's 40x40 images: 1.7x slower)
+    merged = (*shape[:4], positions, *(1,) * (n - 1), *shape[4 + n :])
+    rows = _reshape(x, (images, channels, positions // p, p))
+    copy = UOp(Ops.CONTIGUOUS, x.dtype, (_permute(rows, (0, 2, 1, 3)),))
+    windows = _reshape(_permute(copy, (0, 2, 1, 3)), (images, 1, 1, channels, *merged[4:]))
+    weight = _below(mul.src[1], (Ops.EXPAND,))
+    expand = (Ops.EXPAND, mul.dtype)
+    new_mul = mul.replace(src=(UOp(*expand, (windows,), merged), UOp(*expand, (weight,), merged)))
+    if red.src[0].op is Ops.CAST:
+        new_mul = red.src[0].replace(src=(new_mul,))
+    return _reshape(red.replace(src=(new_mul,)), red.shape)
 
 
 #: output channels come innermost only in multiples of this many (the narrowest vector the
