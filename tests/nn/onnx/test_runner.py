@@ -357,6 +357,43 @@ def test_weight_arithmetic_in_the_graph_runs_at_the_first_call_only():
     assert buffer_of(hi.uop) is None  # a view of the weight: nothing to keep
 
 
+def test_weight_arithmetic_in_a_branch_over_the_outer_weights_is_static():
+    """silero-vad reorders its LSTM's weights inside an If's branches, from the outer graph's
+    initializers: those branch nodes are static too (kept after the first call)."""
+    from onnx import numpy_helper
+
+    from fusegrad import Tensor
+    from fusegrad.tensor import buffer_of
+
+    inner = _static_model().graph
+    then = helper.make_graph(
+        list(inner.node), "then", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    )
+    other = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["z"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    nodes = [helper.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other)]
+    spec = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+        helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+    ]
+    out = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])]
+    graph = helper.make_graph(nodes, "g", spec, out, initializer=list(inner.initializer))
+    runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    (branch,) = runner.graph.steps
+    concat = [s for s in branch.subgraphs["then_branch"].steps if s.node.op_type == "Concat"]
+    assert concat[0].static and concat[0].frontier == {"w2"}
+    w = numpy_helper.to_array(inner.initializer[0])
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    for _ in range(2):
+        got = runner({"x": Tensor(x), "c": np.array(True)})["out"].numpy()
+        np.testing.assert_allclose(got, x @ np.roll(w, 4, axis=1), rtol=1e-5, atol=1e-6)
+    assert buffer_of(concat[0].constants["CPU"][0][0].uop) is not None
+
+
 def test_random_nodes_expansions_and_overridden_weights_are_not_kept():
     """A random node of a weight draws anew at every call; a weight broadcast to a larger shape
     stays an expression (kept, it would take memory for nothing); a weight that is also a graph

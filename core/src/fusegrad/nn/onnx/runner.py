@@ -189,6 +189,8 @@ def static_steps(steps: list[Step], weights: set[str], outputs: list[ValueSpec])
     Slice and Concat: a select among three loads for each weight, at every call)."""
     static = set(weights)
     for step in steps:
+        for g in step.subgraphs.values():  # (a branch or body reads the weights around it too)
+            static_steps(g.steps, static | set(g.initializers), g.outputs)
         if step.subgraphs or step.node.op_type in RANDOM_OPS:
             continue
         if all(name in static for name in step.inputs if name):
