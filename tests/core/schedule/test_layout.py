@@ -112,6 +112,13 @@ def test_pointwise_convolution_reads_its_input_from_panels_of_positions():
     want = np.maximum(np.einsum("nchw,oc->nohw", 2 * x, w[:, :, 0, 0]) + bias[:, None, None], 0)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
     assert len(_copies(tx.conv2d(_realized(64, 64, 1, 1)))) == 1  # the input as it is: a copy
+    half = w.astype(np.float16)  # a weight of another dtype: cast where it is broadcast
+    np.testing.assert_allclose(
+        tx.conv2d(Tensor(half, device="CPU")).numpy(),
+        np.einsum("nchw,oc->nohw", x, half[:, :, 0, 0].astype(np.float32)),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     for other in (
         tx.conv2d(_realized(32, 64, 1, 1)),
         tx.conv2d(_realized(64, 64, 1, 1), stride=2),

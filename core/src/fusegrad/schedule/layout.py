@@ -456,6 +456,8 @@ def _input_in_panels(red: UOp, filters: int, caps: Capabilities) -> UOp | None:
     images, channels, positions = shape[0], shape[3], prod(shape[4 : 4 + n])
     if is_symbolic(shape) or sum(v.op is Ops.EXPAND for v in views) != 1:
         return None
+    if mul.src[1].op is not Ops.EXPAND:
+        return None  # (a weight cast after its broadcast: left to the weight's copy)
     if filters < POINTWISE_FILTERS or channels < POINTWISE_CHANNELS:
         return None  # (the copies, a pass over the input each, would cost more than they save)
     if prod(x.shape) != images * channels * positions:
@@ -475,8 +477,9 @@ def _input_in_panels(red: UOp, filters: int, caps: Capabilities) -> UOp | None:
     copy = UOp(Ops.CONTIGUOUS, x.dtype, (_permute(rows, (0, 2, 1, 3)),))
     windows = _reshape(_permute(copy, (0, 2, 1, 3)), (images, 1, 1, channels, *merged[4:]))
     weight = _below(mul.src[1], (Ops.EXPAND,))
-    expand = (Ops.EXPAND, mul.dtype)
-    new_mul = mul.replace(src=(UOp(*expand, (windows,), merged), UOp(*expand, (weight,), merged)))
+    new_mul = mul.replace(
+        src=tuple(UOp(Ops.EXPAND, u.dtype, (u,), merged) for u in (windows, weight))
+    )
     if red.src[0].op is Ops.CAST:
         new_mul = red.src[0].replace(src=(new_mul,))
     return _reshape(red.replace(src=(new_mul,)), red.shape)
