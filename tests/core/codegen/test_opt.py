@@ -525,6 +525,24 @@ def test_a_matvec_sums_in_lanes_over_a_tile_of_rows():
     np.testing.assert_allclose((x @ w.T).numpy(), x.numpy() @ w.numpy().T, rtol=1e-5)
 
 
+def test_a_short_sum_takes_a_register_of_lanes_not_two():
+    """silero-vad's STFT, 258 filters of 256 taps over 5 frames: each output ends by adding
+    its lanes up one by one, so a sum of 256 runs in 16 lanes (16 trips each), not 32 (8 trips:
+    the adds at the end cost more than the multiply-adds); a sum of 4,096 keeps 64 lanes, and
+    one of 128 a register's 16. Values as numpy's."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 1, 640), dtype=np.float32)
+    w = rng.standard_normal((258, 1, 256), dtype=np.float32)
+    y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), stride=128)
+    opts = heuristic_opts(_reduce_ast(y), AVX512)
+    assert opts.lanes is not None and opts.lanes[1] == 16
+    frames = np.stack([x[0, 0, t * 128 : t * 128 + 256] for t in range(4)], axis=1)
+    np.testing.assert_allclose(y.numpy()[0], w[:, 0] @ frames, rtol=1e-4, atol=1e-4)
+    for length, lanes in ((4096, 64), (128, 16)):
+        total = Tensor.rand(8, length, device="CPU").sum(1)
+        assert heuristic_opts(_reduce_ast(total), AVX512).lanes == (1, lanes)
+
+
 def test_a_sum_over_a_length_no_power_of_two_divides_still_runs_in_lanes():
     """6,625 (PP-OCR's characters, 5**3 * 53): 25 lanes, not one chain of dependent adds (its
     softmax's max and sum over 40 rows took 0.5 and 0.9 ms, 0.1 and 0.2 in lanes)."""
