@@ -584,19 +584,14 @@ def _lanes(reduce: UOp, regs: RegisterBudget) -> tuple[int, int] | None:
     amount = next(
         (c for c in regs.lane_amounts() if size % c == 0 and size >= LANE_TRIPS * c), None
     )
-    if (
-        (amount is None or amount < regs.width)
-        and size % regs.width == 0
-        and size >= 8 * regs.width
-    ):
-        amount = regs.width
     outer = prod(src.shape[a] for a in reduce.arg[1] if a != axis)
-    long_outside = isinstance(outer, int) and outer >= 8 and size % regs.width == 0
-    if long_outside and (amount is None or amount < regs.width):
-        # a short innermost axis inside a long reduction (the 16 bytes of a 4-bit block or the
-        # 32 of an 8-bit one, 18 blocks a row): the lanes add up over all of it, so a register's
-        # worth (an 8-bit block's 32 took 4 lanes, SmolLM2's Q8_0 head ran at half speed)
-        amount = regs.width
+    # a register's width of lanes, at least, from 8 trips on; and for a short innermost axis
+    # inside a long reduction (the 16 bytes of a 4-bit block or the 32 of an 8-bit one, 18
+    # blocks a row), whose lanes add up over all of it (an 8-bit block's 32 took 4 lanes,
+    # SmolLM2's Q8_0 head ran at half speed)
+    long_outside = isinstance(outer, int) and outer >= 8
+    if size % regs.width == 0 and (size >= 8 * regs.width or long_outside):
+        amount = max(amount or 0, regs.width)
     amount = amount or next((c for c in regs.lane_amounts() if size % c == 0 and size > c), None)
     if amount is None and isinstance(size, int):
         # no power of two divides it (PP-OCR's 6,625 characters): any count from two registers

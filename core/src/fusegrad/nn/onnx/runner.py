@@ -92,7 +92,6 @@ class Graph:
         self.reads = {name for s in steps for name in s.inputs if name}
         self.reads |= {name for s in steps for g in s.subgraphs.values() for name in g.reads}
         self.steps = live_steps(steps, {o.name for o in self.outputs})
-        static_steps(self.steps, set(self.initializers) - set(self.defaults), self.outputs)
         for out in self.outputs:
             if out.name not in defined:
                 raise FileFormatError(
@@ -210,7 +209,7 @@ def _kept(value: Value, args: list[Value]) -> Value:
     """A static step's output read by the call: realized when it computes something from its
     sources (not a view of a weight, which costs nothing to read in place) and takes no more
     memory than its sources (an expansion, or a dequantized weight, is computed where used)."""
-    if not isinstance(value, Tensor) or value.uop.op in (Ops.BUFFER, Ops.CONST):
+    if not isinstance(value, Tensor):
         return value
     u = value.uop
     while u.op in (Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK, Ops.FLIP, Ops.PAD):
@@ -320,6 +319,8 @@ class OnnxRunner:
         }
         self.device = Device.canonicalize(device) if device else Device.DEFAULT
         self.graph = Graph(self.model.graph, self.opsets, set(), "", value_types(self.model))
+        graph = self.graph  # (static_steps goes into the subgraphs from here)
+        static_steps(graph.steps, set(graph.initializers) - set(graph.defaults), graph.outputs)
         self._weights: dict[str, Tensor] = {}
 
     @property
