@@ -132,23 +132,30 @@ def test_a_weight_kept_as_values_and_scales(written, name):
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q8_0"])
-@pytest.mark.parametrize("rows", [12, 6])
-def test_values_of_four_rows_share_a_word_and_others_stay_bytes(name, rows):
-    """``split_blocks`` packs the values of 4 rows into each uint32 word where the row count
-    allows (12), else keeps bytes (6): both dequantize bit for bit as gguf does (Q8_0's
-    negative bytes too), and the decode product is one kernel equal to the dequantized
-    matmul's."""
+@pytest.mark.parametrize("rows", [24, 12, 6])
+def test_values_of_several_rows_share_a_word_and_others_stay_bytes(name, rows):
+    """``split_blocks`` packs the values of 8 rows of nibbles (a word per plane) or 4 rows of
+    bytes into each int32 word where the row count allows (24; 12 for bytes), else keeps bytes:
+    each dequantizes bit for bit as gguf does (the top field's nibbles of 8 and more, which
+    would be negative read in place, and Q8_0's negative bytes too), and the decode product is
+    one kernel equal to the dequantized matmul's."""
     from fusegrad.nn.gguf import WORD_ROWS
 
     weights = np.random.default_rng(3).standard_normal((rows, 96)).astype(np.float32)
+    weights[:, :8] = np.linspace(-1, 1, 8)  # every nibble value in the first block of each row
     raw = gguf.quants.quantize(weights, Q[name])
     split = split_blocks(Tensor(raw), Q[name].value, (rows, 96))
     assert split is not None
-    packed = WORD_ROWS if rows % WORD_ROWS == 0 else 1
-    width = 32 if name == "Q8_0" else 16
-    assert split.rows == packed and split.values.shape == (rows // packed, 3, width)
+    word = WORD_ROWS[8 if name == "Q8_0" else 4]
+    packed = word if rows % word == 0 else 1
+    planes, width = (1, 32) if name == "Q8_0" else (2, 16)
     narrow = dtypes.int8 if name == "Q8_0" else dtypes.uint8
-    assert split.values.dtype == (dtypes.uint32 if packed > 1 else narrow)
+    assert split.rows == packed
+    if packed > 1:
+        assert split.values.shape == (rows // packed, 3, planes, width)
+        assert split.values.dtype == dtypes.int32
+    else:
+        assert split.values.shape == (rows, 3, width) and split.values.dtype == narrow
     expected = gguf.quants.dequantize(raw, Q[name])
     np.testing.assert_array_equal(split.dequantize().numpy(), expected)
     x = np.random.default_rng(4).standard_normal((2, 96)).astype(np.float32)
@@ -226,12 +233,12 @@ def test_a_row_range_of_split_blocks_is_those_rows():
     weights = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float32)
     raw = gguf.quants.quantize(weights, Q.Q4_1)
     split = split_blocks(Tensor(raw), Q.Q4_1.value, (16, 64))
-    part = split.row_range(4, 12)
-    assert part.shape == (8, 64) and part.values.shape == (2, 2, 16)
+    part = split.row_range(8, 16)
+    assert part.shape == (8, 64) and part.values.shape == (1, 2, 2, 16)
     whole = gguf.quants.dequantize(raw, Q.Q4_1)
-    np.testing.assert_array_equal(part.dequantize(contiguous=True).numpy(), whole[4:12])
-    with pytest.raises(InvalidValue, match="split the words of 4 rows"):
-        split.row_range(2, 12)
+    np.testing.assert_array_equal(part.dequantize(contiguous=True).numpy(), whole[8:16])
+    with pytest.raises(InvalidValue, match="split the words of 8 rows"):
+        split.row_range(4, 16)
 
 
 def _plans_near(ast, renderer) -> list:
@@ -262,9 +269,9 @@ def test_every_plan_near_the_decode_product_computes_it(name, tokens, monkeypatc
     *_, step = split.linear(x).schedule()
     shape = step.ast.src[0].src[1].shape
     lane = max(_reduce_of(step.ast.src[0].src[1]).arg[1])
-    words, rows = shape.index(144), shape.index(4)
+    words, rows = shape.index(576 // split.rows), shape.index(split.rows)
     plans = _plans_near(step.ast, Device["CPU"].renderer)
-    for ups in (((rows, 2), (words, 8)), ((rows, 4), (words, 8))):
+    for ups in (((rows, 2), (words, 8)), ((rows, 4), (words, 8)), ((rows, split.rows), (words, 4))):
         order = tuple(d for d in range(len(shape)) if d not in dict(ups)) + (rows, words)
         plans += [KernelOpts(order, ups, (lane, 16), False, tile) for tile in ((), ((words, 2),))]
     chosen = kernel.heuristic_opts

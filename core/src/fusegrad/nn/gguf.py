@@ -367,12 +367,16 @@ def block_scales(
 #: ran at 2.4 weights a cycle: float32 is one broadcast load. SmolLM2 generates 20-30% faster
 #: (46-55 -> 57-71 tokens/s on 2 threads, A/B) for 14 MiB more (243 MiB peak).
 SCALES_DTYPE = dtypes.float32
-#: rows of a weight that ``split_blocks`` packs into each 32-bit word, a byte each: a decode
-#: step's product then loads a word once for four rows' weights, and loads of 32-bit words,
-#: not bytes, keep gcc 12's vectoriser at the full vector width (a loop of 16 byte loads made
-#: it choose 16-byte vectors: four 4-wide float multiplies for each 16 weights). SmolLM2's
-#: 4-bit products ran 1.5-1.8x faster (3.2-4.0 -> 4.7-7.1 GB/s).
-WORD_ROWS = 4
+#: rows of a weight whose values ``split_blocks`` packs into each 32-bit word, by the values'
+#: width in bits: 8 rows of nibbles (a word for each plane: the low nibbles, the high ones), 4 of
+#: bytes. A decode step's product then loads a word once for that many rows' weights, and loads
+#: of 32-bit words, not bytes, keep gcc 12's vectoriser at the full vector width (a loop of 16
+#: byte loads made it choose 16-byte vectors: four 4-wide float multiplies for each 16 weights).
+#: Each row's field is masked in place (``SplitBlocks.weights``), not shifted down: the row's
+#: scale is kept divided by the field's place value instead, so a product's 16 weights cost an
+#: AND, a conversion, and two fused multiply-adds; a vector shift more ran on the port those
+#: need, and the 3072 x 576 gate and up product took 100 us instead of ~80 (2 threads).
+WORD_ROWS = {4: 8, 8: 4}
 #: the block types a loop device keeps split (``split_blocks``): where a block's values start,
 #: and whether they are nibbles (two 4-bit weights a byte) or signed bytes
 SPLIT_KINDS = {name: (start, True) for name, (start, _) in NIBBLE_KINDS.items()} | {
@@ -387,40 +391,55 @@ class SplitBlocks:
     bytes a block has in the file; the scales are no longer decoded from bytes in every kernel,
     and are read as float32 (``SCALES_DTYPE``).
 
-    ``values`` is ``(m / rows, groups, width)``: byte ``b`` of element ``(r, g, j)`` is byte
-    ``j`` of the values of block ``(rows * r + b, g)`` (16 bytes of nibbles: weight j in the low
-    nibble, j + 16 in the high one; or 32 signed bytes, in offset binary in words). uint32
-    words of ``WORD_ROWS`` rows, or plain bytes (``rows`` 1) when ``m`` is no multiple of 4.
-    ``shifts`` ``(1, rows, 1, planes, 1)``, of the values' dtype: where each row's nibbles (or
-    byte) sit in a word."""
+    ``values`` is ``(m / rows, groups, planes, width)`` int32 words, where ``rows`` is
+    ``WORD_ROWS`` of the values' width: field ``b`` (4 or 8 bits from bit ``bits * b``) of word
+    ``(r, g, p, j)`` holds the value of row ``rows * r + b``, group ``g``: weight ``16 * p + j``
+    of a nibble block (its plane ``p``), or weight ``j`` of Q8_0's 32 bytes (one plane), those in
+    offset binary (``v + 128``). ``scale`` is then kept divided by each field's place value,
+    ``2 ** (bits * b)``, except in the top field, which ``weights`` shifts down (read in place,
+    it would be negative). When ``m`` is no multiple of ``rows``: ``rows`` is 1 and ``values``
+    the file's bytes ``(m, groups, width)`` (uint8 nibbles, or int8)."""
 
     values: Tensor
     scale: Tensor
     offset: Tensor | None
     kind: int
     shape: tuple[int, int]
-    shifts: Tensor
+    rows: int
 
     @property
-    def rows(self) -> int:
-        return self.shifts.shape[1]
+    def bits(self) -> int:
+        return 4 if _kind(self.kind)[0] in NIBBLE_KINDS else 8
 
-    def weights(self) -> tuple[Tensor, int]:
+    def weights(self) -> tuple[Tensor, Tensor | int]:
         """``q`` as float32 ``(m / rows, rows, groups, planes, size)`` and what is added to it
-        (``bias``): the low nibbles (weights 0-15 of each block) then the high ones (16-31),
-        ``bias`` -8 for Q4_0; or Q8_0's 32 bytes, kept in words in offset binary (``bias``
-        -128). ``scale * q + scale * bias`` is exact (each product has at most 19 significant
-        bits, and so has their sum), so ``bias`` costs a multiply per group, not a subtraction
-        per weight."""
-        (m, k), rows = self.shape, self.rows
-        planes, width = self.shifts.shape[3], self.values.shape[2]
-        words = self.values.reshape(m // rows, 1, k // 32, 1, width)
-        if planes == 1 and rows == 1:  # int8 bytes
-            return words.cast(dtypes.float32), 0
-        if planes == 1:
-            return ((words >> self.shifts) & 255).cast(dtypes.float32), -128
-        q = ((words >> self.shifts) & 15).cast(dtypes.float32)
-        return q, -NIBBLE_KINDS[_kind(self.kind)[0]][1]
+        (``bias``, a number or ``(1, rows, 1, 1, 1)``) so that ``scale * q + scale * bias`` (+
+        ``offset``) is the weight: the low nibbles (weights 0-15 of each block) then the high ones
+        (16-31), ``bias`` -8 for Q4_0; or Q8_0's 32 bytes (in offset binary in words: ``bias``
+        -128, in place value). ``scale * q + scale * bias`` is exact (each product has at most 19
+        significant bits, and so has their sum), so ``bias`` costs a multiply per group, not a
+        subtraction per weight."""
+        (m, k), rows, bits = self.shape, self.rows, self.bits
+        minus = NIBBLE_KINDS[_kind(self.kind)[0]][1] if bits == 4 else 0
+        if rows == 1:  # the file's bytes
+            if bits == 8:
+                return self.values.reshape(m, 1, k // 32, 1, 32).cast(dtypes.float32), 0
+            nibbles = self.values.reshape(m, 1, k // 32, 1, 16)
+            shifts = _shifts(1, 1, 1, 2, 1, step=4, device=nibbles.device)
+            return ((nibbles >> shifts) & 15).cast(dtypes.float32), -minus
+        words = self.values.reshape(m // rows, 1, k // 32, *self.values.shape[2:])
+        shape, places = (m // rows, rows, k // 32, *self.values.shape[2:]), _places(rows, bits)
+        # each field masked where it lies; the top one (it holds the sign bit) shifted down
+        down = _per_field([0] * (rows - 1) + [bits * (rows - 1)], shape, dtypes.int32, words.device)
+        ones = (1 << bits) - 1
+        mask = _per_field([ones << p for p in places], shape, dtypes.int32, words.device)
+        q = ((words >> down) & mask).cast(dtypes.float32)
+        if bits == 8:  # offset binary
+            minus = 128
+        if not minus:
+            return q, 0
+        biases = [-minus * float(1 << p) for p in places]
+        return q, _per_field(biases, (m // rows, rows, k // 32, 1, 1), dtypes.float32, words.device)
 
     def _scaled(self, t: Tensor) -> Tensor:
         """A scale or offset ``(m, groups, 1)`` as float32 ``(m / rows, rows, groups, 1, 1)``."""
@@ -428,9 +447,10 @@ class SplitBlocks:
         return t.cast(dtypes.float32).reshape(m // rows, rows, k // 32, 1, 1)
 
     def _dequantized(self) -> Tensor:
-        """``scale * q + offset`` ``(m / rows, rows, groups, planes, size)``, bit for bit."""
+        """``scale * q + offset`` ``(m / rows, rows, groups, planes, size)``, bit for bit (a
+        field's place value in ``q`` and in ``scale`` cancel exactly)."""
         (q, bias), scale = self.weights(), self._scaled(self.scale)
-        w = scale * q if not bias else scale * q + scale * bias
+        w = scale * q if isinstance(bias, int) and not bias else scale * q + scale * bias
         return w if self.offset is None else w + self._scaled(self.offset)
 
     def _fused(self) -> Tensor:
@@ -440,7 +460,7 @@ class SplitBlocks:
         SmolLM2's 3072 x 576 gate and up product 121 -> 107 us in C written by hand."""
         (q, bias), scale = self.weights(), self._scaled(self.scale)
         offset = self._scaled(self.offset) if self.offset is not None else None
-        if bias:
+        if not isinstance(bias, int) or bias:
             offset = scale * bias if offset is None else scale * bias + offset
         return q * scale if offset is None else q.fma(scale, offset)
 
@@ -464,7 +484,7 @@ class SplitBlocks:
             offset,
             self.kind,
             (stop - start, k),
-            self.shifts,
+            rows,
         )
 
     def dequantize(self, contiguous: bool = False) -> Tensor:
@@ -477,6 +497,27 @@ class SplitBlocks:
         return (w.contiguous() if contiguous else w).reshape(self.shape)
 
 
+def _places(rows: int, bits: int) -> list[int]:
+    """The bit each of the ``rows`` fields of ``bits`` bits in a word is read at
+    (``SplitBlocks.weights``): where it lies, or 0 for the top field, shifted down."""
+    return [bits * b if b < rows - 1 else 0 for b in range(rows)]
+
+
+def _per_field(values: list[int], shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
+    """``values[b]`` at every element of ``shape`` whose axis 1 is ``b``: constants padded into
+    place and added, no buffer (an arange is one, and the scheduler gives work on it a buffer of
+    its own when read expanded, see the note at the top): in a kernel, a choice on the field's
+    index, which the C compiler folds to a constant per unrolled field."""
+    rows, one = len(values), (shape[0], 1, *shape[2:])
+    total: Tensor | None = None
+    for b, v in enumerate(values):
+        if v:
+            pad = ((0, 0), (b, rows - 1 - b), *((0, 0),) * (len(shape) - 2))
+            placed = Tensor.full(one, v, dtype, device=device).pad(pad)
+            total = placed if total is None else total + placed
+    return Tensor.full(shape, 0, dtype, device=device) if total is None else total
+
+
 def split_blocks(packed: Tensor, kind: int, shape: tuple[int, int]) -> SplitBlocks | None:
     """``packed`` (a Q4_0, Q4_1 or Q8_0 weight's blocks) as ``SplitBlocks``, realized; None for
     other types. Memory is that of the file's blocks and 2 bytes more per scale (a Q4_1 block:
@@ -485,29 +526,35 @@ def split_blocks(packed: Tensor, kind: int, shape: tuple[int, int]) -> SplitBloc
     if name not in SPLIT_KINDS:
         return None
     (m, k), (start, nibbles) = shape, SPLIT_KINDS[name]
-    width = 16 if nibbles else 32
+    width, bits = (16, 4) if nibbles else (32, 8)
     values = packed.reshape(-1, block_bytes)[:, start : start + width]  # (blocks, width) bytes
-    rows = WORD_ROWS if m % WORD_ROWS == 0 else 1
-    dtype = dtypes.uint32 if rows > 1 else dtypes.uint8
-    device = packed.device
-    if rows > 1:  # the bytes of 4 rows' blocks side by side, shifted into one word
-        if not nibbles:  # signed bytes in offset binary (see ``SplitBlocks.weights``)
-            values = values ^ 128
-        grouped = values.reshape(m // rows, rows, k // 32, width).cast(dtype)
-        values = (grouped << _shifts(1, rows, 1, 1, step=8, dtype=dtype, device=device)).sum(1)
-    elif not nibbles:
-        values = values.bitcast(dtypes.int8)
-    values = values.reshape(m // rows, k // 32, width).contiguous()
-    shifts = _shifts(1, rows, 1, 1, 1, step=8, dtype=dtype, device=device)
-    if nibbles:
-        shifts = shifts + _shifts(1, 1, 1, 2, 1, step=4, dtype=dtype, device=device)
-    shifts = shifts.contiguous()
+    rows = WORD_ROWS[bits] if m % WORD_ROWS[bits] == 0 else 1
+    device, groups = packed.device, k // 32
     scales = block_scales(packed, kind, shape, realize=False)
     assert scales is not None
-    scale = scales[0].cast(SCALES_DTYPE).contiguous()
+    scale = scales[0].cast(SCALES_DTYPE)
+    if rows > 1:  # the values of `rows` rows side by side in each word, a field a row
+        if nibbles:  # the planes: low nibbles, high ones
+            values = Tensor.stack(values & 15, values >> 4, dim=1)
+        else:  # signed bytes in offset binary (see ``SplitBlocks.weights``)
+            values = (values ^ 128).reshape(-1, 1, width)
+        planes = values.shape[1]
+        grouped = values.reshape(m // rows, rows, groups, planes, width).cast(dtypes.uint32)
+        field = Tensor.arange(rows, dtype=dtypes.uint32, device=device).reshape(1, rows, 1, 1, 1)
+        values = (grouped << (field * bits)).sum(1).bitcast(dtypes.int32)
+        places = _places(rows, bits)
+        values_ = [float(2.0**-p) for p in places]
+        factor = _per_field(values_, (m // rows, rows, groups, 1, 1), SCALES_DTYPE, device)
+        divided = scale.reshape(m // rows, rows, groups, 1, 1) * factor
+        scale = divided.reshape(m, groups, 1)  # (exact: a power of two)
+    else:
+        values = values.reshape(m, groups, width)
+        if not nibbles:
+            values = values.bitcast(dtypes.int8)
+    values, scale = values.contiguous(), scale.contiguous()
     offset = scales[1].cast(SCALES_DTYPE).contiguous() if scales[1] is not None else None
-    Tensor.realize(values, shifts, *(t for t in (scale, offset) if t is not None))
-    return SplitBlocks(values, scale, offset, kind, shape, shifts)
+    Tensor.realize(values, scale, *(t for t in (offset,) if t is not None))
+    return SplitBlocks(values, scale, offset, kind, shape, rows)
 
 
 def _inline_dots(
