@@ -168,6 +168,21 @@ def test_the_caches_are_written_in_place_and_the_projections_joined(model):
     assert [w.shape for w in block.gate_up] == [(2 * c.ffn, c.dim)]
 
 
+def test_the_decode_steps_scores_read_the_rotated_query_from_its_own_buffer(model):
+    """Each layer's attention scores over the cache (a kernel over the context Variable that
+    sums 64 products) read two buffers, the rotated query and the keys: the query's rotation
+    (its cosines and sines) is not recomputed for every key position."""
+    model.reset()
+    list(model.generate(PROMPT_IDS, 3))
+    scores = [
+        launch
+        for launch in model._step.launches
+        if launch.symbolic and launch.runner.program.name.endswith("context_1_64")
+    ]
+    assert len(scores) == model.config.layers
+    assert all(len(launch.buffers) == 3 for launch in scores)  # (the output, q, the keys)
+
+
 def test_a_prompt_filling_the_context_keeps_the_decode_steps_capture_valid(path, model):
     """The caches never move, even for a prompt as long as the context, so the decode step
     captured before a prompt replays after it, without capturing again."""
