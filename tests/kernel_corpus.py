@@ -93,6 +93,8 @@ CASES: dict[str, Callable[[], Tensor]] = {
     "grouped_sum": lambda: _x(5000).sum(),
     "grouped_max_rows": lambda: _x(6, 1000).max(axis=1),
     "grouped_sum_int32_axis0": lambda: _x(700, 3, dtype=dtypes.int32).sum(axis=0) + 1,
+    # a weight (256 KB) read once, a block of 32 a trip: prefetched on the CPU (codegen/prefetch.py)
+    "matvec_blocks": lambda: (_x(64, 32, 32) * _x(32, 32)).sum((1, 2)),
 }
 
 

@@ -16,6 +16,7 @@ from fusegrad.codegen.grid import (
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts, symbolic_opts
+from fusegrad.codegen.prefetch import prefetch_streams
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.split import split_index_sets
 from fusegrad.codegen.staged import linearize_staged, lower_staged
@@ -171,6 +172,8 @@ def generate(
         program = linearize_staged(graph)
     else:
         program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
+    if renderer.prefetch_bytes and not grid:
+        program = prefetch_streams(program, renderer.prefetch_bytes)
     _debug_stage("linear program", program)
     check(program, LINEAR)
     name = kernel_name(ast)

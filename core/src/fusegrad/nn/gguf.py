@@ -503,7 +503,9 @@ def _places(rows: int, bits: int) -> list[int]:
     return [bits * b if b < rows - 1 else 0 for b in range(rows)]
 
 
-def _per_field(values: list[int], shape: tuple[int, ...], dtype: DType, device: str) -> Tensor:
+def _per_field(
+    values: list[int] | list[float], shape: tuple[int, ...], dtype: DType, device: str
+) -> Tensor:
     """``values[b]`` at every element of ``shape`` whose axis 1 is ``b``: constants padded into
     place and added, no buffer (an arange is one, and the scheduler gives work on it a buffer of
     its own when read expanded, see the note at the top): in a kernel, a choice on the field's

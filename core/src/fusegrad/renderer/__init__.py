@@ -95,6 +95,9 @@ class Renderer:
     #: 4 KB fall in one set: with 8 ways a register tile's rows and the vectors loaded beside them
     #: overfill it, with 12 they fit.
     cache_ways: int = 0
+    #: how far ahead (bytes) a reduction asks for the inputs it streams through once
+    #: (codegen/prefetch.py); 0: no prefetches, the program holds no PREFETCH op
+    prefetch_bytes: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8

@@ -58,6 +58,7 @@ class Ops(Enum):
     STORE = auto()  # src: (index, value)
     ATOMIC_AND = auto()  # src: (index, value); *index &= value, atomically (packed narrow stores)
     ATOMIC_OR = auto()  # src: (index, value[, after]); *index |= value atomically, after ``after``
+    PREFETCH = auto()  # src: (index,); asks for that address in cache; never faults, no value
     CONST = auto()
     CAST = auto()
     BITCAST = auto()
@@ -128,4 +129,6 @@ BACKEND_OPS = frozenset(
     | GroupOp.ALU
     # only in programs for renderers with ``min_storage_bits`` > 8 (see codegen/decompose.py)
     | {Ops.ATOMIC_AND, Ops.ATOMIC_OR}
+    # only in programs for renderers with ``prefetch_bytes`` (see codegen/prefetch.py)
+    | {Ops.PREFETCH}
 )
