@@ -55,3 +55,35 @@ def test_a_kernel_of_too_many_arguments_is_not_batched():
     assert CPUBatch.fits(Fake(), BATCH_ARGUMENTS, 0)
     assert not CPUBatch.fits(Fake(), BATCH_ARGUMENTS - 1, 2)
     assert CPUProgram.batch([(Fake(), [np.empty(1)] * (BATCH_ARGUMENTS + 1), ())]) is None
+
+
+def test_a_replay_sets_again_only_the_inputs_and_values_that_changed(monkeypatch):
+    """Each input's buffer is written into the batch's arguments once, and again only when a
+    call passes another buffer; the variables' values likewise: a decode step of SmolLM2 passes
+    the same few inputs to hundreds of kernels. Results follow every change."""
+    w = Tensor(np.arange(32, dtype=np.float32).reshape(4, 8), device="CPU").realize()
+    n = Variable("n", 1, 8)
+
+    @TinyJit
+    def f(x: Tensor, y: Tensor) -> Tensor:
+        return ((x @ w.T) * y.sum() + (x * 2).sum(1, keepdim=True)).realize()
+
+    def call(size: int, x: Tensor, y: Tensor) -> np.ndarray:
+        return f(x.reshape(n.bind(size), 8), y).numpy()[:size]
+
+    xs = {s: Tensor(np.full((s, 8), float(s), np.float32), device="CPU") for s in (2, 3)}
+    y = Tensor(np.ones(5, np.float32), device="CPU")
+    for _ in range(3):
+        call(2, xs[2], y)
+    batch = f._captured.batch.batch
+    set_buffer, set_vals = [], []
+    monkeypatch.setattr(batch, "set_buffer", lambda *a: set_buffer.append(a[:2]))
+    monkeypatch.setattr(batch, "set_vals", lambda *a: set_vals.append(a))
+    want = lambda s, yv: np.full((s, 8), float(s)) @ w.numpy().T * yv + 16.0 * s  # noqa: E731
+    np.testing.assert_allclose(call(2, xs[2], y), want(2, 5.0))
+    assert set_buffer == [] and set_vals == []  # the same buffers and values: nothing to set
+    monkeypatch.undo()
+    y2 = Tensor(np.full(5, 2.0, np.float32), device="CPU")
+    np.testing.assert_allclose(call(2, xs[2], y2), want(2, 10.0))  # another y: its places only
+    np.testing.assert_allclose(call(3, xs[3], y2), want(3, 10.0))  # another size and x
+    np.testing.assert_allclose(call(2, xs[2], y), want(2, 5.0))

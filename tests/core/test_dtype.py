@@ -139,6 +139,8 @@ def test_dtype_error_is_a_type_error():
         (np.int64, i64),
         (np.uint8, u8),
         (np.bool_, b),
+        (">f4", f32),  # another byte order: the same type
+        (">i8", i64),
     ],
 )
 def test_from_numpy(npdtype, expected):

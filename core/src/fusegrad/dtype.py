@@ -131,10 +131,13 @@ class dtypes:  # noqa: N801 - tinygrad-compatible public name
     @staticmethod
     def from_numpy(npdtype: np.dtype) -> DType:
         """The dtype matching a numpy dtype."""
-        for d in ALL_DTYPES:
-            if d.np_name == np.dtype(npdtype).name:
-                return d
-        raise DTypeError(f"numpy dtype {npdtype} has no fusegrad equivalent; cast it first")
+        dtype = np.dtype(npdtype)
+        found = _FROM_NUMPY.get(dtype)
+        if found is None:  # (another byte order: the name says)
+            found = next((d for d in ALL_DTYPES if d.np_name == dtype.name), None)
+        if found is None:
+            raise DTypeError(f"numpy dtype {npdtype} has no fusegrad equivalent; cast it first")
+        return found
 
     @staticmethod
     def from_py(x: object) -> DType:
@@ -157,6 +160,12 @@ class dtypes:  # noqa: N801 - tinygrad-compatible public name
 ALL_DTYPES: tuple[DType, ...] = tuple(
     v for k, v in vars(dtypes).items() if isinstance(v, DType) and k == v.name and v.kind != "v"
 )
+#: numpy dtype -> ours (``dtypes.from_numpy``): a numpy dtype's ``name`` takes microseconds, and
+#: each Tensor made from an array asks (a decode step makes five)
+_FROM_NUMPY: dict[np.dtype, DType] = {}
+for _d in ALL_DTYPES:
+    if _d.np_name is not None:
+        _FROM_NUMPY.setdefault(np.dtype(_d.np_name), _d)
 
 
 def to_dtype(d: DType | str) -> DType:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +140,8 @@ class _Captured(threading.local):
         self.seen = Buffer.replacements
         #: all launches as one call, where the device's program type offers it (``_batched``)
         self.batch: Any = None
+        #: kernels and bytes a replay adds to the counters, by whether constant launches rerun
+        self.counted: dict[bool, tuple[int, int]] = {}
 
 
 class TinyJit:
@@ -170,6 +173,7 @@ class TinyJit:
     seen = _PerThread()
     plain = _PerThread()
     batch = _PerThread()
+    counted = _PerThread()
 
     def __init__(self, fn: Callable[..., Any]):
         self.fn = fn
@@ -189,7 +193,7 @@ class TinyJit:
         self.free_signature, self.values, self.checks = None, {}, []
         self.sources, self.written, self.guards, self.external = [], [], [], []
         self.seen = Buffer.replacements
-        self.batch = None
+        self.batch, self.counted = None, {}
 
     def _read_replaced_buffers(self) -> bool:
         """Whether a buffer the captured kernels read from outside (a weight in the function's
@@ -279,6 +283,7 @@ class TinyJit:
                     "cannot know its value; bind it in the shape of an input instead"
                 )
         self.batch = _batched(self.launches, self.values)
+        self.counted = {}
         return out
 
     def _replay(self, inputs: list[Buffer], values: dict | None) -> Any:
@@ -316,13 +321,15 @@ class TinyJit:
             now = inputs[guard.input] if guard.input is not None else guard.buffer
             if not np.array_equal(now.numpy(), guard.values):
                 return _UNGUARDED  # assigned tensors keep their values: the `after`s stay unused
-        ran = [
-            launch
-            for launch in self.launches
-            if (rerun or not launch.constant) and isinstance(launch.runner, realize.Runner)
-        ]
-        realize.GlobalCounters.kernel_count += len(ran)
-        realize.GlobalCounters.global_mem += sum(launch.runner.mem_bytes for launch in ran)
+        if (counted := self.counted.get(rerun)) is None:  # (the same at every replay: once)
+            ran = [
+                launch
+                for launch in self.launches
+                if (rerun or not launch.constant) and isinstance(launch.runner, realize.Runner)
+            ]
+            counted = self.counted[rerun] = (len(ran), sum(x.runner.mem_bytes for x in ran))
+        realize.GlobalCounters.kernel_count += counted[0]
+        realize.GlobalCounters.global_mem += counted[1]
         for a in self.assigned:
             replace_value(a.tensor, a.after)
             a.tensor._graph = None
@@ -422,22 +429,51 @@ class _Batch:
 
     def __init__(self, launches: list[_Launch], batch: Any):
         self.launches, self.batch = launches, batch
-        self.patches = [(i, k, n) for i, launch in enumerate(launches) for k, n in launch.patches]
-        self.symbolic = [i for i, launch in enumerate(launches) if launch.symbolic]
+        #: input number -> where its buffer goes: (launch, argument position)
+        self.patches: dict[int, list[tuple[int, int]]] = {}
+        for i, launch in enumerate(launches):
+            for k, n in launch.patches:
+                self.patches.setdefault(n, []).append((i, k))
+        #: the symbolic launches by the variables they take (most take the same few)
+        self.symbolic: dict[tuple, list[int]] = {}
+        for i, launch in enumerate(launches):
+            if launch.symbolic:
+                self.symbolic.setdefault(launch.runner.kernel.variables, []).append(i)
         self.constant = [i for i, launch in enumerate(launches) if launch.constant]
         self.rerun: bool | None = None  # whether the constant launches are set to run
+        #: what the batch holds now: each input's handle, the variables' values (a decode step
+        #: patched 500 places a call; only what changed is set again)
+        self.handles: dict[int, Callable[[], Any]] = {}
+        self.values: dict | None = None
 
     def replay(self, handles: list[Any], rerun: bool, values: dict) -> None:
         batch = self.batch
-        for i, k, n in self.patches:
-            batch.set_buffer(i, k, handles[n])
-        for i in self.symbolic:
-            batch.set_vals(i, self.launches[i].runner.vals(values))
+        for n, places in self.patches.items():
+            if (held := self.handles.get(n)) is None or held() is not (handle := handles[n]):
+                handle = handles[n]
+                for i, k in places:
+                    batch.set_buffer(i, k, handle)
+                self.handles[n] = _reference(handle)
+        if values != self.values:
+            for variables, calls in self.symbolic.items():
+                vals = tuple(values[v] for v in variables)
+                for i in calls:
+                    batch.set_vals(i, vals)
+            self.values = dict(values)
         if rerun is not self.rerun:
             for i in self.constant:
                 batch.set_active(i, rerun)
             self.rerun = rerun
         batch()
+
+
+def _reference(handle: Any) -> Callable[[], Any]:
+    """A weak reference to ``handle`` where it takes one (a numpy array does), else a strong
+    one: a replay's inputs are not kept alive by the next one's check."""
+    try:
+        return weakref.ref(handle)
+    except TypeError:
+        return lambda: handle
 
 
 def _batched(launches: list[_Launch], values: dict) -> _Batch | None:
