@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fusegrad.codegen.decompose import decompose
+from fusegrad.codegen.gated import gate_kept_rows
 from fusegrad.codegen.grid import (
     Groups,
     launch_size,
@@ -172,6 +173,8 @@ def generate(
         program = linearize_staged(graph)
     else:
         program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
+    if not grid:
+        program = gate_kept_rows(program)
     if renderer.prefetch_bytes and not grid:
         program = prefetch_streams(program, renderer.prefetch_bytes)
     _debug_stage("linear program", program)
