@@ -407,8 +407,9 @@ def test_kernels_of_a_variable_length_loop_per_axis_without_division():
     over ``9 * context`` whose position is divided back into axes), the views through reshapes
     of that length simplify to sums of counters (no ``/`` or ``%`` left), the scores' dot runs
     in lanes for the 3 queries of a group at once (rows of a tile: they share each key's load,
-    and their sums wait on no one else's adds) and the weighted sum as vectors of the head's 64
-    values; values match numpy at each length."""
+    and their sums wait on no one else's adds), over the positions outermost (the loop the
+    cores share: many trips), and the weighted sum as vectors of the head's 64 values; values
+    match numpy at each length."""
     out, _ = _cached_attention(5)
     rt = Device["CPU"]
     kernels = [generate(s.ast, rt.renderer, rt.rules) for s in out.schedule()]
@@ -417,6 +418,7 @@ def test_kernels_of_a_variable_length_loop_per_axis_without_division():
         assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in kernel.program), kernel.source
     scores, weighted = kernels[0], kernels[-1]
     assert scores.opts.lanes is not None and scores.opts.upcast == ((2, 3),)
+    assert scores.opts.order[0] == 4  # the positions outermost: the loop the cores share
     assert weighted.opts.upcast and weighted.opts.upcast[0][0] == 4
     for length in (1, 5, 17, 64):
         out, want = _cached_attention(length)

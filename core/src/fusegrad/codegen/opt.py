@@ -335,10 +335,11 @@ def symbolic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
         if isinstance(shape[d], int) and shape[d] > 1 and any(d not in a for a in loads)
     ]
     rows, _ = _tile_rows(shape, fixed, lanes[1] if lanes else 1, regs, False, short=True)
-    if not rows:
-        return KernelOpts(order, lanes=lanes)
     tiled = [d for d, _ in rows]
-    return KernelOpts(tuple(d for d in order if d not in tiled) + tuple(tiled), tuple(rows), lanes)
+    # the output axis of variable size outermost: the loop spread over the cores has many trips
+    # (over SmolLM2's 3 KV heads, one of two cores did twice the other's share)
+    outer = sorted((d for d in order if d not in tiled), key=lambda d: isinstance(shape[d], int))
+    return KernelOpts(tuple(outer) + tuple(tiled), tuple(rows), lanes)
 
 
 def _tile_rows(
