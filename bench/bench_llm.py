@@ -10,6 +10,11 @@ once and the peak RSS (``ru_maxrss``) is that engine's alone. Every engine runs 
 and the generation once first (compiling, capturing), then is timed on a second run: prompt
 tokens/s is the prompt's forward pass, generation tokens/s the greedy decode steps after it.
 torch keeps a KV cache too, and runs under ``torch.inference_mode`` with the same threads.
+
+llama.cpp, built from source for this processor (about 30 minutes on 2 cores; not part of the
+project's set-up, and not in the README's commands):
+
+    CMAKE_ARGS="-DGGML_NATIVE=ON" pip install --no-deps llama-cpp-python diskcache
 """
 
 from __future__ import annotations
@@ -106,7 +111,14 @@ class LlamaCpp:
     def __init__(self, path: str, threads: int, n_ctx: int = 1024):
         from llama_cpp import Llama
 
-        self.llm = Llama(path, n_ctx=n_ctx, n_threads=threads, logits_all=False, verbose=False)
+        self.llm = Llama(  # (the prompt runs on n_threads_batch: all cores unless told)
+            path,
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            logits_all=False,
+            verbose=False,
+        )
 
     def reset(self) -> None:
         self.llm.reset()
@@ -214,14 +226,22 @@ def main() -> None:
 
 
 def report(results: list[dict]) -> None:
-    """One line per engine; ratios against torch (> 1: faster than torch)."""
+    """One line per engine; ratios against torch (> 1: faster than torch), and fusegrad's
+    against llama.cpp too when it ran. llama.cpp's greedy ids may differ from torch's: it
+    multiplies 8-bit activations."""
     base = next((r for r in results if r["engine"] == "torch"), None)
+    llama = next((r for r in results if r["engine"] == "llama.cpp"), None)
     for r in results:
         ratio = ""
         if base is not None and r is not base:
             ratio = (
                 f"   vs torch: prompt {r['prompt_tok_s'] / base['prompt_tok_s']:.2f}x,"
                 f" gen {r['gen_tok_s'] / base['gen_tok_s']:.2f}x"
+            )
+        if llama is not None and r["engine"] == "fusegrad":
+            ratio += (
+                f"   vs llama.cpp: prompt {r['prompt_tok_s'] / llama['prompt_tok_s']:.2f}x,"
+                f" gen {r['gen_tok_s'] / llama['gen_tok_s']:.2f}x"
             )
         same = "" if base is None or r["ids"] == base["ids"] else "   (greedy ids differ!)"
         print(
