@@ -95,7 +95,14 @@ CASES: dict[str, Callable[[], Tensor]] = {
     "grouped_sum_int32_axis0": lambda: _x(700, 3, dtype=dtypes.int32).sum(axis=0) + 1,
     # a weight (256 KB) read once, a block of 32 a trip: prefetched on the CPU (codegen/prefetch.py)
     "matvec_blocks": lambda: (_x(64, 32, 32) * _x(32, 32)).sum((1, 2)),
+    # an in-place write of one row of a prefix view: IF/ENDIF on loop targets (codegen/gated.py)
+    "row_write": lambda: _row_write(),
 }
+
+
+def _row_write() -> Tensor:
+    view, mask = _x(8, 32).shrink(((0, 6), None)), _x(6, 1)
+    return view.assign((mask > 0).where(mask * _x(1, 32), view))
 
 
 def kernels_of(tensor: Tensor) -> list[UOp]:

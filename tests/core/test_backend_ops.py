@@ -2,11 +2,12 @@
 
 Core hands a renderer only linear programs of ``BACKEND_OPS`` (uop/ops.py), but not all of them to
 every target: grid targets get SPECIAL, targets with shared memory DEFINE_LOCAL, BARRIER and
-IF/ENDIF, targets with ``min_storage_bits`` > 8 the packed stores ATOMIC_AND/ATOMIC_OR, loop
-targets with ``prefetch_bytes`` PREFETCH (codegen/prefetch.py), and only
-the ALU ops in ``native_ops`` (decomposition replaces the others). For each renderer, a few small
-kernels are generated (no device needed, nothing compiled); each required op must appear in one
-of them, and each must render. The PYTHON device's programs are also run, by its interpreter.
+IF/ENDIF (so do loop targets: codegen/gated.py), targets with ``min_storage_bits`` > 8 the packed
+stores ATOMIC_AND/ATOMIC_OR, loop targets with ``prefetch_bytes`` PREFETCH (codegen/prefetch.py),
+and only the ALU ops in ``native_ops`` (decomposition replaces the others). For each renderer, a
+few small kernels are generated (no device needed, nothing compiled); each required op must
+appear in one of them, and each must render. The PYTHON device's programs are also run, by its
+interpreter.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ CASE_NAMES = (
     "matmul_small",
     "grouped_sum",
     "matvec_blocks",
+    "row_write",
 )
 
 
@@ -63,7 +65,9 @@ def required_ops(renderer: Renderer) -> set[Ops]:
     if renderer.grid_dims is None:
         ops.discard(Ops.SPECIAL)
     if not renderer.has_local:
-        ops -= {Ops.DEFINE_LOCAL, Ops.BARRIER, Ops.IF, Ops.ENDIF}
+        ops -= {Ops.DEFINE_LOCAL, Ops.BARRIER}
+        if renderer.grid_dims is not None:  # (loop targets gate in-place row writes)
+            ops -= {Ops.IF, Ops.ENDIF}
     if renderer.min_storage_bits <= 8:
         ops -= {Ops.ATOMIC_AND, Ops.ATOMIC_OR}
     if not renderer.prefetch_bytes:
