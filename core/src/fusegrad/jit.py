@@ -449,14 +449,14 @@ class _Batch:
     def replay(self, handles: list[Any], rerun: bool, values: dict) -> None:
         batch = self.batch
         for n, places in self.patches.items():
-            if (held := self.handles.get(n)) is None or held() is not (handle := handles[n]):
-                handle = handles[n]
+            handle = handles[n]
+            if (held := self.handles.get(n)) is None or held() is not handle:
                 for i, k in places:
                     batch.set_buffer(i, k, handle)
                 self.handles[n] = _reference(handle)
         if values != self.values:
-            for variables, calls in self.symbolic.items():
-                vals = tuple(values[v] for v in variables)
+            for calls in self.symbolic.values():
+                vals = self.launches[calls[0]].runner.vals(values)  # (the same for all of them)
                 for i in calls:
                     batch.set_vals(i, vals)
             self.values = dict(values)

@@ -173,10 +173,8 @@ def generate(
         program = linearize_staged(graph)
     else:
         program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
-    if not grid:
-        program = gate_kept_rows(program)
-    if renderer.prefetch_bytes and not grid:
-        program = prefetch_streams(program, renderer.prefetch_bytes)
+    if not grid:  # (loop targets: codegen/gated.py, codegen/prefetch.py)
+        program = prefetch_streams(gate_kept_rows(program), renderer.prefetch_bytes)
     _debug_stage("linear program", program)
     check(program, LINEAR)
     name = kernel_name(ast)

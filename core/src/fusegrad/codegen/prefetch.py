@@ -53,9 +53,9 @@ def prefetch_streams(program: list[UOp], prefetch_bytes: int) -> list[UOp]:
         if not found:
             continue
         added: list[UOp] = []
+        zero = {r: UOp.const(r.dtype, 0) for r in inner}
         for index, step in found:
             ahead = -(-prefetch_bytes // step)
-            zero = {r: UOp.const(r.dtype, 0) for r in inner}
             base = substitute(index.src[1], {loop: loop + ahead, **zero})
             per_line = LINE_BYTES // index.src[0].dtype.itemsize
             for line in range(min(MOST_LINES, -(-step // LINE_BYTES))):
@@ -95,6 +95,9 @@ def _streams(
 ) -> list[tuple[UOp, int]]:
     """The INDEX of each input streamed through inside ``loop`` (its first such read), and the
     bytes it moves a trip."""
+    if loop.src[0].op is not Ops.CONST:  # (a loop of variable length: its run is unknown)
+        return []
+    trips = loop.src[0].arg
     start, inside = program.index(loop), set(inner) | {loop}
     seen, found = set(), []
     for u in program[start + 1 :]:
@@ -116,8 +119,7 @@ def _streams(
         if loop not in loops or not all(r in loops for r in outputs) or not loops & inside:
             continue
         step = _step(offset, loop) * buffer.dtype.itemsize
-        trips = loop.src[0].arg if loop.src[0].op is Ops.CONST else None
-        if step >= STREAM_BYTES and trips is not None and trips * step <= STREAM_RUN_BYTES:
+        if STREAM_BYTES <= step and trips * step <= STREAM_RUN_BYTES:
             found.append((index, step))
     return found
 

@@ -411,22 +411,22 @@ class SplitBlocks:
     def bits(self) -> int:
         return 4 if _kind(self.kind)[0] in NIBBLE_KINDS else 8
 
-    def weights(self) -> tuple[Tensor, Tensor | int]:
+    def weights(self) -> tuple[Tensor, Tensor | int | None]:
         """``q`` as float32 ``(m / rows, rows, groups, planes, size)`` and what is added to it
-        (``bias``, a number or ``(1, rows, 1, 1, 1)``) so that ``scale * q + scale * bias`` (+
-        ``offset``) is the weight: the low nibbles (weights 0-15 of each block) then the high ones
-        (16-31), ``bias`` -8 for Q4_0; or Q8_0's 32 bytes (in offset binary in words: ``bias``
-        -128, in place value). ``scale * q + scale * bias`` is exact (each product has at most 19
-        significant bits, and so has their sum), so ``bias`` costs a multiply per group, not a
-        subtraction per weight."""
+        (``bias``: None, a number or ``(m / rows, rows, groups, 1, 1)``) so that ``scale * q +
+        scale * bias`` (+ ``offset``) is the weight: the low nibbles (weights 0-15 of each
+        block) then the high ones (16-31), ``bias`` -8 for Q4_0; or Q8_0's 32 bytes (in offset
+        binary in words: ``bias`` -128, in place value). ``scale * q + scale * bias`` is exact
+        (each product has at most 19 significant bits, and so has their sum), so ``bias`` costs a
+        multiply per group, not a subtraction per weight."""
         (m, k), rows, bits = self.shape, self.rows, self.bits
-        minus = NIBBLE_KINDS[_kind(self.kind)[0]][1] if bits == 4 else 0
         if rows == 1:  # the file's bytes
             if bits == 8:
-                return self.values.reshape(m, 1, k // 32, 1, 32).cast(dtypes.float32), 0
+                return self.values.reshape(m, 1, k // 32, 1, 32).cast(dtypes.float32), None
             nibbles = self.values.reshape(m, 1, k // 32, 1, 16)
             shifts = _shifts(1, 1, 1, 2, 1, step=4, device=nibbles.device)
-            return ((nibbles >> shifts) & 15).cast(dtypes.float32), -minus
+            minus = NIBBLE_KINDS[_kind(self.kind)[0]][1]
+            return ((nibbles >> shifts) & 15).cast(dtypes.float32), -minus if minus else None
         words = self.values.reshape(m // rows, 1, k // 32, *self.values.shape[2:])
         shape, places = (m // rows, rows, k // 32, *self.values.shape[2:]), _places(rows, bits)
         # each field masked where it lies; the top one (it holds the sign bit) shifted down
@@ -434,10 +434,9 @@ class SplitBlocks:
         ones = (1 << bits) - 1
         mask = _per_field([ones << p for p in places], shape, dtypes.int32, words.device)
         q = ((words >> down) & mask).cast(dtypes.float32)
-        if bits == 8:  # offset binary
-            minus = 128
+        minus = NIBBLE_KINDS[_kind(self.kind)[0]][1] if bits == 4 else 128  # (offset binary)
         if not minus:
-            return q, 0
+            return q, None
         biases = [-minus * float(1 << p) for p in places]
         return q, _per_field(biases, (m // rows, rows, k // 32, 1, 1), dtypes.float32, words.device)
 
@@ -450,7 +449,7 @@ class SplitBlocks:
         """``scale * q + offset`` ``(m / rows, rows, groups, planes, size)``, bit for bit (a
         field's place value in ``q`` and in ``scale`` cancel exactly)."""
         (q, bias), scale = self.weights(), self._scaled(self.scale)
-        w = scale * q if isinstance(bias, int) and not bias else scale * q + scale * bias
+        w = scale * q if bias is None else scale * q + scale * bias
         return w if self.offset is None else w + self._scaled(self.offset)
 
     def _fused(self) -> Tensor:
@@ -460,7 +459,7 @@ class SplitBlocks:
         SmolLM2's 3072 x 576 gate and up product 121 -> 107 us in C written by hand."""
         (q, bias), scale = self.weights(), self._scaled(self.scale)
         offset = self._scaled(self.offset) if self.offset is not None else None
-        if not isinstance(bias, int) or bias:
+        if bias is not None:
             offset = scale * bias if offset is None else scale * bias + offset
         return q * scale if offset is None else q.fma(scale, offset)
 
@@ -542,11 +541,10 @@ def split_blocks(packed: Tensor, kind: int, shape: tuple[int, int]) -> SplitBloc
             values = (values ^ 128).reshape(-1, 1, width)
         planes = values.shape[1]
         grouped = values.reshape(m // rows, rows, groups, planes, width).cast(dtypes.uint32)
-        field = Tensor.arange(rows, dtype=dtypes.uint32, device=device).reshape(1, rows, 1, 1, 1)
-        values = (grouped << (field * bits)).sum(1).bitcast(dtypes.int32)
-        places = _places(rows, bits)
-        values_ = [float(2.0**-p) for p in places]
-        factor = _per_field(values_, (m // rows, rows, groups, 1, 1), SCALES_DTYPE, device)
+        fields = _shifts(1, rows, 1, 1, 1, step=bits, dtype=dtypes.uint32, device=device)
+        values = (grouped << fields).sum(1).bitcast(dtypes.int32)
+        divisors = [2.0**-p for p in _places(rows, bits)]
+        factor = _per_field(divisors, (m // rows, rows, groups, 1, 1), SCALES_DTYPE, device)
         divided = scale.reshape(m // rows, rows, groups, 1, 1) * factor
         scale = divided.reshape(m, groups, 1)  # (exact: a power of two)
     else:
