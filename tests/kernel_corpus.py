@@ -97,6 +97,8 @@ CASES: dict[str, Callable[[], Tensor]] = {
     "matvec_blocks": lambda: (_x(64, 32, 32) * _x(32, 32)).sum((1, 2)),
     # an in-place write of one row of a prefix view: IF/ENDIF on loop targets (codegen/gated.py)
     "row_write": lambda: _row_write(),
+    # attention's scores: the keys packed into a local array on loop targets (codegen/packed.py)
+    "scores": lambda: _x(2, 64, 32) @ _x(2, 64, 32).transpose(-1, -2),
 }
 
 

@@ -2,7 +2,8 @@
 
 Core hands a renderer only linear programs of ``BACKEND_OPS`` (uop/ops.py), but not all of them to
 every target: grid targets get SPECIAL, targets with shared memory DEFINE_LOCAL, BARRIER and
-IF/ENDIF (so do loop targets: codegen/gated.py), targets with ``min_storage_bits`` > 8 the packed
+IF/ENDIF (so do loop targets: codegen/gated.py; and those with ``pack_bytes`` DEFINE_LOCAL,
+codegen/packed.py), targets with ``min_storage_bits`` > 8 the packed
 stores ATOMIC_AND/ATOMIC_OR, loop targets with ``prefetch_bytes`` PREFETCH (codegen/prefetch.py),
 and only the ALU ops in ``native_ops`` (decomposition replaces the others). For each renderer, a
 few small kernels are generated (no device needed, nothing compiled); each required op must
@@ -51,6 +52,7 @@ CASE_NAMES = (
     "grouped_sum",
     "matvec_blocks",
     "row_write",
+    "scores",
 )
 
 
@@ -65,7 +67,9 @@ def required_ops(renderer: Renderer) -> set[Ops]:
     if renderer.grid_dims is None:
         ops.discard(Ops.SPECIAL)
     if not renderer.has_local:
-        ops -= {Ops.DEFINE_LOCAL, Ops.BARRIER}
+        ops -= {Ops.BARRIER}
+        if not renderer.pack_bytes:  # (loop targets pack operands in it: codegen/packed.py)
+            ops.discard(Ops.DEFINE_LOCAL)
         if renderer.grid_dims is not None:  # (loop targets gate in-place row writes)
             ops -= {Ops.IF, Ops.ENDIF}
     if renderer.min_storage_bits <= 8:

@@ -147,6 +147,9 @@ class CPURenderer(CStyleRenderer):
     #: a decode step's 4-bit products read 2 KB ahead ran 1.3-1.4x faster than without (see
     #: codegen/prefetch.py); 0.5-4 KB gave the same
     prefetch_bytes = 2048
+    #: an operand packed inside the kernel (codegen/packed.py): up to 16 KB, half the first-level
+    #: cache, beside the tile's other operand
+    pack_bytes = 16 * 1024
     op_renderers = {
         **CStyleRenderer.op_renderers,
         Ops.PREFETCH: lambda ctx, u, src: ctx.emit(f"__builtin_prefetch(&{src[0]});"),
@@ -164,6 +167,17 @@ class CPURenderer(CStyleRenderer):
 
     def prelude(self, program: list[UOp]) -> str:
         return "#include <math.h>\n#include <stdbool.h>\n"
+
+    def render_group_op(self, u: UOp, name: str) -> str:
+        """A kernel's local array, read through a ``restrict`` pointer: indexed directly, gcc 12
+        kept a register tile's accumulators in memory beside it (2.5x slower)."""
+        if u.op is not Ops.DEFINE_LOCAL:
+            return super().render_group_op(u, name)
+        kind = self.type_name(u.dtype)
+        return (
+            f"{kind} {name}_[{u.arg[1]}] __attribute__((aligned(64))); "
+            f"{kind}* restrict {name} = {name}_;"
+        )
 
     def render_alu(self, u: UOp, src: list[str]) -> str:
         if u.op is Ops.MULACC and (fma := self.fma_builtins.get(u.dtype)):

@@ -17,6 +17,7 @@ from fusegrad.codegen.grid import (
 from fusegrad.codegen.linearize import linearize
 from fusegrad.codegen.lower import INDEX32_LIMIT, index_type, lower_kernel
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts, symbolic_opts
+from fusegrad.codegen.packed import pack_operands
 from fusegrad.codegen.prefetch import prefetch_streams
 from fusegrad.codegen.rules import CORE_RULES, CodegenRules
 from fusegrad.codegen.split import split_index_sets
@@ -173,7 +174,8 @@ def generate(
         program = linearize_staged(graph)
     else:
         program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
-    if not grid:  # (loop targets: codegen/gated.py, codegen/prefetch.py)
+    if not grid:  # (loop targets: codegen/packed.py, codegen/gated.py, codegen/prefetch.py)
+        program = pack_operands(program, renderer.pack_bytes)
         program = prefetch_streams(gate_kept_rows(program), renderer.prefetch_bytes)
     _debug_stage("linear program", program)
     check(program, LINEAR)

@@ -25,6 +25,7 @@ from fusegrad.codegen.lower import (  # (KernelOpts: what lowering follows)
     online_opts,
     row_reductions,
 )
+from fusegrad.codegen.packed import stride_along, trips_of
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
@@ -237,6 +238,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     upcast: list[tuple[int, int]] = []
     nodes = _plain_kernel(value)
     regs = RegisterBudget.of(renderer, value.dtype.itemsize)
+    if (packed := packed_opts(value, nodes, renderer, regs)) is not None:
+        return packed
     amounts = regs.vector_amounts()
     contiguous = _contiguous_axes(value, nodes, axes, amounts)  # (lowers once per axis)
     vec_axis = _vector_axis(shape, axes, contiguous, amounts)
@@ -406,6 +409,56 @@ ALIASING_STRIDE = 4096
 #: ... and evict each other in a first-level cache of this many ways or fewer (0: unknown, taken
 #: as few); a 12-way one (Intel since Ice Lake) holds a tile's 8 rows and the panel beside them
 ALIASING_WAYS = 8
+
+
+def packed_opts(
+    value: UOp, nodes: list[UOp], renderer: Renderer, regs: RegisterBudget
+) -> KernelOpts | None:
+    """The register tile of a matmul whose column operand is read across its rows and along
+    the sum (attention's ``q @ k^T``: ``k[n, d]``), on a target that packs such an operand
+    inside the kernel (``Renderer.pack_bytes``, codegen/packed.py): rows by a vector of columns,
+    as for any matmul, with the blocks of rows looped inside the blocks of columns, so that
+    each block of columns' packed copy serves every block of rows. ``nodes``: the plain kernel.
+    None for any other kernel, or when the copy (sum length x vector) exceeds ``pack_bytes``."""
+    reduces = [u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE]
+    if not renderer.pack_bytes or len(reduces) != 1 or (length := trips_of(reduces[0])) is None:
+        return None
+    shape = value.shape
+    loops = _output_loops(nodes, shape)
+    reads = [u for u in nodes if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    moves = [{d: stride_along(u.src[0].src[1], loop) for d, loop in loops.items()} for u in reads]
+    if any(step is None or step == 1 for strides in moves for step in strides.values()):
+        return None  # a read along an output axis already (a @ b): the usual tile does
+    tiles = []
+    for read, strides in zip(reads, moves):
+        if stride_along(read.src[0].src[1], reduces[0]) != 1:
+            continue
+        for n, step in strides.items():
+            if step is None or step <= 1 or isinstance(shape[n], UOp):
+                continue
+            # the rows: an axis this operand stays on, which another read moves along
+            rows = [
+                m
+                for m, own in strides.items()
+                if own == 0
+                and not isinstance(shape[m], UOp)
+                and any(o.get(m) and o.get(n) == 0 for o in moves)
+            ]
+            vector = _vector_amount(shape, n, regs.vector_amounts())
+            panel = length * vector * read.dtype.itemsize
+            if not rows or vector <= 1 or panel > renderer.pack_bytes:
+                continue
+            m = max(rows, key=lambda d: shape[d])
+            if fits := [a for a in regs.rows(vector) if shape[m] >= 2 * a]:
+                amount = next((a for a in fits if shape[m] % a == 0), fits[0])
+                tiles.append((n, m, amount, vector))
+    if not tiles:
+        return None
+    # (both operands of q @ k^T qualify: the columns are the output's innermost axis of the two,
+    # so that the tile stores vectors)
+    n, m, amount, vector = max(tiles)
+    order = (*(d for d in range(len(shape)) if d not in (n, m)), n, m)
+    return KernelOpts(order, ((m, amount), (n, vector)))
 
 
 def _matmul_tile(reduce: UOp, upcast: list[tuple[int, int]]) -> tuple[int, int, int] | None:

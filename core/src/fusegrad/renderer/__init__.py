@@ -98,6 +98,10 @@ class Renderer:
     #: how far ahead (bytes) a reduction asks for the inputs it streams through once
     #: (codegen/prefetch.py); 0: no prefetches, the program holds no PREFETCH op
     prefetch_bytes: int = 0
+    #: bytes of the local array (``DEFINE_LOCAL``) a loop target's kernel may copy a matmul
+    #: operand read across its rows into, once per block of columns (codegen/packed.py); 0: none,
+    #: the layout pass copies such an operand in a kernel of its own
+    pack_bytes: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8

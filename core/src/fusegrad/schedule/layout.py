@@ -41,11 +41,18 @@ class Capabilities:
     grid_dims: int | None = None
     #: loops over more elements than this run on several threads (CPU)
     parallel_threshold: int = 1 << 15
+    #: bytes of an operand's panel a kernel packs itself (``Renderer.pack_bytes``); 0: none
+    pack_bytes: int = 0
 
     @staticmethod
     def of(renderer: Any) -> Capabilities:
         """The capabilities of ``renderer`` (a ``Renderer``)."""
-        return Capabilities(renderer.vector_bytes, renderer.grid_dims, renderer.parallel_threshold)
+        return Capabilities(
+            renderer.vector_bytes,
+            renderer.grid_dims,
+            renderer.parallel_threshold,
+            getattr(renderer, "pack_bytes", 0),
+        )
 
 
 #: a full reduction of this many elements or more is cut in two (``split_reduction``)
@@ -357,6 +364,8 @@ def _panelled(
         and (size * b_src.dtype.itemsize) % ALIASING_BYTES
     ):
         return None
+    if _packed_in_kernel(b_src, ks, rows, p, caps):
+        return None
     if len(ks) > 1 and not _aliasing_rows(b, ks):
         return None  # (several summed axes: copied only for the aliasing rows)
     order = (*(d for d in range(len(shape)) if d != m and d not in ks), m, *ks)
@@ -370,6 +379,21 @@ def _panelled(
     return _rebuild_chain(chain + views, _permute(copy, back))
 
 
+def _packed_in_kernel(
+    b_src: UOp, ks: tuple[int, ...], rows: int, p: int, caps: Capabilities
+) -> bool:
+    """Whether the kernel copies the operand's panels itself (codegen/packed.py, chosen by
+    codegen/opt.py's ``packed_opts``): one summed axis, along which the operand is one run, at
+    most ``caps.pack_bytes`` per panel, and rows enough for two blocks of the register tile."""
+    if not caps.pack_bytes or len(ks) != 1 or rows < PACKED_ROWS:
+        return False
+    (k,) = ks
+    panel = b_src.shape[k] * p * b_src.dtype.itemsize
+    return panel <= caps.pack_bytes and _innermost_in_source(b_src, k)
+
+
+#: rows a matmul computes for its operand to be packed inside the kernel: two blocks of 8
+PACKED_ROWS = 16
 #: a matmul computes this many rows or more for its right operand to be worth a copy
 PANEL_ROWS = 8
 #: an operand with its columns innermost is copied into panels all the same when its rows are a

@@ -1,0 +1,117 @@
+"""A matmul operand read across its rows is packed by the kernel itself (codegen/packed.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from fusegrad import Device, Tensor
+from fusegrad.codegen.kernel import generate
+from fusegrad.codegen.opt import heuristic_opts
+from fusegrad.codegen.packed import pack_operands
+from fusegrad.uop.loops import AxisKind
+from fusegrad.uop.ops import Ops
+
+
+def _programs(t: Tensor, renderer=None) -> list[list]:
+    rt = Device["CPU"]
+    return [list(generate(s.ast, renderer or rt.renderer, rt.rules).program) for s in t.schedule()]
+
+
+def _realized(*shape: int, seed: int = 0) -> tuple[np.ndarray, Tensor]:
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return x, Tensor(x, device="CPU").realize()
+
+
+def test_attention_scores_are_one_kernel_that_packs_the_keys_per_block_of_columns():
+    """``q @ k^T`` with a head of 64: no copy kernel; the keys of a block of columns go into a
+    local array (the head's length times the vector of columns) filled before the loop over the
+    blocks of rows, inside the loop shared out between the cores; the tile reads only it."""
+    qn, q = _realized(4, 4, 128, 64)
+    kn, k = _realized(4, 4, 128, 64, seed=1)
+    scores = q @ k.transpose(-1, -2)
+    (program,) = _programs(scores)
+    (shared,) = [u for u in program if u.op is Ops.DEFINE_LOCAL]
+    vector = Device["CPU"].renderer.vector_bytes * 2 // 4
+    assert shared.arg[1] == 64 * vector
+    loops = [u for u in program if u.op is Ops.RANGE]
+    at = program.index(shared)
+    opened_before = [u for u in loops if program.index(u) < at]
+    assert opened_before[0].arg.kind is AxisKind.PARALLEL  # (a local array per thread)
+    rows = [u for u in loops if u.arg.kind is AxisKind.GLOBAL and program.index(u) > at]
+    assert rows, "the blocks of rows loop after the filling"
+    reads = [u for u in program if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    inner = [u for u in reads if u.src[0].src[0] is shared]
+    assert len(inner) == 1 and program.index(inner[0]) > program.index(rows[0])
+    assert len([u for u in reads if u.src[0].src[0].op is Ops.PARAM]) == 2  # q, k (the fill)
+    np.testing.assert_allclose(scores.numpy(), qn @ np.swapaxes(kn, -1, -2), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (2, 3, 64, 32),  # MiniLM's head
+        (1, 1, 48, 64),  # columns a vector divides, rows the tile does not (clamped)
+        (3, 100, 16),  # rows and columns no register width divides
+        (1, 2, 96, 128),  # the longest head packed (16 KB on AVX-512)
+        (2, 64, 512),  # a head too long to pack: the layout pass's panels
+    ],
+)
+def test_products_with_the_second_operand_transposed_compute_what_numpy_does(shape):
+    an, a = _realized(*shape)
+    bn, b = _realized(*shape, seed=1)
+    np.testing.assert_allclose(
+        (a @ b.transpose(-1, -2)).numpy(), an @ np.swapaxes(bn, -1, -2), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_the_gradients_of_attention_scores_match_numpy():
+    """Forward ``q @ k^T``, backward ``dy @ k`` and ``dy^T @ q`` (with ``dy`` from a square)."""
+    qn, kn = (np.random.default_rng(s).standard_normal((2, 2, 64, 32), np.float32) for s in (0, 1))
+    q, k = Tensor(qn, requires_grad=True), Tensor(kn, requires_grad=True)
+    (q @ k.transpose(-1, -2)).square().sum().backward()
+    dy = 2 * (qn @ np.swapaxes(kn, -1, -2))
+    np.testing.assert_allclose(q.grad.numpy(), dy @ kn, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(k.grad.numpy(), np.swapaxes(dy, -1, -2) @ qn, rtol=1e-4, atol=1e-3)
+
+
+def test_a_plain_matmul_keeps_its_tile_and_packs_nothing():
+    """``a @ b`` with ``b``'s columns innermost: the tile loads vectors of ``b`` where they are;
+    the broadcast rows of ``a`` (read across its rows too) are not an operand to pack."""
+    _, a = _realized(64, 256)
+    _, b = _realized(256, 128, seed=1)
+    for program in _programs(a @ b):
+        assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
+
+
+def test_without_pack_bytes_nothing_is_packed_and_the_pass_changes_nothing():
+    _, q = _realized(2, 64, 32)
+    _, k = _realized(2, 64, 32, seed=1)
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.pack_bytes = 0
+    (step,) = (q @ k.transpose(-1, -2)).schedule()
+    program = list(generate(step.ast, renderer, opts=heuristic_opts(step.ast, renderer)).program)
+    assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
+    assert pack_operands(program, 0) is program
+    assert pack_operands(program, 1 << 20) == program  # (a dot-product tile: nothing to pack)
+
+
+def test_a_panel_longer_than_pack_bytes_is_not_packed():
+    """The tile chosen for the CPU (packing a panel of 64 x vector floats), generated for a
+    renderer allowing half that: the pass packs nothing, and that renderer's own plan is
+    another one."""
+    _, q = _realized(2, 64, 64)
+    _, k = _realized(2, 64, 64, seed=1)
+    (step,) = (q @ k.transpose(-1, -2)).schedule()
+    renderer = Device["CPU"].renderer
+    packed = list(generate(step.ast, renderer).program)
+    (shared,) = [u for u in packed if u.op is Ops.DEFINE_LOCAL]
+    small = copy.copy(renderer)
+    small.pack_bytes = shared.arg[1] * 4 // 2
+    tile = heuristic_opts(step.ast, renderer)
+    assert heuristic_opts(step.ast, small) != tile
+    for opts in (tile, heuristic_opts(step.ast, small)):
+        program = generate(step.ast, small, opts=opts).program
+        assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
