@@ -358,3 +358,21 @@ def test_an_epilogue_loop_is_unrolled_unless_its_values_are_long_or_compare(regi
         # the epilogue's loops are the tile's last copies: the two highest-numbered uidx
         outer = sorted((v for v in before if v.startswith("uidx")), key=lambda v: int(v[4:]))[-2]
         assert before[outer].startswith("#pragma GCC unroll") == unrolled, source
+
+
+def test_a_tile_around_a_short_sum_is_unrolled_even_with_32_registers():
+    """Attention's scores sum over a head of 64: the tile's set-up and epilogue are unrolled
+    too (as loops, gcc copied the accumulators through a stack array: a tenth of the kernel),
+    where a sum of 256 keeps them loops (``test_an_epilogue_loop_is_unrolled...``)."""
+    from fusegrad.uop.loops import AxisKind, LoopHint
+    from fusegrad.uop.ops import Ops
+
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.vector_registers = 32
+    q, k = Tensor.rand(2, 64, 64, device="CPU").realize(), Tensor.rand(2, 64, 64, device="CPU")
+    (step,) = (q @ k.realize().transpose(-1, -2)).schedule()
+    program = generate(step.ast, renderer, opts=heuristic_opts(step.ast, renderer)).program
+    start = next(i for i, u in enumerate(program) if u.op is Ops.DEFINE_REG)  # (the filling's
+    # loops come before it: codegen/packed.py)
+    tile = [u for u in program[start:] if u.op is Ops.RANGE and u.arg.kind is AxisKind.UPCAST]
+    assert len(tile) == 6 and all(u.arg.hint is LoopHint.UNROLL for u in tile)
