@@ -115,3 +115,15 @@ def test_a_panel_longer_than_pack_bytes_is_not_packed():
     for opts in (tile, heuristic_opts(step.ast, small)):
         program = generate(step.ast, small, opts=opts).program
         assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
+
+
+def test_a_product_with_fewer_columns_than_a_register_sums_in_lanes_instead():
+    """silero-vad's STFT, (258, 256) @ (4, 256)^T: a tile of 4 columns (less than a register)
+    ran slower than a dot product per output over vector lanes, which it keeps."""
+    an, a = _realized(258, 256)
+    bn, b = _realized(4, 256, seed=1)
+    product = a @ b.transpose(-1, -2)
+    (step,) = product.schedule()
+    opts = heuristic_opts(step.ast, Device["CPU"].renderer)
+    assert opts is not None and opts.lanes is not None
+    np.testing.assert_allclose(product.numpy(), an @ bn.T, rtol=1e-4, atol=1e-4)
