@@ -209,7 +209,15 @@ def run_workload(name, unit, amount, a, b, fn, found, repeats) -> None:
     if (tg := found.get("tinygrad")) is not None:
         ga, gb = tg.Tensor(a).realize(), tg.Tensor(b).realize() if b is not None else None
         contenders["tinygrad"] = lambda: fn(ga, gb).realize()
-    report(name, unit, amount, medians(contenders, repeats))
+    # (a call of the scores takes ~0.2 ms: each timed run is 20 of them, as for a tiny op)
+    inner = 20 if fn is _scores else 1
+    report(name, unit, amount, medians(contenders, repeats, inner))
+    if fn is _scores:  # also replayed by TinyJit (as a model's step runs it), against torch eager
+        jit = TinyJit(lambda x, y: fn(x, y).realize())
+        replayed = {"fusegrad": lambda: jit(ta, tb)}
+        if "torch" in contenders:
+            replayed["torch"] = contenders["torch"]
+        report("  the same, TinyJit", unit, amount, medians(replayed, repeats, inner))
 
 
 def eager_and_jit(found: dict, repeats: int) -> None:
