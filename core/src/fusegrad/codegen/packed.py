@@ -15,8 +15,9 @@ blocks of rows runs inside the loop over blocks of columns (``KernelOpts`` from
     for each block of rows: ... acc += q[row, r] * shared[r * vec + c] ...
 
 The copy is read in runs of ``d`` and written once per column block; every block of rows
-reuses it from the first-level cache. Attention's (4, 4, 128, 64) scores: 163 us of product
-+ 36 us of copy kernel in two launches -> 177 us in one (C, 2 cores, AVX-512).
+reuses it from the first-level cache. Attention's (4, 4, 128, 64) scores, timed in C on 2 cores
+(AMD EPYC, AVX-512): 163 us of product + 36 us of copy kernel in two launches -> 182 us in one,
+165 with the tile's set-up and epilogue unrolled (codegen/hints.py ``SHORT_SUM``).
 
 ``pack_operands`` rewrites a linear program: a load inside a reduction loop and an upcast
 (vector) loop, whose index moves one element per step of the reduction and more than one per
@@ -124,6 +125,13 @@ def _scopes(program: list[UOp]) -> list[tuple[UOp, ...]]:
     return out
 
 
+def _visible(defined: int, used: int, scopes: list[tuple[UOp, ...]]) -> bool:
+    """Whether a value computed at position ``defined`` may be read at ``used``: before it, in
+    a loop that is still open there."""
+    inner = scopes[defined]
+    return defined < used and scopes[used][: len(inner)] == inner
+
+
 def _packed(program: list[UOp], at: int, block: UOp, reduce: UOp, vector: UOp) -> list[UOp] | None:
     """``program`` with the load at ``at`` read from a local array filled before ``block``;
     None when a value the filling needs is not visible there."""
@@ -144,12 +152,10 @@ def _packed(program: list[UOp], at: int, block: UOp, reduce: UOp, vector: UOp) -
     where = {u: i for i, u in enumerate(program)}
     scopes = _scopes(program)
     start = where[block]
-    outer = scopes[start]
     needed = [u for u in toposort([fill]) if u not in where and u is not shared]
     for u in toposort([source]):
-        if u in where and u.op is not Ops.CONST and u not in (row, column):
-            if where[u] >= start or scopes[where[u]] != outer[: len(scopes[where[u]])]:
-                return None
+        if u in where and u.op is not Ops.CONST and not _visible(where[u], start, scopes):
+            return None
     before = [u for u in needed if u.op is Ops.CONST]
     by_column = [u for u in needed if u.op is not Ops.CONST and row not in toposort([u])]
     by_row = [u for u in needed if u.op is not Ops.CONST and u not in by_column]
@@ -171,22 +177,26 @@ def _packed(program: list[UOp], at: int, block: UOp, reduce: UOp, vector: UOp) -
         Ops.LOAD, load.dtype, (UOp(Ops.INDEX, load.dtype, (shared, reduce * width + vector)),)
     )
     reading = [u for u in toposort([packed]) if u not in where and u not in filling]
-    for u in toposort([packed]):
-        if u in where and u.op is not Ops.CONST and where[u] >= at:
-            return None  # (the index of the read, computed after it: not expected)
+    for u in toposort([packed]):  # (what the program computes already must be visible there)
+        if u in where and u.op is not Ops.CONST and not _visible(where[u], at, scopes):
+            return None
     out = [*program[:start], *filling, *program[start:at], *reading, *program[at + 1 :]]
     return _unused_dropped(_replaced(out, load, packed), toposort([load.src[0]]))
 
 
 def _unused_dropped(program: list[UOp], candidates: list[UOp]) -> list[UOp]:
-    """``program`` without those of ``candidates`` (the old read's index arithmetic) that
-    nothing uses any more."""
-    used = {s for u in program for s in u.src}
+    """``program`` without those of ``candidates`` (the old read's index arithmetic, in
+    toposort order) that nothing uses any more."""
+    users: dict[UOp, int] = {}
+    for u in program:
+        for src in u.src:
+            users[src] = users.get(src, 0) + 1
     dead = set()
     for u in reversed(candidates):  # users before their sources
-        if u.op not in (Ops.RANGE, Ops.CONST, Ops.PARAM) and u not in used:
+        if u.op not in (Ops.RANGE, Ops.CONST, Ops.PARAM) and not users.get(u):
             dead.add(u)
-            used = {s for x in program if x not in dead for s in x.src}
+            for src in u.src:
+                users[src] -= 1
     return [u for u in program if u not in dead]
 
 
