@@ -51,7 +51,7 @@ class Capabilities:
             renderer.vector_bytes,
             renderer.grid_dims,
             renderer.parallel_threshold,
-            getattr(renderer, "pack_bytes", 0),
+            renderer.pack_bytes,
         )
 
 
