@@ -11,6 +11,7 @@ store under a condition in a vector loop stayed scalar: 2.5x slower than the sel
 
 from __future__ import annotations
 
+from fusegrad.codegen.hints import loop_spans, open_loops
 from fusegrad.uop.ops import Ops, UOp
 
 
@@ -57,22 +58,9 @@ def _region(program: list[UOp], at: int, cond: UOp) -> tuple[int | None, int]:
     if cond not in program:
         return None, at
     defined = program.index(cond)
-    open_loops: list[UOp] = []
-    for u in program[:at]:
-        if u.op is Ops.RANGE:
-            open_loops.append(u)
-        elif u.op is Ops.END:
-            open_loops = [r for r in open_loops if r not in u.src]
-    around = [r for r in open_loops if program.index(r) > defined]
-    if not around:
-        return None, at
-    start = program.index(around[0])
-    end = next(
-        i
-        for i in range(at, len(program))
-        if program[i].op is Ops.END and around[0] in program[i].src
-    )
-    return start, end
+    spans = loop_spans(program)
+    around = [r for r in open_loops(program)[at] if spans[r][0] > defined]
+    return spans[around[0]] if around else (None, at)
 
 
 def _only_kept_rows(region: list[UOp], cond: UOp) -> bool:

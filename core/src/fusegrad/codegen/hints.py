@@ -26,7 +26,7 @@ language's form (``CStyleRenderer.loop_pragmas``):
 
 from __future__ import annotations
 
-from fusegrad.uop.loops import AxisKind, LoopHint
+from fusegrad.uop.loops import AxisKind, LoopHint, trips_of
 from fusegrad.uop.ops import GroupOp, Ops, UOp, toposort
 from fusegrad.uop.symbolic import terms
 
@@ -129,6 +129,19 @@ def loop_spans(program: list[UOp]) -> dict[UOp, tuple[int, int]]:
     return spans
 
 
+def open_loops(program: list[UOp]) -> list[tuple[UOp, ...]]:
+    """For each position of ``program``, the loops open there (outermost first)."""
+    opened: list[UOp] = []
+    out = []
+    for u in program:
+        out.append(tuple(opened))
+        if u.op is Ops.RANGE:
+            opened.append(u)
+        elif u.op is Ops.END:
+            opened = [r for r in opened if r not in u.src]
+    return out
+
+
 def _reduce_loops_around(loop: UOp, spans: dict[UOp, tuple[int, int]]) -> int:
     start, end = spans[loop]
     reduces = [(s, e) for r, (s, e) in spans.items() if r.arg.kind is AxisKind.REDUCE]
@@ -206,13 +219,13 @@ SHORT_SUM = 128
 
 def _short_sum(spans: dict[UOp, tuple[int, int]]) -> bool:
     """Whether the program's reductions run ``SHORT_SUM`` steps or fewer in all."""
-    trips = 1
+    total = 1
     for loop in spans:
         if loop.arg.kind is AxisKind.REDUCE:
-            if loop.src[0].op is not Ops.CONST:
+            if (trips := trips_of(loop)) is None:
                 return False
-            trips *= loop.src[0].arg
-    return trips <= SHORT_SUM
+            total *= trips
+    return total <= SHORT_SUM
 
 
 def hint_loops(program: list[UOp], roomy: bool = False) -> list[UOp]:

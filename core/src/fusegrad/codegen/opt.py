@@ -25,14 +25,13 @@ from fusegrad.codegen.lower import (  # (KernelOpts: what lowering follows)
     online_opts,
     row_reductions,
 )
-from fusegrad.codegen.packed import stride_along, trips_of
 from fusegrad.dtype import dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
-from fusegrad.uop.loops import AxisKind
+from fusegrad.uop.loops import AxisKind, trips_of
 from fusegrad.uop.ops import Ops, UOp, sym_max, toposort
 from fusegrad.uop.pattern import graph_rewrite
-from fusegrad.uop.symbolic import SIMPLIFY, terms
+from fusegrad.uop.symbolic import SIMPLIFY, stride_along, terms
 
 #: at most this many accumulators per kernel in any candidate (BEAM's limit; the heuristic
 #: sizes its tiles from the target's registers, see ``RegisterBudget``)

@@ -28,10 +28,10 @@ capability, ``Renderer.pack_bytes``; 0: never). Anything else is left as it is.
 
 from __future__ import annotations
 
-from fusegrad.codegen.hints import loop_spans
-from fusegrad.uop.loops import AxisCounter, AxisKind
+from fusegrad.codegen.hints import open_loops
+from fusegrad.uop.loops import AxisCounter, AxisKind, trips_of
 from fusegrad.uop.ops import Ops, UOp, substitute, toposort
-from fusegrad.uop.symbolic import terms
+from fusegrad.uop.symbolic import stride_along
 
 #: the block loop skipped must run this many trips, each reusing the packed array
 MIN_REUSE = 2
@@ -42,50 +42,30 @@ def pack_operands(program: list[UOp], pack_bytes: int) -> list[UOp]:
     does not move along (see the module's note); unchanged without ``pack_bytes``."""
     if pack_bytes <= 0:
         return program
+    scopes = open_loops(program)
     for at, u in enumerate(program):
-        if u.op is Ops.LOAD and (plan := _packable(program, at, pack_bytes)) is not None:
-            packed = _packed(program, at, *plan)
+        if u.op is Ops.LOAD and (plan := _packable(u, scopes[at], pack_bytes)) is not None:
+            packed = _packed(program, at, scopes, *plan)
             if packed is not None:
                 return pack_operands(packed, pack_bytes)
     return program
 
 
-def stride_along(index: UOp, loop: UOp) -> int | None:
-    """Elements ``index`` moves per step of ``loop``: a term ``loop`` or ``loop * c``; 0 when
-    it does not move; None when it moves otherwise (a division, a product of loops)."""
-    stride = 0
-    for t in terms(index):
-        if t is loop:
-            stride += 1
-        elif t.op is Ops.MUL and t.src[0] is loop and t.src[1].op is Ops.CONST:
-            stride += t.src[1].arg
-        elif loop in toposort([t]):
-            return None
-    return stride
-
-
-def trips_of(loop: UOp) -> int | None:
-    size = loop.src[0]
-    return size.arg if size.op is Ops.CONST else None
-
-
-def _packable(program: list[UOp], at: int, pack_bytes: int) -> tuple[UOp, UOp, UOp] | None:
-    """(the block loop to fill the array before, the reduction, the vector loop) for the load at
-    ``program[at]``, or None."""
-    load = program[at]
+def _packable(load: UOp, around: tuple[UOp, ...], pack_bytes: int) -> tuple[UOp, UOp, UOp] | None:
+    """(the block loop to fill the array before, the reduction, the vector loop) for ``load``,
+    inside the loops ``around`` (outermost first), or None."""
     if len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
         return None
     if index_op.src[0].op is not Ops.PARAM:
         return None
     index = index_op.src[1]
-    spans = loop_spans(program)
-    around = sorted((loop for loop, (s, e) in spans.items() if s < at < e), key=lambda x: spans[x])
+    nodes = toposort([index])
     # inside a register tile: its vector loop innermost, in its rows' loop, which the read
     # does not move along (each vector loaded serves every row of the tile)
     if len(around) < 2 or any(loop.arg.kind is not AxisKind.UPCAST for loop in around[-2:]):
         return None
     vector = around[-1]
-    if around[-2] in toposort([index]):
+    if around[-2] in nodes:
         return None
     reduces = [loop for loop in around if loop.arg.kind is AxisKind.REDUCE]
     if len(reduces) != 1 or stride_along(index, reduces[0]) != 1:
@@ -93,8 +73,8 @@ def _packable(program: list[UOp], at: int, pack_bytes: int) -> tuple[UOp, UOp, U
     (reduce,) = reduces
     if (step := stride_along(index, vector)) is None or step <= 1:
         return None
-    moved = {u for u in toposort([index]) if u.op is Ops.RANGE}
-    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in toposort([index])):
+    moved = {u for u in nodes if u.op is Ops.RANGE}
+    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in nodes):
         return None
     # the block loop: the outermost loop the read does not move along, with every loop it does
     # move along (but the reduction's and the vector's) outside it
@@ -112,19 +92,6 @@ def _packable(program: list[UOp], at: int, pack_bytes: int) -> tuple[UOp, UOp, U
     return block, reduce, vector
 
 
-def _scopes(program: list[UOp]) -> list[tuple[UOp, ...]]:
-    """For each position, the loops open there (outermost first)."""
-    open_loops: list[UOp] = []
-    out = []
-    for u in program:
-        out.append(tuple(open_loops))
-        if u.op is Ops.RANGE:
-            open_loops.append(u)
-        elif u.op is Ops.END:
-            open_loops = [r for r in open_loops if r not in u.src]
-    return out
-
-
 def _visible(defined: int, used: int, scopes: list[tuple[UOp, ...]]) -> bool:
     """Whether a value computed at position ``defined`` may be read at ``used``: before it, in
     a loop that is still open there."""
@@ -132,9 +99,17 @@ def _visible(defined: int, used: int, scopes: list[tuple[UOp, ...]]) -> bool:
     return defined < used and scopes[used][: len(inner)] == inner
 
 
-def _packed(program: list[UOp], at: int, block: UOp, reduce: UOp, vector: UOp) -> list[UOp] | None:
+def _packed(
+    program: list[UOp],
+    at: int,
+    scopes: list[tuple[UOp, ...]],
+    block: UOp,
+    reduce: UOp,
+    vector: UOp,
+) -> list[UOp] | None:
     """``program`` with the load at ``at`` read from a local array filled before ``block``;
-    None when a value the filling needs is not visible there."""
+    None when a value the filling needs is not visible there (``scopes``: the loops open at
+    each position)."""
     load = program[at]
     param, index = load.src[0].src
     rows, columns = trips_of(reduce), trips_of(vector)
@@ -150,28 +125,21 @@ def _packed(program: list[UOp], at: int, block: UOp, reduce: UOp, vector: UOp) -
     fill = UOp(Ops.STORE, src=(place, value))
     # the values the filling needs: those of the program must be visible before the block loop
     where = {u: i for i, u in enumerate(program)}
-    scopes = _scopes(program)
     start = where[block]
-    needed = [u for u in toposort([fill]) if u not in where and u is not shared]
     for u in toposort([source]):
         if u in where and u.op is not Ops.CONST and not _visible(where[u], start, scopes):
             return None
-    before = [u for u in needed if u.op is Ops.CONST]
-    by_column = [u for u in needed if u.op is not Ops.CONST and row not in toposort([u])]
-    by_row = [u for u in needed if u.op is not Ops.CONST and u not in by_column]
-    by_column = [u for u in by_column if u is not column]
-    by_row = [u for u in by_row if u is not row and u is not fill]
-    filling = [
-        *before,
-        shared,
-        column,
-        *by_column,
-        row,
-        *by_row,
-        fill,
-        UOp(Ops.END, src=(row,)),
-        UOp(Ops.END, src=(column,)),
-    ]
+    # the new values: the constants first, then each inside the loops it depends on
+    new = [u for u in toposort([fill]) if u not in where and u not in (shared, column, row, fill)]
+    on_row = {row}
+    for u in new:
+        if any(src in on_row for src in u.src):
+            on_row.add(u)
+    constants = [u for u in new if u.op is Ops.CONST]
+    by_column = [u for u in new if u.op is not Ops.CONST and u not in on_row]
+    by_row = [u for u in new if u in on_row]
+    ends = [UOp(Ops.END, src=(row,)), UOp(Ops.END, src=(column,))]
+    filling = [*constants, shared, column, *by_column, row, *by_row, fill, *ends]
     # the read of the array, inside the reduction and the vector loop
     packed = UOp(
         Ops.LOAD, load.dtype, (UOp(Ops.INDEX, load.dtype, (shared, reduce * width + vector)),)

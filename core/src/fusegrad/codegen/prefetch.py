@@ -21,7 +21,7 @@ CPU's).
 from __future__ import annotations
 
 from fusegrad.uop.alu import exec_alu
-from fusegrad.uop.loops import AxisKind
+from fusegrad.uop.loops import AxisKind, trips_of
 from fusegrad.uop.ops import GroupOp, Ops, UOp, substitute, toposort
 
 #: bytes of a cache line
@@ -95,9 +95,8 @@ def _streams(
 ) -> list[tuple[UOp, int]]:
     """The INDEX of each input streamed through inside ``loop`` (its first such read), and the
     bytes it moves a trip."""
-    if loop.src[0].op is not Ops.CONST:  # (a loop of variable length: its run is unknown)
+    if (trips := trips_of(loop)) is None:  # (a loop of variable length: its run is unknown)
         return []
-    trips = loop.src[0].arg
     start, inside = program.index(loop), set(inner) | {loop}
     seen, found = set(), []
     for u in program[start + 1 :]:

@@ -73,3 +73,9 @@ class AxisCounter:
         loop = UOp(Ops.RANGE, self.index, (trips,), LoopArg(self.next, kind))
         self.next += 1
         return loop
+
+
+def trips_of(loop: UOp) -> int | None:
+    """A RANGE's number of trips, or None when its size is an expression (of variables)."""
+    size = loop.src[0]
+    return size.arg if size.op is Ops.CONST else None

@@ -49,6 +49,18 @@ def coefficient(term: UOp) -> int:
     return 1
 
 
+def stride_along(index: UOp, loop: UOp) -> int | None:
+    """Elements ``index`` moves per step of ``loop``: its terms ``loop`` and ``loop * c``; 0
+    when it does not move; None when it moves otherwise (a division, a product of loops)."""
+    stride = 0
+    for t in terms(index):
+        if t is loop or (t.op is Ops.MUL and t.src[0] is loop and t.src[1].op is Ops.CONST):
+            stride += coefficient(t)
+        elif loop in t.toposort():
+            return None
+    return stride
+
+
 def divide_term(term: UOp, c: int) -> UOp:
     """``term / c`` for a term whose coefficient ``c`` divides."""
     if term.op is Ops.CONST:
