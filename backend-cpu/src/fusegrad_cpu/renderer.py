@@ -9,7 +9,7 @@ import glob
 import os
 
 from fusegrad.dtype import dtypes
-from fusegrad.renderer.cstyle import CStyleRenderer
+from fusegrad.renderer.cstyle import CStyleRenderer, RenderContext
 from fusegrad.uop.loops import AxisKind, LoopHint
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 from fusegrad.uop.pattern import PatternMatcher, UPat
@@ -129,6 +129,41 @@ def _loop_pragmas(threads: int | None = None) -> dict[tuple[AxisKind, LoopHint],
     return pragmas
 
 
+#: an 8 x 8 block of 4-byte elements transposed in registers (``Ops.TRANSPOSE_BLOCK``): eight
+#: rows loaded, interleaved by pairs, by quads, then by halves. gcc >= 12 and clang turn the
+#: generic shuffles into unpack/shuffle/permute instructions where the target has 32-byte
+#: vectors, and into narrower ones where it has not. Filling the packed operand of attention's
+#: scores (4, 4, 128, 64) one element at a time took 163 us of the kernel's 165; by blocks 150
+#: (C, 2 cores, AMD EPYC, AVX-512; the product alone 145).
+TRANSPOSE_8 = """
+typedef float fg_row8 __attribute__((vector_size(32)));
+#define FG_MIX __builtin_shufflevector
+#define FG_LOAD(i) fg_row8 r##i; __builtin_memcpy(&r##i, s + 4 * i * ss, 32);
+#define FG_PAIRS(a, b) fg_row8 t##a = FG_MIX(r##a, r##b, 0, 8, 1, 9, 4, 12, 5, 13), \\
+  t##b = FG_MIX(r##a, r##b, 2, 10, 3, 11, 6, 14, 7, 15);
+#define FG_QUADS(a, b, c, d) fg_row8 q##a = FG_MIX(t##a, t##c, 0, 1, 8, 9, 4, 5, 12, 13), \\
+  q##b = FG_MIX(t##a, t##c, 2, 3, 10, 11, 6, 7, 14, 15), \\
+  q##c = FG_MIX(t##b, t##d, 0, 1, 8, 9, 4, 5, 12, 13), \\
+  q##d = FG_MIX(t##b, t##d, 2, 3, 10, 11, 6, 7, 14, 15);
+#define FG_HALVES(i, j) { fg_row8 low = FG_MIX(q##i, q##j, 0, 1, 2, 3, 8, 9, 10, 11), \\
+  high = FG_MIX(q##i, q##j, 4, 5, 6, 7, 12, 13, 14, 15); \\
+  __builtin_memcpy(d + 4 * i * ds, &low, 32); __builtin_memcpy(d + 4 * j * ds, &high, 32); }
+static inline void fg_transpose8(void* restrict dest, const void* restrict source, int ss, int ds) {
+  const char* s = (const char*)source; char* d = (char*)dest;
+  FG_LOAD(0) FG_LOAD(1) FG_LOAD(2) FG_LOAD(3) FG_LOAD(4) FG_LOAD(5) FG_LOAD(6) FG_LOAD(7)
+  FG_PAIRS(0, 1) FG_PAIRS(2, 3) FG_PAIRS(4, 5) FG_PAIRS(6, 7)
+  FG_QUADS(0, 1, 2, 3) FG_QUADS(4, 5, 6, 7)
+  FG_HALVES(0, 4) FG_HALVES(1, 5) FG_HALVES(2, 6) FG_HALVES(3, 7)
+}
+"""
+
+
+def _transpose_block(ctx: RenderContext, u: UOp, src: list[str]) -> None:
+    size, source_stride, dest_stride = u.arg
+    assert size == 8, "CPURenderer.transpose_block is 8"
+    ctx.emit(f"fg_transpose8(&{src[0]}, &{src[1]}, {source_stride}, {dest_stride});")
+
+
 class CPURenderer(CStyleRenderer):
     """Renders a kernel as a C function; its output loop runs on all cores when it is long."""
 
@@ -150,9 +185,12 @@ class CPURenderer(CStyleRenderer):
     #: an operand packed inside the kernel (codegen/packed.py): up to 16 KB, half the first-level
     #: cache, beside the tile's other operand
     pack_bytes = 16 * 1024
+    #: the packed operand is filled by 8 x 8 blocks (``TRANSPOSE_8``)
+    transpose_block = 8
     op_renderers = {
         **CStyleRenderer.op_renderers,
         Ops.PREFETCH: lambda ctx, u, src: ctx.emit(f"__builtin_prefetch(&{src[0]});"),
+        Ops.TRANSPOSE_BLOCK: _transpose_block,
     }
 
     def __init__(self, device: str = "", threads: int | None = None):
@@ -166,7 +204,8 @@ class CPURenderer(CStyleRenderer):
         self.cache_ways = first_level_ways()
 
     def prelude(self, program: list[UOp]) -> str:
-        return "#include <math.h>\n#include <stdbool.h>\n"
+        head = "#include <math.h>\n#include <stdbool.h>\n"
+        return head + TRANSPOSE_8 if any(u.op is Ops.TRANSPOSE_BLOCK for u in program) else head
 
     def render_group_op(self, u: UOp, name: str) -> str:
         """A kernel's local array, read through a ``restrict`` pointer: indexed directly, gcc 12

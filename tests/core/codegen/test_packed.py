@@ -45,8 +45,27 @@ def test_attention_scores_are_one_kernel_that_packs_the_keys_per_block_of_column
     reads = [u for u in program if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
     inner = [u for u in reads if u.src[0].src[0] is shared]
     assert len(inner) == 1 and program.index(inner[0]) > program.index(rows[0])
-    assert len([u for u in reads if u.src[0].src[0].op is Ops.PARAM]) == 2  # q, k (the fill)
+    assert len([u for u in reads if u.src[0].src[0].op is Ops.PARAM]) == 1  # q
+    # k fills it by blocks of 8 x 8 (the CPU's transpose_block), before the rows' loop
+    fills = [u for u in program if u.op is Ops.TRANSPOSE_BLOCK]
+    assert len(fills) == 1 and at < program.index(fills[0]) < program.index(rows[0])
+    assert fills[0].src[0].src[0] is shared and fills[0].arg == (8, 64, vector)
     np.testing.assert_allclose(scores.numpy(), qn @ np.swapaxes(kn, -1, -2), rtol=1e-4, atol=1e-4)
+
+
+def test_without_transpose_block_the_array_is_filled_one_element_at_a_time():
+    """A renderer without ``transpose_block`` gets the filling as loads and stores; it computes
+    the same values (so does a side the block does not divide, below)."""
+    qn, q = _realized(2, 2, 64, 64)
+    kn, k = _realized(2, 2, 64, 64, seed=1)
+    (step,) = (q @ k.transpose(-1, -2)).schedule()
+    renderer = copy.copy(Device["CPU"].renderer)
+    for block, blocks in ((8, 1), (0, 0), (3, 0)):  # (3: no side of 64 x vector divides)
+        renderer.transpose_block = block
+        program = list(generate(step.ast, renderer).program)
+        assert sum(u.op is Ops.TRANSPOSE_BLOCK for u in program) == blocks
+        reads = [u for u in program if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+        assert len(reads) == 2 - blocks  # q, and k where it fills the array element by element
 
 
 @pytest.mark.parametrize(
@@ -56,6 +75,7 @@ def test_attention_scores_are_one_kernel_that_packs_the_keys_per_block_of_column
         (1, 1, 48, 64),  # columns a vector divides, rows the tile does not (clamped)
         (3, 100, 16),  # rows and columns no register width divides
         (1, 2, 96, 128),  # the longest head packed (16 KB on AVX-512)
+        (2, 40, 60),  # a head the transposed 8 x 8 blocks do not divide: element by element
         (2, 64, 512),  # a head too long to pack: the layout pass's panels
     ],
 )
@@ -65,6 +85,20 @@ def test_products_with_the_second_operand_transposed_compute_what_numpy_does(sha
     np.testing.assert_allclose(
         (a @ b.transpose(-1, -2)).numpy(), an @ np.swapaxes(bn, -1, -2), rtol=1e-4, atol=1e-4
     )
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_the_blocks_move_every_bit_of_four_byte_elements(dtype):
+    """The blocks are shuffled as bits: integers and NaN payloads come through unchanged."""
+    rng = np.random.default_rng(0)
+    an = rng.integers(-1000, 1000, (2, 64, 32)).astype(dtype)
+    bn = rng.integers(-1000, 1000, (2, 64, 32)).astype(dtype)
+    expected = an.astype(np.int64) @ np.swapaxes(bn, -1, -2).astype(np.int64)
+    a, b = Tensor(an, device="CPU"), Tensor(bn, device="CPU")
+    product = a @ b.transpose(-1, -2)
+    (program,) = _programs(product)
+    assert any(u.op is Ops.TRANSPOSE_BLOCK for u in program)
+    np.testing.assert_array_equal(product.numpy(), expected.astype(dtype))
 
 
 def test_the_gradients_of_attention_scores_match_numpy():

@@ -89,6 +89,31 @@ def test_a_store_before_the_start_of_its_buffer_is_refused():
         verify_program("E_4", program, Renderer())
 
 
+def block_program(dest_size: int, source_size: int, source_stride: int) -> list[UOp]:
+    """One 8 x 8 block of ``source`` (rows ``source_stride`` apart) transposed into a local
+    array with rows of 8."""
+    out, src = param(0, dest_size), param(1, source_size)
+    shared = UOp(Ops.DEFINE_LOCAL, f32, (), (0, 64))
+    fill = UOp(
+        Ops.TRANSPOSE_BLOCK,
+        dtypes.void,
+        (UOp(Ops.INDEX, f32, (shared, const(0))), UOp(Ops.INDEX, f32, (src, const(0)))),
+        (8, source_stride, 8),
+    )
+    return [out, src, shared, const(0), *fill.src, fill]
+
+
+def test_a_transposed_block_is_checked_to_its_last_element():
+    verify_program("K", block_program(64, 8 * 8, 8), Renderer())
+    verify_program("K", block_program(64, 7 * 16 + 8, 16), Renderer())
+    with pytest.raises(
+        KernelVerifyError,
+        match=r"TRANSPOSE_BLOCK void arg=\(8, 16, 8\): its 8 x 8 block ranges over "
+        r"\[0, 119\], outside buffer 1 \(119 elements\)",
+    ):
+        verify_program("K", block_program(64, 7 * 16 + 7, 16), Renderer())
+
+
 def test_a_division_by_constant_zero_is_refused():
     program = copy_program(8, 8, offset=lambda i: i.alu(Ops.MOD, const(0)))
     with pytest.raises(KernelVerifyError, match=r"#4 MOD int32: its divisor is always 0"):

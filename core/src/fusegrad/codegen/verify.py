@@ -61,6 +61,23 @@ def check_index(u: UOp, unbounded: set[UOp]) -> str | None:
     return f"its index ranges over [{lo}, {hi}], outside {_buffer_name(buffer)}"
 
 
+def check_block(u: UOp, unbounded: set[UOp]) -> str | None:
+    """Why TRANSPOSE_BLOCK ``u`` may leave its buffers: each index is the block's first element,
+    and the block reaches ``(n - 1) * stride + n - 1`` beyond it."""
+    n, source_stride, dest_stride = u.arg
+    for index, stride in zip(u.src, (dest_stride, source_stride)):
+        buffer, offset = index.src
+        if buffer.op not in BUFFER_OPS:
+            return f"its INDEX points into {buffer.op.name}, which is not a buffer"
+        if offset in unbounded:
+            continue
+        lo, hi = offset.bounds
+        hi += (n - 1) * stride + n - 1
+        if lo < 0 or hi >= buffer.arg[1]:
+            return f"its {n} x {n} block ranges over [{lo}, {hi}], outside {_buffer_name(buffer)}"
+    return None
+
+
 def check_division(u: UOp) -> str | None:
     """Why IDIV or MOD ``u`` divides by zero, or None."""
     lo, hi = u.src[1].bounds
@@ -82,6 +99,8 @@ def verify_program(name: str, program: Sequence[UOp], renderer: Renderer) -> Non
         problem = check_dtype(u, renderer)
         if problem is None and u.op in MEMORY_OPS:
             problem = check_index(u, unbounded)
+        elif problem is None and u.op is Ops.TRANSPOSE_BLOCK:
+            problem = check_block(u, unbounded)
         elif problem is None and u.op in (Ops.IDIV, Ops.MOD):
             problem = check_division(u)
             if u.src[1].vmin != u.src[1].vmax:

@@ -102,6 +102,10 @@ class Renderer:
     #: operand read across its rows into, once per block of columns (codegen/packed.py); 0: none,
     #: the layout pass copies such an operand in a kernel of its own
     pack_bytes: int = 0
+    #: the edge of the square blocks of 4-byte elements the target transposes in registers
+    #: (``Ops.TRANSPOSE_BLOCK``): a local array of ``pack_bytes`` is filled by such blocks where
+    #: its sides are multiples of it; 0: one element at a time
+    transpose_block: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8

@@ -59,6 +59,9 @@ class Ops(Enum):
     ATOMIC_AND = auto()  # src: (index, value); *index &= value, atomically (packed narrow stores)
     ATOMIC_OR = auto()  # src: (index, value[, after]); *index |= value atomically, after ``after``
     PREFETCH = auto()  # src: (index,); asks for that address in cache; never faults, no value
+    # src: (dest index, source index), arg (n, source stride, dest stride): an n x n block
+    # transposed, dest[c * dest stride + r] = source[r * source stride + c] for r, c < n
+    TRANSPOSE_BLOCK = auto()
     CONST = auto()
     CAST = auto()
     BITCAST = auto()
@@ -131,4 +134,6 @@ BACKEND_OPS = frozenset(
     | {Ops.ATOMIC_AND, Ops.ATOMIC_OR}
     # only in programs for renderers with ``prefetch_bytes`` (see codegen/prefetch.py)
     | {Ops.PREFETCH}
+    # only in programs for renderers with ``transpose_block`` (see codegen/packed.py)
+    | {Ops.TRANSPOSE_BLOCK}
 )

@@ -342,6 +342,12 @@ SPEC: dict[str, dict[Ops, tuple[Check, ...]]] = {
             ),
             Ops.END: (n_src(1, 64), all_src_op({Ops.RANGE})),
             Ops.PREFETCH: (n_src(1), dtype_is(dtypes.void), src_op(0, {Ops.INDEX})),
+            Ops.TRANSPOSE_BLOCK: (
+                n_src(2),
+                dtype_is(dtypes.void),
+                src_op(0, {Ops.INDEX}),
+                src_op(1, {Ops.INDEX}),
+            ),
             Ops.IF: (n_src(1), src_dtype(0, dtypes.bool)),
             Ops.ENDIF: (n_src(1), src_op(0, {Ops.IF})),
             Ops.BARRIER: (),
