@@ -15,6 +15,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -553,10 +554,17 @@ class _DeviceRegistry:
 
 def plugin_manager() -> PluginManager:
     """The plugin manager, discovered on first use. Its module (and pluggy, and the scan of
-    entry points) is imported here, not at the top: ``import fusegrad`` discovers no plugin."""
-    from fusegrad.plugin.manager import plugins  # deferred: the plugin machinery is heavy
+    entry points) is imported here, not at the top: ``import fusegrad`` discovers no plugin.
+    The import is done once (an import statement costs a microsecond, and every realize asks)."""
+    if not _MANAGER_OF:
+        from fusegrad.plugin.manager import plugins  # deferred: the plugin machinery is heavy
 
-    return plugins()
+        _MANAGER_OF.append(plugins)
+    return _MANAGER_OF[0]()
+
+
+#: ``fusegrad.plugin.manager.plugins``, once imported
+_MANAGER_OF: list[Callable[[], PluginManager]] = []
 
 
 Device = _DeviceRegistry()

@@ -36,6 +36,8 @@ class DType:
             return True
         if not isinstance(other, DType):
             return NotImplemented
+        if self._hash != other._hash:  # (most comparisons: two different types, told apart here)
+            return False
         return (self.name, self.itemsize, self.kind, self.priority, self.np_name) == (
             other.name,
             other.itemsize,

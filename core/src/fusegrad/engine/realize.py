@@ -11,6 +11,7 @@ import functools
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -455,18 +456,44 @@ class CopyRunner:
 _plans: dict[tuple, Plan] = {}
 caches.register("plans", _plans.clear)
 
+#: The graphs realized last (their roots and devices -> what ``_plan`` found for them), the most
+#: recent last. Realizing the same nodes again (the same expression of the same buffers, rebuilt:
+#: UOps are hash-consed, and these roots keep their nodes alive) skips abstracting the graph for
+#: the plan cache's key, and rebuilding it makes no new nodes: attention's scores called eagerly,
+#: ~30 of the call's ~60 us of Python. Holding a root holds its input buffers: only graphs whose
+#: inputs total at most ``RECENT_BYTES`` are kept, ``RECENT`` of them.
+_recent: OrderedDict[tuple, tuple[Plan, list[Buffer], dict[UOp, int]]] = OrderedDict()
+caches.register("recent graphs", _recent.clear)
+RECENT = 8
+RECENT_BYTES = 4 << 20
+
 
 def _plan(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dict[UOp, int]]:
+    seen = (tuple(roots), tuple(devices))
+    if (found := _recent.pop(seen, None)) is not None:  # (re-inserted: the most recent)
+        plan, inputs, values = _recent[seen] = found
+    else:
+        plan, inputs, values = _planned(roots, devices)
+        if sum(b.nbytes for b in inputs) <= RECENT_BYTES:
+            _recent[seen] = plan, inputs, values
+            if len(_recent) > RECENT:
+                _recent.popitem(last=False)
+    if Context.DEBUG >= 4:
+        print_plan(roots, inputs, plan)
+    if (trace := recorder.ACTIVE) is not None:
+        trace.planned(roots, plan, inputs)
+    return plan, inputs, values
+
+
+def _planned(roots: list[UOp], devices: list[str]) -> tuple[Plan, list[Buffer], dict[UOp, int]]:
+    """The plan for ``roots`` from the plan cache (made on a miss): its key is the graph with
+    each buffer a numbered PARAM (``abstract``), so that any buffers of the same sizes share it."""
     abstract_roots, inputs, values = abstract(roots)
     key = (abstract_roots, tuple(devices), tuple(b.device for b in inputs))
     plan = _plans.get(key)
     if plan is None:
         slot_devices = [b.device for b in inputs]
         plan = _plans[key] = make_plan(abstract_roots, list(devices), slot_devices, capabilities)
-    if Context.DEBUG >= 4:
-        print_plan(roots, inputs, plan)
-    if (trace := recorder.ACTIVE) is not None:
-        trace.planned(roots, plan, inputs)
     return plan, inputs, values
 
 

@@ -201,12 +201,11 @@ class MovementMixin(TensorBase):
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         """Swap two axes (of a 0-d tensor, axis 0 with itself)."""
-        order = list(range(self.ndim))
-        a, b = self._axis(dim0), self._axis(dim1)
-        if self.ndim == 0:
+        n = len(self.uop.shape)
+        a, b = self._axis(dim0, n), self._axis(dim1, n)
+        if n == 0 or a == b:
             return cast("Tensor", self)
-        if a == b:
-            return cast("Tensor", self)
+        order = list(range(n))
         order[a], order[b] = order[b], order[a]
         return self._permuted(tuple(order))  # a valid order by construction
 

@@ -979,26 +979,27 @@ class Tensor(
     def matmul(self, other: Tensor) -> Tensor:
         """Matrix product with PyTorch's rules for 1-d and batched inputs; a multiply and a sum."""
         x, w = self, other
-        if x.ndim == 0 or w.ndim == 0:
+        xs, ws = x.uop.shape, w.uop.shape  # (read once: an eager attention step is Python-bound)
+        if not xs or not ws:
             raise ShapeError(
-                f"matmul needs at least 1-d inputs, got shapes {x.shape} and {w.shape}; "
+                f"matmul needs at least 1-d inputs, got shapes {xs} and {ws}; "
                 "multiply by a 0-d tensor with *"
             )
-        if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
-            inner = (x.shape[-1], w.shape[-2 if w.ndim > 1 else 0])
+        if xs[-1] != ws[-2 if len(ws) > 1 else 0]:
+            inner = (xs[-1], ws[-2 if len(ws) > 1 else 0])
             raise ShapeError(
-                f"cannot multiply shapes {x.shape} and {w.shape}: inner sizes differ "
+                f"cannot multiply shapes {xs} and {ws}: inner sizes differ "
                 f"({inner[0]} vs {inner[1]}); the last axis of the first must match the "
                 "second-last of the second (transpose one with .T?)"
             )
-        dtype = promote_types(x.dtype, w.dtype)
+        dtype = x.uop.dtype if x.uop.dtype is w.uop.dtype else promote_types(x.dtype, w.dtype)
         if _accumulate_dtype(dtype) != dtype:  # half floats: exact products summed in float32 (the
             # gradient's too), rounded once at the end, as PyTorch's CPU matmul
             return x.cast(dtypes.float32).matmul(w.cast(dtypes.float32)).cast(dtype)
-        if x.ndim == 1:
+        if len(xs) == 1:
             out = x.unsqueeze(0).matmul(w)
-            return out.squeeze(-2) if w.ndim > 1 else out.squeeze(-1)
-        if w.ndim == 1:
+            return out.squeeze(-2) if len(ws) > 1 else out.squeeze(-1)
+        if len(ws) == 1:
             return x.matmul(w.unsqueeze(-1)).squeeze(-1)
         if (fast := _plain_matmul(x, w)) is not None:
             return fast
@@ -1018,12 +1019,12 @@ def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
     fifth of the Python time. None where any of that does not hold."""
     xu, wu = x.uop, w.uop
     dtype = xu.dtype
-    if wu.dtype != dtype or dtype == dtypes.bool or x.device != w.device:
+    if wu.dtype != dtype or dtype.kind == "b" or x.device != w.device:
         return None
     xs, ws = xu.shape, wu.shape
     if ops.VARIABLES_USED and (is_symbolic(xs) or is_symbolic(ws)):
         return None
-    batch = broadcast_shapes(xs[:-2], ws[:-2])
+    batch = xs[:-2] if xs[:-2] == ws[:-2] else broadcast_shapes(xs[:-2], ws[:-2])
     n, k, m = xs[-2], xs[-1], ws[-1]
     if k == 1 or m == 1:  # the transpose of w is a reshape there (Tensor._permuted)
         return None
