@@ -132,9 +132,10 @@ def _loop_pragmas(threads: int | None = None) -> dict[tuple[AxisKind, LoopHint],
 #: an 8 x 8 block of 4-byte elements transposed in registers (``Ops.TRANSPOSE_BLOCK``): eight
 #: rows loaded, interleaved by pairs, by quads, then by halves. gcc >= 12 and clang turn the
 #: generic shuffles into unpack/shuffle/permute instructions where the target has 32-byte
-#: vectors, and into narrower ones where it has not. Filling the packed operand of attention's
-#: scores (4, 4, 128, 64) one element at a time took 163 us of the kernel's 165; by blocks 150
-#: (C, 2 cores, AMD EPYC, AVX-512; the product alone 145).
+#: vectors, and into narrower ones where it has not; older compilers (no
+#: ``__builtin_shufflevector``) copy it element by element. Attention's scores (4, 4, 128, 64),
+#: timed in C on 2 cores (AMD EPYC, AVX-512): 163 us with the packed operand filled element by
+#: element, 150 by blocks, 145 with no filling at all.
 TRANSPOSE_8 = """
 typedef float fg_row8 __attribute__((vector_size(32)));
 #define FG_MIX __builtin_shufflevector
@@ -150,10 +151,15 @@ typedef float fg_row8 __attribute__((vector_size(32)));
   __builtin_memcpy(d + 4 * i * ds, &low, 32); __builtin_memcpy(d + 4 * j * ds, &high, 32); }
 static inline void fg_transpose8(void* restrict dest, const void* restrict source, int ss, int ds) {
   const char* s = (const char*)source; char* d = (char*)dest;
+#if defined(__clang__) || __GNUC__ >= 12
   FG_LOAD(0) FG_LOAD(1) FG_LOAD(2) FG_LOAD(3) FG_LOAD(4) FG_LOAD(5) FG_LOAD(6) FG_LOAD(7)
   FG_PAIRS(0, 1) FG_PAIRS(2, 3) FG_PAIRS(4, 5) FG_PAIRS(6, 7)
   FG_QUADS(0, 1, 2, 3) FG_QUADS(4, 5, 6, 7)
   FG_HALVES(0, 4) FG_HALVES(1, 5) FG_HALVES(2, 6) FG_HALVES(3, 7)
+#else
+  for (int r = 0; r < 8; r++)
+    for (int c = 0; c < 8; c++) __builtin_memcpy(d + 4 * (c * ds + r), s + 4 * (r * ss + c), 4);
+#endif
 }
 """
 

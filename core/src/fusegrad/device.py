@@ -344,16 +344,16 @@ class Buffer:
 
     def __del__(self) -> None:
         if self._handle is not None and self._allocator is not None:
-            if gc.is_finalized(self._handle):
-                return  # released by its own finalizer (see ``_reusable``): not freed again
-            nbytes = max(self.nbytes, 1)
             try:
+                if gc.is_finalized(self._handle):
+                    return  # released by its own finalizer (see ``_reusable``): not freed again
+                nbytes = max(self.nbytes, 1)
                 if _POOLED[0] + nbytes <= POOL_LIMIT:  # keep it: the next buffer this size takes it
                     _pool(self._allocator).setdefault(nbytes, []).append(self._handle)
                     _POOLED[0] += nbytes
                 else:
                     self._allocator.free(self._handle, nbytes)
-            except Exception:  # noqa: BLE001 - interpreter shutdown
+            except Exception:  # noqa: BLE001 - interpreter shutdown (``gc`` may be None by then)
                 pass
 
 
