@@ -10,7 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from fusegrad import kernel_cache
+from fusegrad import Device, Tensor, kernel_cache
+from fusegrad.codegen.kernel import generate
 from fusegrad.errors import CompileError, DeviceUnavailable
 from fusegrad_cpu import compiler as compiler_module
 from fusegrad_cpu.compiler import (
@@ -235,3 +236,27 @@ def test_subclass_that_overrides_compile_sees_every_source():
     counting = CountingCompiler()
     built = counting.compile_batch([constant_kernel(5), constant_kernel(6)])
     assert [b[:4] for b in built] == [b"\x7fELF"] * 2 and counting.calls == 2
+
+
+def test_kernels_sharing_a_prelude_helper_build_in_one_process(compiler, allocator, builds):
+    """Two attention-score kernels, each with the block-transpose helper in its prelude: one
+    translation unit holds both (the helper is guarded: defined twice, the batch failed and
+    each kernel was built again alone), and each computes its product."""
+    runtime, cases = Device["CPU"], []
+    for shape in [(2, 64, 32), (2, 96, 64)]:
+        qn, kn = (np.random.default_rng(s).standard_normal(shape, np.float32) for s in (0, 1))
+        (step,) = (Tensor(qn) @ Tensor(kn).transpose(-1, -2)).schedule()
+        kernel = generate(step.ast, runtime.renderer, runtime.rules)
+        assert "fg_transpose8(" in kernel.source
+        cases.append((kernel, qn, kn))
+    assert compiler.flags
+    builds.clear()
+    batch = compiler.compile_batch([kernel.source for kernel, _, _ in cases])
+    assert len(builds) == 1 and not any(isinstance(b, CompileError) for b in batch)
+    for (kernel, qn, kn), binary in zip(cases, batch):
+        out = allocator.alloc(qn.shape[0] * qn.shape[1] ** 2 * 4)
+        q, k = upload(allocator, qn), upload(allocator, kn)
+        CPUProgram(kernel.name, binary)(out, q, k)
+        got = download(allocator, out, np.float32, qn.shape[0] * qn.shape[1] ** 2)
+        expected = (qn @ np.swapaxes(kn, 1, 2)).reshape(-1)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

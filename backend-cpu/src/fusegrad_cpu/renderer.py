@@ -135,8 +135,11 @@ def _loop_pragmas(threads: int | None = None) -> dict[tuple[AxisKind, LoopHint],
 #: vectors, and into narrower ones where it has not; older compilers (no
 #: ``__builtin_shufflevector``) copy it element by element. Attention's scores (4, 4, 128, 64),
 #: timed in C on 2 cores (AMD EPYC, AVX-512): 163 us with the packed operand filled element by
-#: element, 150 by blocks, 145 with no filling at all.
+#: element, 150 by blocks, 145 with no filling at all. Guarded: the kernels of a batch are built
+#: as one translation unit (``compiler.CCompiler.compile_batch``), where it is defined once.
 TRANSPOSE_8 = """
+#ifndef FG_TRANSPOSE8
+#define FG_TRANSPOSE8
 typedef float fg_row8 __attribute__((vector_size(32)));
 #define FG_MIX __builtin_shufflevector
 #define FG_LOAD(i) fg_row8 r##i; __builtin_memcpy(&r##i, s + 4 * i * ss, 32);
@@ -161,6 +164,7 @@ static inline void fg_transpose8(void* restrict dest, const void* restrict sourc
     for (int c = 0; c < 8; c++) __builtin_memcpy(d + 4 * (c * ds + r), s + 4 * (r * ss + c), 4);
 #endif
 }
+#endif
 """
 
 
