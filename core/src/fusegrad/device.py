@@ -8,6 +8,7 @@ any plugin may replace one of them through the override hooks (see ``plugin/hook
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import os
@@ -553,18 +554,18 @@ class _DeviceRegistry:
 
 
 def plugin_manager() -> PluginManager:
-    """The plugin manager, discovered on first use. Its module (and pluggy, and the scan of
-    entry points) is imported here, not at the top: ``import fusegrad`` discovers no plugin.
-    The import is done once (an import statement costs a microsecond, and every realize asks)."""
-    if not _MANAGER_OF:
-        from fusegrad.plugin.manager import plugins  # deferred: the plugin machinery is heavy
-
-        _MANAGER_OF.append(plugins)
-    return _MANAGER_OF[0]()
+    """The plugin manager, discovered on first use."""
+    return _plugins()()
 
 
-#: ``fusegrad.plugin.manager.plugins``, once imported
-_MANAGER_OF: list[Callable[[], PluginManager]] = []
+@functools.cache
+def _plugins() -> Callable[[], PluginManager]:
+    """``fusegrad.plugin.manager.plugins``, imported on first use, not at the top: ``import
+    fusegrad`` discovers no plugin. Once: an import statement costs a microsecond, and every
+    realize asks for the manager."""
+    from fusegrad.plugin.manager import plugins  # deferred: the plugin machinery is heavy
+
+    return plugins
 
 
 Device = _DeviceRegistry()

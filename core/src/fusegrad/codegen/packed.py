@@ -55,9 +55,11 @@ def pack_operands(program: list[UOp], pack_bytes: int, transpose_block: int = 0)
     return program
 
 
-def _packable(load: UOp, around: tuple[UOp, ...], pack_bytes: int) -> tuple[UOp, UOp, UOp] | None:
-    """(the block loop to fill the array before, the reduction, the vector loop) for ``load``,
-    inside the loops ``around`` (outermost first), or None."""
+def _packable(
+    load: UOp, around: tuple[UOp, ...], pack_bytes: int
+) -> tuple[UOp, UOp, UOp, int] | None:
+    """(the block loop to fill the array before, the reduction, the vector loop, the read's
+    stride along it) for ``load``, inside the loops ``around`` (outermost first), or None."""
     if len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
         return None
     if index_op.src[0].op is not Ops.PARAM:
@@ -93,7 +95,7 @@ def _packable(load: UOp, around: tuple[UOp, ...], pack_bytes: int) -> tuple[UOp,
     rows, columns = trips_of(reduce), trips_of(vector)
     if rows is None or columns is None or rows * columns * load.dtype.itemsize > pack_bytes:
         return None
-    return block, reduce, vector
+    return block, reduce, vector, step
 
 
 def _visible(defined: int, used: int, scopes: list[tuple[UOp, ...]]) -> bool:
@@ -110,6 +112,7 @@ def _packed(
     block: UOp,
     reduce: UOp,
     vector: UOp,
+    stride: int,
     transpose_block: int = 0,
 ) -> list[UOp] | None:
     """``program`` with the load at ``at`` read from a local array filled before ``block``;
@@ -134,7 +137,6 @@ def _packed(
     source = substitute(index, {reduce: first_row, vector: first_column})
     place = UOp(Ops.INDEX, load.dtype, (shared, first_row * width + first_column))
     if blocked:
-        stride = stride_along(index, vector)
         fill = UOp(
             Ops.TRANSPOSE_BLOCK,
             src=(place, UOp(Ops.INDEX, load.dtype, (param, source))),

@@ -44,21 +44,30 @@ def _buffer_name(buffer: UOp) -> str:
     return f"{kind[buffer.op]} {buffer.arg[0]} ({buffer.arg[1]} elements)"
 
 
+def _outside(index: UOp, unbounded: set[UOp], what: str, reach: int = 0) -> str | None:
+    """Why the elements from ``index`` to ``reach`` past it (``what`` reads or writes them) may
+    leave its buffer, or None when they lie inside (or the offset is in ``unbounded``, the
+    values computed through a division by a variable)."""
+    buffer, offset = index.src
+    if buffer.op not in BUFFER_OPS:
+        return f"its INDEX points into {buffer.op.name}, which is not a buffer"
+    if offset in unbounded:
+        return None
+    lo, hi = offset.bounds
+    hi += reach
+    if 0 <= lo and hi < buffer.arg[1]:
+        return None
+    return f"{what} ranges over [{lo}, {hi}], outside {_buffer_name(buffer)}"
+
+
 def check_index(u: UOp, unbounded: set[UOp]) -> str | None:
-    """Why memory op ``u`` may leave its buffer, or None when its index range lies inside (or
-    is in ``unbounded``, the values computed through a division by a variable)."""
+    """Why memory op ``u`` may leave its buffer, or None (``_outside``)."""
     index = u.src[0]
     if index.op is not Ops.INDEX:  # a scalar accumulator (DEFINE_REG of one element)
         return None
-    buffer, offset = index.src[0], index.src[1]
-    if buffer.op not in BUFFER_OPS:
-        return f"its INDEX points into {buffer.op.name}, which is not a buffer"
-    if offset in unbounded or (u.op is Ops.LOAD and len(u.src) == 3):
-        return None
-    lo, hi = offset.bounds
-    if 0 <= lo and hi < buffer.arg[1]:
-        return None
-    return f"its index ranges over [{lo}, {hi}], outside {_buffer_name(buffer)}"
+    if u.op is Ops.LOAD and len(u.src) == 3:  # gated: it reads only where its gate holds
+        unbounded = unbounded | {index.src[1]}
+    return _outside(index, unbounded, "its index")
 
 
 def check_block(u: UOp, unbounded: set[UOp]) -> str | None:
@@ -66,15 +75,9 @@ def check_block(u: UOp, unbounded: set[UOp]) -> str | None:
     and the block reaches ``(n - 1) * stride + n - 1`` beyond it."""
     n, source_stride, dest_stride = u.arg
     for index, stride in zip(u.src, (dest_stride, source_stride)):
-        buffer, offset = index.src
-        if buffer.op not in BUFFER_OPS:
-            return f"its INDEX points into {buffer.op.name}, which is not a buffer"
-        if offset in unbounded:
-            continue
-        lo, hi = offset.bounds
-        hi += (n - 1) * stride + n - 1
-        if lo < 0 or hi >= buffer.arg[1]:
-            return f"its {n} x {n} block ranges over [{lo}, {hi}], outside {_buffer_name(buffer)}"
+        reach = (n - 1) * stride + n - 1
+        if (problem := _outside(index, unbounded, f"its {n} x {n} block", reach)) is not None:
+            return problem
     return None
 
 

@@ -74,6 +74,8 @@ def _check_variable_bounds(sizes: set) -> None:
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape PyTorch broadcasts ``shapes`` to; a ShapeError names them when they don't fit."""
+    if all(s == shapes[0] for s in shapes[1:]):  # (the common case: nothing to broadcast)
+        return tuple(shapes[0])
     ndim = max(len(s) for s in shapes)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
     out = []

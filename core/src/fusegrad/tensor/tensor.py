@@ -992,7 +992,7 @@ class Tensor(
                 f"({inner[0]} vs {inner[1]}); the last axis of the first must match the "
                 "second-last of the second (transpose one with .T?)"
             )
-        dtype = x.uop.dtype if x.uop.dtype is w.uop.dtype else promote_types(x.dtype, w.dtype)
+        dtype = promote_types(x.dtype, w.dtype)
         if _accumulate_dtype(dtype) != dtype:  # half floats: exact products summed in float32 (the
             # gradient's too), rounded once at the end, as PyTorch's CPU matmul
             return x.cast(dtypes.float32).matmul(w.cast(dtypes.float32)).cast(dtype)
@@ -1019,12 +1019,12 @@ def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
     fifth of the Python time. None where any of that does not hold."""
     xu, wu = x.uop, w.uop
     dtype = xu.dtype
-    if wu.dtype != dtype or dtype.kind == "b" or x.device != w.device:
+    if wu.dtype != dtype or dtype == dtypes.bool or x.device != w.device:
         return None
     xs, ws = xu.shape, wu.shape
     if ops.VARIABLES_USED and (is_symbolic(xs) or is_symbolic(ws)):
         return None
-    batch = xs[:-2] if xs[:-2] == ws[:-2] else broadcast_shapes(xs[:-2], ws[:-2])
+    batch = broadcast_shapes(xs[:-2], ws[:-2])
     n, k, m = xs[-2], xs[-1], ws[-1]
     if k == 1 or m == 1:  # the transpose of w is a reshape there (Tensor._permuted)
         return None
