@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fusegrad import Tensor
+from fusegrad import Tensor, caches
+from fusegrad.device import Buffer, Device, _pool
+from fusegrad.dtype import dtypes
+from fusegrad.engine import realize
 from fusegrad.engine.realize import plan_for
 
 
@@ -137,3 +140,48 @@ def test_large_copies_of_inputs_keep_their_memory():
         ]
         memory = plan_memory(steps, [(size, dtypes.float32, "CPU")] * 4, 3, {6})
         assert (memory[5 - 3] == memory[3 - 3]) == shared, dtype
+
+
+def test_each_run_of_a_plan_gives_its_intermediate_the_same_memory(monkeypatch):
+    """A plan run again takes back, for each piece of memory, the handle that piece had in its
+    last run (``Plan.handles``, ``Buffer.prefer``), while the outputs of earlier runs are still
+    held. Taking whatever was freed last swapped a matmul's panel copy and its output from one
+    run to the next (the output then written where the panel both cores had just read was)."""
+    seen: list[list[int]] = []
+    original = realize.run_plan
+
+    def recording(plan, inputs, *args, **kwargs):
+        buffers = original(plan, inputs, *args, **kwargs)
+        seen.append([id(b.handle) for b in buffers[plan.n_inputs :]])
+        return buffers
+
+    monkeypatch.setattr(realize, "run_plan", recording)
+    caches.reset()
+    xn = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    x = Tensor(xn)
+    outs = []
+    for _ in range(4):  # the user keeps each output: the next run's output needs new memory
+        outs.append(((x + 1).contiguous() * 2).realize())
+        if len(outs) > 1:
+            outs.pop(0)  # ... then lets the one before go: its memory goes back to the pool
+    np.testing.assert_allclose(outs[-1].numpy(), (xn + 1) * 2)
+    plan_runs = [run for run in seen if len(run) == 2]
+    assert len(plan_runs) == 4
+    intermediate = {run[0] for run in plan_runs}
+    assert len(intermediate) == 1, "the intermediate moved to other memory between runs"
+
+
+def test_a_preferred_handle_is_taken_from_the_pool_when_it_is_there():
+    allocator = Device["CPU"].allocator
+    nbytes = 4 * 1000
+    first, second = Buffer("CPU", 1000, dtypes.float32), Buffer("CPU", 1000, dtypes.float32)
+    a, b = first.handle, second.handle
+    del first, second  # both pooled: first's, then second's (the last freed is taken first)
+    pooled = _pool(allocator)[nbytes]
+    assert pooled[-2:] == [a, b]
+    asking = Buffer("CPU", 1000, dtypes.float32)
+    asking.prefer = id(a)
+    assert asking.handle is a
+    plain = Buffer("CPU", 1000, dtypes.float32)
+    plain.prefer = 12345  # nothing pooled has that id: the last freed, as without a preference
+    assert plain.handle is b

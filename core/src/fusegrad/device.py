@@ -266,6 +266,7 @@ class Buffer:
         "zeroed",
         "version",
         "replaced_at",
+        "prefer",
         "_handle",
         "_allocator",
         "__weakref__",
@@ -282,6 +283,9 @@ class Buffer:
         self.version = 0
         #: ``replacements`` when a tensor last let go of this buffer; 0 if none ever did
         self.replaced_at = 0
+        #: ``id`` of the freed memory to take back first, if the pool still has it (a plan asks
+        #: for what the same buffer of its last run had: ``run_plan``); 0: none in particular
+        self.prefer = 0
         self._handle: Any = None
         self._allocator: Allocator | None = None
 
@@ -309,6 +313,9 @@ class Buffer:
                 self._handle = _checked(allocator.alloc_zeroed(nbytes), nbytes, self.device)
                 return self._handle
             free = _pool(allocator).get(nbytes, [])
+            if self.prefer and free and (taken := _take(free, self.prefer)) is not None:
+                self._handle = _reusable(taken)
+                _POOLED[0] -= nbytes
             while free and self._handle is None:
                 self._handle = _reusable(free.pop())
                 _POOLED[0] -= nbytes
@@ -382,6 +389,17 @@ def _checked(handle: Any, nbytes: int, device: str) -> Any:
 #: bytes of freed device memory kept for reuse; fresh memory costs page faults (or a driver call)
 POOL_LIMIT = int(os.environ.get("FUSEGRAD_POOL_BYTES", 1 << 30))
 _POOLED = [0]
+
+
+def _take(free: list[Any], wanted: int) -> Any:
+    """The handle whose ``id`` is ``wanted``, taken out of ``free``; None when ``free`` does
+    not hold it. Any pooled handle of the size would do: the ``id`` only says which memory was
+    this buffer's the last time (once that handle is gone its id may name another one, which is
+    then taken: no harm)."""
+    for i in range(len(free) - 1, -1, -1):
+        if id(free[i]) == wanted:
+            return free.pop(i)
+    return None
 
 
 def _reusable(handle: Any) -> Any:

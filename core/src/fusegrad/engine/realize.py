@@ -335,9 +335,11 @@ def run_plan(
     return every slot's buffer. ``ready``: called with the roots each step completes and their
     buffers, right after that step (so that their results can be used while later steps run)."""
     pieces: dict[int, Buffer] = {}
+    last = plan.handles  # each piece asks back the memory it had in the last run
     for piece, (size, dtype, dev) in zip(plan.memory, plan.new_slots):
         if piece not in pieces:
-            pieces[piece] = Buffer(dev, size, dtype)
+            pieces[piece] = buffer = Buffer(dev, size, dtype)
+            buffer.prefer = last.get(piece, 0)
     buffers = inputs + [pieces[piece] for piece in plan.memory]
     if not plan.compiled:
         compile_steps(plan.steps)
@@ -379,6 +381,9 @@ def run_plan(
             copy_buffer(buffers[step.dest], buffers[step.source])
         if index in finished:
             tell(finished[index])
+    for piece, buffer in pieces.items():
+        if buffer.is_allocated:
+            last[piece] = id(buffer.handle)
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
         GlobalCounters.time_sum_s += elapsed
