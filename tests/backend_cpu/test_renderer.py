@@ -17,25 +17,25 @@ from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.testing.oracle import ORACLE
 
 
+#: a loop's opening, its counter 32 or 64 bits wide (``address_values``); group 1: the counter
+LOOP = re.compile(r"for \((?:int|long long) (\w+) = ")
+
+
 def _lines_before_loops(source: str) -> dict[str, str]:
     """Loop variable -> the line just before its ``for``."""
     lines = [line.strip() for line in source.splitlines()]
-    return {
-        line.split()[2]: lines[i - 1]
-        for i, line in enumerate(lines)
-        if line.startswith("for (int ")
-    }
+    return {m[1]: lines[i - 1] for i, line in enumerate(lines) if (m := LOOP.match(line))}
 
 
 def _inside_reductions(source: str) -> str:
-    """The lines inside the kernel's reduce loops (``for (int ridx...``), by brace depth: the
+    """The lines inside the kernel's reduce loops (``for (... ridx...``), by brace depth: the
     tile there is the register tile; the loops before and after it set and read it."""
     out, depth = [], 0
     for line in source.splitlines():
         if depth:
             out.append(line)
             depth += line.count("{") - line.count("}")
-        elif line.strip().startswith("for (int ridx"):
+        elif (m := LOOP.match(line.strip())) and m[1].startswith("ridx"):
             depth = 1
     return "\n".join(out)
 
@@ -169,12 +169,14 @@ def test_panel_tile_splits_the_column_loop():
     a, b = Tensor.rand(24, 32, device="CPU").realize(), Tensor.rand(32, 64, device="CPU").realize()
     source, out = _run_matmul(a, b, KernelOpts((1, 0), ((0, 6), (1, 16)), tile=((1, 2),)))
     loops = [
-        line.strip() for line in source.splitlines() if line.strip().startswith("for (int gidx")
+        line.strip()
+        for line in source.splitlines()
+        if (m := LOOP.match(line.strip())) and m[1].startswith("gidx")
     ]
     assert loops[:3] == [
-        "for (int gidx0 = 0; gidx0 < 2; gidx0++) {",
-        "for (int gidx1 = 0; gidx1 < 4; gidx1++) {",
-        "for (int gidx2 = 0; gidx2 < 2; gidx2++) {",
+        "for (long long gidx0 = 0; gidx0 < 2; gidx0++) {",
+        "for (long long gidx1 = 0; gidx1 < 4; gidx1++) {",
+        "for (long long gidx2 = 0; gidx2 < 2; gidx2++) {",
     ]
     np.testing.assert_allclose(out, a.numpy() @ b.numpy(), rtol=1e-5)
 
@@ -316,7 +318,7 @@ def test_a_long_epilogue_after_a_matmul_tile_is_vectorised_not_unrolled():
     renderer = Device["CPU"].renderer
     opts = heuristic_opts(step.ast, renderer)
     source = generate(step.ast, renderer, opts=opts).source
-    reduce_at = source.index("for (int ridx")
+    reduce_at = re.search(r"for \((?:int|long long) ridx", source).start()
     inside, after = source[reduce_at:].split("\n          }\n", 1)[0], source[reduce_at:]
     assert "#pragma GCC unroll" in inside
     epilogue = after[after.index("__builtin_fmaf") :]
@@ -376,3 +378,17 @@ def test_a_tile_around_a_short_sum_is_unrolled_even_with_32_registers():
     # loops come before it: codegen/packed.py)
     tile = [u for u in program[start:] if u.op is Ops.RANGE and u.arg.kind is AxisKind.UPCAST]
     assert len(tile) == 6 and all(u.arg.hint is LoopHint.UNROLL for u in tile)
+
+
+def test_a_matmul_tile_addresses_with_64_bit_offsets():
+    """``wide_addresses``: the tile's reduction counter and the offsets of its loads are 64-bit
+    (no sign extension per load in the inner loop); the values are the same."""
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((96, 512), np.float32), rng.standard_normal((512, 64), np.float32)
+    ta, tb = Tensor(a, device="CPU"), Tensor(b, device="CPU")
+    (step,) = (ta @ tb).schedule()
+    source = generate(step.ast, Device["CPU"].renderer, Device["CPU"].rules).source
+    assert "for (long long ridx" in source
+    for read in re.findall(r"data[12]\[(\w+)\]", source):
+        assert re.search(rf"long long {read} = ", source), read
+    np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-4, atol=1e-3)

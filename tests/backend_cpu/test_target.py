@@ -124,5 +124,5 @@ def test_narrow_matmul_reads_its_right_operand_at_base_plus_counter():
     (step,) = (ta @ tb).schedule()
     source = generate(step.ast, Device["CPU"].renderer, Device["CPU"].rules).source
     (index,) = re.findall(r"data2\[(\w+)\]", source)
-    assert re.search(rf"int {index} = \(alu\d+\+uidx\d+\);", source), source
+    assert re.search(rf"(?:int|long long) {index} = \(alu\d+\+uidx\d+\);", source), source
     np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-4, atol=1e-3)

@@ -197,6 +197,8 @@ class CPURenderer(CStyleRenderer):
     pack_bytes = 16 * 1024
     #: the packed operand is filled by 8 x 8 blocks (``TRANSPOSE_8``)
     transpose_block = 8
+    #: x86-64 and AArch64 address with 64-bit registers: offsets 64 bits wide need no widening
+    wide_addresses = True
     op_renderers = {
         **CStyleRenderer.op_renderers,
         Ops.PREFETCH: lambda ctx, u, src: ctx.emit(f"__builtin_prefetch(&{src[0]});"),

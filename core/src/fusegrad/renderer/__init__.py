@@ -109,6 +109,10 @@ class Renderer:
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
     min_storage_bits: int = 8
+    #: loop counters and integer values that only address memory are rendered 64 bits wide
+    #: (``address_values``): a target whose addresses are 64-bit then adds a 32-bit offset to a
+    #: pointer without widening it first, one instruction less per load (the CPU's)
+    wide_addresses: bool = False
 
     #: a loop variable is named by its loop's kind and number (``LoopArg``): ``gidx0`` an output
     #: loop, ``pidx0`` one spread over the cores, ``ridx3`` a reduction's, ``uidx5`` an upcast
