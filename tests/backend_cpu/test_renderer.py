@@ -16,7 +16,6 @@ from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.testing.oracle import ORACLE
 
-
 #: a loop's opening, its counter 32 or 64 bits wide (``address_values``); group 1: the counter
 LOOP = re.compile(r"for \((?:int|long long) (\w+) = ")
 

@@ -113,9 +113,7 @@ def address_values(program: list[UOp]) -> set[UOp]:
     for u in program:
         for s in u.src:
             users.setdefault(s, []).append(u)
-        vector = u.op is Ops.RANGE and (
-            u.arg.hint is LoopHint.SIMD or u.arg.kind is AxisKind.LANE
-        )
+        vector = u.op is Ops.RANGE and (u.arg.hint is LoopHint.SIMD or u.arg.kind is AxisKind.LANE)
         if vector or any(s in lanes for s in u.src):
             lanes.add(u)
     wide: set[UOp] = set()
