@@ -76,6 +76,13 @@ def core_cache(root: str = CACHE_ROOT) -> int:
     return caches.get(2, 0) if max(caches, default=0) > 2 else 0
 
 
+def usable_cores() -> int:
+    """The cores this process may run on, which OpenMP's threads spread over."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def _read(folder: str, name: str) -> str:
     with open(os.path.join(folder, name)) as f:
         return f.read().strip()
@@ -213,6 +220,8 @@ class CPURenderer(CStyleRenderer):
         self.vector_registers, self.vector_bytes = vector_register_file(features)
         self.cache_bytes = last_level_cache()
         self.core_cache_bytes = core_cache()
+        self.first_cache_bytes = data_caches().get(1, 0)
+        self.cache_threads = threads or usable_cores()
         self.cache_ways = first_level_ways()
 
     def prelude(self, program: list[UOp]) -> str:

@@ -249,6 +249,36 @@ def test_panel_group_is_sized_from_the_core_cache():
     np.testing.assert_allclose(_run_with(opts, ast, a, b), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
+def _two_core_avx2(first_cache_bytes: int) -> Renderer:
+    """An AVX2 target with 2 cores, 32 MB of last-level cache, 1 MB of L2 each."""
+    target = _target(16, 32)
+    target.cache_bytes, target.core_cache_bytes, target.cache_threads = 32 << 20, 1 << 20, 2
+    target.first_cache_bytes = first_cache_bytes
+    return target
+
+
+def test_rows_longer_than_the_first_level_cache_walk_wider_groups_of_panels():
+    """6 rows of 2048 floats (48 KB) outgrow a 32 KB first-level cache: the group of panels
+    widens from what fits half of L2 (4 panels of 2048 x 16 floats) to 32, a quarter of each
+    core's share of the last level (4 MB). Unknown first-level size: the L2 group."""
+    a = Tensor.rand(48, 2048, device="CPU").realize()
+    b = Tensor.rand(2048, 1024, device="CPU").realize()
+    ast = _in_place_ast(a @ b)
+    wide = heuristic_opts(ast, _two_core_avx2(32 * 1024))
+    assert wide.upcast == ((0, 6), (1, 16)) and wide.tile == ((1, 32),)
+    assert heuristic_opts(ast, _two_core_avx2(0)).tile == ((1, 4),)
+    np.testing.assert_allclose(_run_with(wide, ast, a, b), a.numpy() @ b.numpy(), rtol=1e-4)
+
+
+def test_rows_within_the_first_level_cache_keep_the_level_2_group():
+    """6 rows of 256 floats (6 KB) stay in L1 across the group: at most 8 panels (a GPT's
+    512x256 @ 256x1024 ran slower with 32)."""
+    a = Tensor.rand(48, 256, device="CPU").realize()
+    b = Tensor.rand(256, 1024, device="CPU").realize()
+    opts = heuristic_opts(_in_place_ast(a @ b), _two_core_avx2(32 * 1024))
+    assert opts.tile == ((1, 8),)
+
+
 def test_tile_whose_rows_divide_their_axis_walks_two_panels_even_past_the_cache():
     """64 rows by 8 divide exactly, so nothing clamps them: gcc then packs the tile whole only
     inside a loop over panels, which it gets even though the 512 KB group exceeds TILE_BYTES."""

@@ -503,6 +503,10 @@ def _rows_outside(
     )
 
 
+#: the most column panels a group walks when its block of rows outgrows the first-level cache
+WIDE_GROUP = 32
+
+
 def _panel_tile(
     reduce: UOp, shape: tuple[int, ...], upcast: list[tuple[int, int]], renderer: Renderer
 ) -> tuple[tuple[int, int], ...]:
@@ -514,22 +518,37 @@ def _panel_tile(
     without that loop gcc 12 packed such a tile in pieces (16 + 8 + 4 + 1 floats of a row of
     32), and it ran at half speed; rows that do not divide are clamped (``lower.output_index``)
     and packed whole either way. Measured, one group of 2 vs none: 4096² on AVX-512 (1 MB
-    group) 107 -> 388 GFLOP/s, 3072² on AVX2 101 -> 206."""
+    group) 107 -> 388 GFLOP/s, 3072² on AVX2 101 -> 206.
+
+    A block of rows longer than the first-level cache (``first_cache_bytes``; 6 rows of 2048
+    floats are 48 KB) is read again from L2 by each panel of the group, and from further out
+    once per group: then the group widens to up to 32 panels, within a quarter of each thread's
+    share of the last-level cache (``cache_bytes``, ``cache_threads``), its panels streaming from
+    there. Measured on 2 cores (AMD EPYC, 32 MB L3), GFLOP/s: AVX2 2048² 201-208 -> 209-217
+    (32 panels of 128 KB), 3072² 200-203 -> 214-217 (16); AVX-512 the same or better. Shorter
+    rows keep the L2 group: a GPT's 512x256 @ 256x1024 with 32 panels ran at 132-198 instead
+    of 217."""
     if (tile := _matmul_tile(reduce, upcast)) is None:
         return ()
     vec_axis, vec, length = tile
     blocks = shape[vec_axis] // vec
+    (row_axis, rows), _ = upcast
+    itemsize = reduce.dtype.itemsize
+    budget, most = _tile_bytes(renderer), 8
+    if renderer.first_cache_bytes and rows * length * itemsize > renderer.first_cache_bytes:
+        share = renderer.cache_bytes // (4 * max(1, renderer.cache_threads))
+        budget, most = max(budget, share), WIDE_GROUP
     trips = next(
         (
             t
-            for t in (8, 4, 2)
-            if blocks % t == 0
+            for t in (32, 16, 8, 4, 2)
+            if t <= most
+            and blocks % t == 0
             and blocks >= 2 * t
-            and length * t * vec * reduce.dtype.itemsize <= _tile_bytes(renderer)
+            and length * t * vec * itemsize <= budget
         ),
         None,
     )
-    (row_axis, rows), _ = upcast
     if trips is None and shape[row_axis] % rows == 0 and blocks % 2 == 0 and blocks >= 4:
         trips = 2
     return ((vec_axis, trips),) if trips and length >= 256 else ()

@@ -91,6 +91,12 @@ class Renderer:
     #: bytes of the cache each core has to itself (a CPU's level 2); 0: unknown. The optimiser
     #: sizes the group of matmul panels that stays in it from this.
     core_cache_bytes: int = 0
+    #: bytes of a core's first-level data cache; 0: unknown. A matmul whose block of rows
+    #: outgrows it walks wider groups of column panels (codegen/opt.py ``_panel_tile``)
+    first_cache_bytes: int = 0
+    #: threads that share ``cache_bytes`` while a kernel runs (the CPU's cores): a matmul's group
+    #: of panels per thread takes a share of it
+    cache_threads: int = 1
     #: ways of the first-level data cache (its associativity); 0: unknown. Rows of a multiple of
     #: 4 KB fall in one set: with 8 ways a register tile's rows and the vectors loaded beside them
     #: overfill it, with 12 they fit.
