@@ -9,6 +9,7 @@ import glob
 import os
 
 from fusegrad.dtype import dtypes
+from fusegrad.engine.realize import usable_cores
 from fusegrad.renderer.cstyle import CStyleRenderer, RenderContext
 from fusegrad.uop.loops import AxisKind, LoopHint
 from fusegrad.uop.ops import GroupOp, Ops, UOp
@@ -74,13 +75,6 @@ def core_cache(root: str = CACHE_ROOT) -> int:
     itself (0: unknown, or the processor has no level 3 above it and shares it)."""
     caches = data_caches(root)
     return caches.get(2, 0) if max(caches, default=0) > 2 else 0
-
-
-def usable_cores() -> int:
-    """The cores this process may run on, which OpenMP's threads spread over."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
 
 
 def _read(folder: str, name: str) -> str:
