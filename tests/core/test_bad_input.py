@@ -17,6 +17,7 @@ from fusegrad.errors import (
     DTypeError,
     FusegradError,
     InvalidArgument,
+    InvalidType,
     ShapeError,
     StateDictError,
 )
@@ -529,6 +530,18 @@ CASES = [
         lambda: t(2, 3).cross_entropy(ti(2), reduction="avg"),
         ValueError,
         r"reduction must be 'none', 'mean' or 'sum', got 'avg'",
+    ),
+    (
+        "cross_entropy_numpy_target",
+        lambda: t(2, 3).cross_entropy(np.array([0, 2], np.int32)),
+        InvalidType,
+        r"cross_entropy: target must be a Tensor, got ndarray; wrap it first: Tensor\(target\)",
+    ),
+    (
+        "nll_loss_list_target",
+        lambda: t(2, 3).log_softmax(1).nll_loss([0, 2]),
+        InvalidType,
+        r"nll_loss: target must be a Tensor, got list; wrap it first",
     ),
     (
         "mse_reduction",

@@ -20,6 +20,7 @@ from fusegrad.errors import (
     FusegradError,
     InvalidArgument,
     InvalidIndex,
+    InvalidType,
     InvalidValue,
     ShapeError,
     UnknownOption,
@@ -118,6 +119,16 @@ def _unpool_gradient(grad: Tensor, values: Tensor, index: Tensor) -> tuple[Tenso
     """d max_unpool / d values: the output's gradient at each value's position (all of it to
     every value sent to one position, as PyTorch; the scatter keeps only the last one's)."""
     return grad.gather(-1, index), None
+
+
+def _check_target(name: str, target: Any) -> None:
+    """A loss's target must be a tensor (as in PyTorch): a numpy array or a list would fail
+    deep inside with an unrelated AttributeError."""
+    if not isinstance(target, TensorBase):
+        raise InvalidType(
+            f"{name}: target must be a Tensor, got {type(target).__name__}; "
+            "wrap it first: Tensor(target)"
+        )
 
 
 def _check_reduction(reduction: str) -> None:
@@ -657,6 +668,7 @@ class NNMixin(TensorBase):
     ) -> Tensor:
         """``torch.nn.functional.nll_loss``: self holds log-probabilities, classes on axis 1;
         ``target`` holds class indices (an index outside the classes raises IndexError)."""
+        _check_target("nll_loss", target)
         axis = self._check_loss_args("nll_loss", target, weight, reduction, 0.0, indices=True)
         self._check_classes("nll_loss", target, ignore_index, axis)
         return self._nll(target, axis, ignore_index, 0.0, reduction, weight)
@@ -672,6 +684,7 @@ class NNMixin(TensorBase):
         """``torch.nn.functional.cross_entropy`` of logits (classes on axis 1); ``target`` is class
         indices (an int tensor; one outside the classes raises IndexError) or class probabilities
         (a float tensor of the logits' shape)."""
+        _check_target("cross_entropy", target)
         indices = target.dtype.is_int
         axis = self._check_loss_args(
             "cross_entropy", target, weight, reduction, label_smoothing, indices
