@@ -156,7 +156,7 @@ def test_a_weight_gradient_of_three_panel_tiles_shares_its_rows_among_the_cores(
     *_, step = grad.schedule()
     renderer = Device["CPU"].renderer
     source = generate(step.ast, renderer, opts=heuristic_opts(step.ast, renderer)).source
-    trips = int(re.search(r"for \(int pidx0 = 0; pidx0 < (\d+);", source).group(1))
+    trips = int(re.search(r"for \((?:int|long long) pidx0 = 0; pidx0 < (\d+);", source).group(1))
     assert trips >= 8, source
     want = np.einsum("btc,btn->cn", xs, gs)
     np.testing.assert_allclose(grad.numpy(), want, rtol=1e-4, atol=1e-3)
