@@ -94,6 +94,12 @@ def medians(
 PAIRED_ROUNDS = 16
 
 
+def _seconds(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
 def paired_ratios(
     ours: Callable[[], object], theirs: Callable[[], object], rounds: int
 ) -> list[float]:
@@ -109,16 +115,9 @@ def paired_ratios(
         for name, fn in (("ours", ours), ("theirs", theirs))[:: 1 if r % 2 == 0 else -1]:
             time.sleep(SETTLE_SECONDS)
             fn()
-            start = time.perf_counter()
-            fn()
-            once = time.perf_counter() - start
-            calls = max(1, min(5, int(0.05 / max(once, 1e-9))))
-            times = [once]
-            for _ in range(calls):
-                start = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - start)
-            best[name] = min(times)
+            first = _seconds(fn)
+            calls = max(1, min(5, int(0.05 / max(first, 1e-9))))  # about 50 ms more, 1 to 5 calls
+            best[name] = min([first] + [_seconds(fn) for _ in range(calls)])
         ratios.append(best["theirs"] / best["ours"])
     return ratios
 

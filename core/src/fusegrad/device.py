@@ -274,7 +274,7 @@ class Buffer:
     #: how many times a tensor has let go of its buffer for another value (``mark_replaced``)
     replacements = 0
 
-    def __init__(self, device: str, size: int, dtype: DType, zeroed: bool = False):
+    def __init__(self, device: str, size: int, dtype: DType, zeroed: bool = False, prefer: int = 0):
         self.device, self.size, self.dtype = device, size, dtype
         #: allocated as zeros (``Allocator.alloc_zeroed``), not from the pool of freed memory
         self.zeroed = zeroed
@@ -285,7 +285,7 @@ class Buffer:
         self.replaced_at = 0
         #: ``id`` of the freed memory to take back first, if the pool still has it (a plan asks
         #: for what the same buffer of its last run had: ``run_plan``); 0: none in particular
-        self.prefer = 0
+        self.prefer = prefer
         self._handle: Any = None
         self._allocator: Allocator | None = None
 

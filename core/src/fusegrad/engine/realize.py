@@ -338,8 +338,7 @@ def run_plan(
     last = plan.handles  # each piece asks back the memory it had in the last run
     for piece, (size, dtype, dev) in zip(plan.memory, plan.new_slots):
         if piece not in pieces:
-            pieces[piece] = buffer = Buffer(dev, size, dtype)
-            buffer.prefer = last.get(piece, 0)
+            pieces[piece] = Buffer(dev, size, dtype, prefer=last.get(piece, 0))
     buffers = inputs + [pieces[piece] for piece in plan.memory]
     if not plan.compiled:
         compile_steps(plan.steps)
