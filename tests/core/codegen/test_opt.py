@@ -169,18 +169,18 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
         assert loops == (cols, rows), n
     a, b = (
         Tensor.rand(96, 1024, device="CPU").realize(),
-        Tensor.rand(1024, 64, device="CPU").realize(),
+        Tensor.rand(1024, 128, device="CPU").realize(),
     )
     *_, step = (a @ b).schedule()
     opts = heuristic_opts(step.ast, big_cache)
     rt = Device["CPU"]
     kernel = generate(step.ast, rt.renderer, rt.rules, opts)
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
-    out = Tensor.zeros(96 * 64, device="CPU").contiguous().realize()
+    out = Tensor.zeros(96 * 128, device="CPU").contiguous().realize()
     width = 2 * rt.renderer.vector_bytes // 4  # the host's panels (schedule/layout.py)
-    panels = b.reshape(1024, 64 // width, width).permute(1, 0, 2).contiguous().realize()
+    panels = b.reshape(1024, 128 // width, width).permute(1, 0, 2).contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, panels._buffer().handle, global_size=None)
-    np.testing.assert_allclose(out.numpy().reshape(96, 64), a.numpy() @ b.numpy(), rtol=1e-4)
+    np.testing.assert_allclose(out.numpy().reshape(96, 128), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
 def test_rows_that_alias_keep_the_columns_outside_in_a_first_level_cache_of_many_ways(avx512_host):
@@ -406,6 +406,31 @@ def test_an_elementwise_kernel_reading_a_transposed_input_takes_rows_together():
     np.testing.assert_allclose(
         (m * 0.9 + g.T * 0.1).numpy(), m.numpy() * 0.9 + g.numpy().T * 0.1, rtol=1e-6
     )
+
+
+def test_a_short_transposed_read_whose_rows_alias_takes_rows_together():
+    """``dy @ w.T`` copies ``w`` (256, 1024) into panels of 32 columns read across its rows:
+    an innermost loop of 32, each element 4 KB from the last, so the 32 lines fall in one cache
+    set and are gone before the next step reads them again. That copy takes its rows 8 at a
+    time; the same copy of a (256, 768) weight (3 KB apart: its lines spread over the sets)
+    keeps plain loops, and so does one of 8 rows 4 KB apart (no more than a set's ways)."""
+
+    def panel_copy(rows: int, length: int, w: Tensor | None = None) -> Tensor:
+        w = Tensor.rand(rows, length, device="CPU").realize() if w is None else w
+        return w.reshape(rows // 32, 32, length).permute(0, 2, 1)  # panels of w.T's columns
+
+    (aliasing,) = panel_copy(256, 1024).contiguous().schedule()
+    assert heuristic_opts(aliasing.ast, AVX2) == KernelOpts((0, 1, 2), ((1, 8),))
+    (spread,) = panel_copy(256, 768).contiguous().schedule()
+    assert heuristic_opts(spread.ast, AVX2) == KernelOpts((0, 1, 2))
+    w = Tensor.rand(64, 1024, device="CPU").realize()
+    (few,) = w.reshape(8, 8, 1024).permute(0, 2, 1).contiguous().schedule()
+    assert heuristic_opts(few.ast, AVX2) == KernelOpts((0, 1, 2))
+    w = Tensor.rand(256, 1024, device="CPU").realize()
+    panels = w.numpy().reshape(8, 32, 1024).transpose(0, 2, 1)
+    np.testing.assert_array_equal(panel_copy(256, 1024, w).contiguous().numpy(), panels)
+    a = Tensor.rand(64, 1024, device="CPU").realize()
+    np.testing.assert_allclose((a @ w.T).numpy(), a.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
 
 
 def _cached_attention(length: int) -> tuple[Tensor, np.ndarray]:

@@ -42,6 +42,16 @@ def test_matmul_reads_its_right_operand_from_panels_on_a_target_that_loops_over_
     assert copy.shape == (512 // 16, 256, 16)  # (m / p, k, p): p = two 32-byte registers of floats
 
 
+def test_a_right_operand_that_fits_a_quarter_of_l2_is_read_as_it_is():
+    """A GPT's (256, 256) projection weight (256 KB) is read from L2 whatever its layout: the
+    product reads it in place (the copy was a tenth of the product's time); one twice as large
+    is copied into panels."""
+    small = _laid_out(_realized(512, 256) @ _realized(256, 256), CPU)
+    assert _count(small, Ops.CONTIGUOUS) == 0
+    large = _laid_out(_realized(512, 256) @ _realized(256, 512), CPU)
+    assert _count(large, Ops.CONTIGUOUS) == 1
+
+
 def test_a_right_operand_of_columns_no_panel_divides_is_padded_into_panels():
     """PP-OCR's last product (40, 120) @ (120, 6625 characters): the weight is copied into
     panels with zero columns after its last one, the product computed over 6,640 columns and

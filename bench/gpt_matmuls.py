@@ -1,0 +1,114 @@
+"""Every matmul of the GPT training step (examples/gpt.py), alone, fusegrad against torch.
+
+    python bench/gpt_matmuls.py [--avx2] [--rounds N]
+
+The step's model: batch 4, context 128 (512 rows), width 256, 4 heads of 64, an MLP of 1024,
+a vocabulary of 1024. Each linear layer ``x @ w`` runs three products a step: the forward, the
+input's gradient ``dy @ w.T`` and the weight's ``x.T @ dy`` (the output layer reuses the token
+embedding transposed, ``x @ wte.T``, so its three read the other way round). Attention runs six
+batched ones over (4, 4) heads: ``q @ k.T`` and ``p @ v`` forward, ``dout @ v.T``, ``p.T @ dout``,
+``ds @ k`` and ``ds.T @ q`` backward. Each product here is written as a user (or the autograd)
+writes it, with the transposed operand a view of a contiguous tensor, and timed to a realized
+result: fusegrad's figure includes any layout copy its plan makes.
+
+Each line is a paired ratio (``run.paired_ratios``: both timed in each round, who goes first
+alternating): torch's time / fusegrad's, > 1 when fusegrad is faster, with GFLOP/s from each
+side's best call. ``--avx2`` runs every contender on AVX2 code, as bench/run.py's does.
+"""
+
+from __future__ import annotations  # noqa: I001 - run.py loads before numpy (see below)
+
+import argparse
+import statistics
+import sys
+
+# run.py sets the AVX2 environment as it loads when --avx2 is among the arguments
+from run import _seconds, paired_ratios  # bench/ is on the path when a script there runs
+
+import numpy as np  # noqa: E402
+
+from fusegrad import Tensor  # noqa: E402
+
+ROWS, WIDTH, MLP, VOCAB, HEADS, HEAD, CONTEXT, BATCH = 512, 256, 1024, 1024, 4, 64, 128, 4
+
+#: (name, left operand's shape, right operand's shape, transpose left?, transpose right?):
+#: a transposed operand is stored with its last two axes swapped and passed as ``.T``'s view
+PRODUCTS: list[tuple[str, tuple[int, ...], tuple[int, ...], bool, bool]] = []
+for layer, k, n in (("qkv", WIDTH, 3 * WIDTH), ("proj", WIDTH, WIDTH), ("fc", WIDTH, MLP),
+                    ("out", MLP, WIDTH)):  # fmt: skip
+    PRODUCTS += [
+        (f"{layer} x @ w", (ROWS, k), (k, n), False, False),
+        (f"{layer} dy @ w.T", (ROWS, n), (n, k), False, True),
+        (f"{layer} x.T @ dy", (k, ROWS), (ROWS, n), True, False),
+    ]
+PRODUCTS += [
+    ("head x @ wte.T", (ROWS, WIDTH), (WIDTH, VOCAB), False, True),
+    ("head dy @ wte", (ROWS, VOCAB), (VOCAB, WIDTH), False, False),
+    ("head dy.T @ x", (VOCAB, ROWS), (ROWS, WIDTH), True, False),
+]
+_HEADS = (BATCH, HEADS)
+PRODUCTS += [
+    ("attn q @ k.T", (*_HEADS, CONTEXT, HEAD), (*_HEADS, HEAD, CONTEXT), False, True),
+    ("attn p @ v", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), False, False),
+    ("attn dout @ v.T", (*_HEADS, CONTEXT, HEAD), (*_HEADS, HEAD, CONTEXT), False, True),
+    ("attn p.T @ dout", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), True, False),
+    ("attn ds @ k", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), False, False),
+    ("attn ds.T @ q", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), True, False),
+]
+
+
+def stored(rng: np.random.Generator, shape: tuple[int, ...], transposed: bool) -> np.ndarray:
+    """The float32 array behind an operand of ``shape``: its last two axes swapped when the
+    product reads it ``transposed``."""
+    return rng.standard_normal((*shape[:-2], *shape[-2:][:: -1 if transposed else 1]), np.float32)
+
+
+def flops(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return 2 * int(np.prod(a)) * b[-1]
+
+
+def view(x, transposed: bool):
+    """An operand stored transposed, given back as the ``.T`` view a user writes."""
+    if not transposed:
+        return x
+    return np.swapaxes(x, -1, -2) if isinstance(x, np.ndarray) else x.transpose(-1, -2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--avx2", action="store_true", help="every contender on AVX2 code")
+    parser.add_argument("--rounds", type=int, default=8, help="paired rounds per product")
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("torch is the peer here: pip install torch==2.13.0")
+    rng = np.random.default_rng(0)
+    print(f"{'product':<18s} {'shapes':<28s} {'fusegrad':>9s} {'torch':>9s}  torch/fusegrad")
+    ratios = []
+    for name, sa, sb, ta, tb in PRODUCTS:
+        a, b = stored(rng, sa, ta), stored(rng, sb, tb)
+        # each side holds the operands as stored, and takes the transposed view in each call
+        fa, fb = Tensor(a).realize(), Tensor(b).realize()
+        xa, xb = torch.from_numpy(a), torch.from_numpy(b)
+        ours = lambda fa=fa, fb=fb, ta=ta, tb=tb: (view(fa, ta) @ view(fb, tb)).realize()  # noqa: E731
+        theirs = lambda xa=xa, xb=xb, ta=ta, tb=tb: view(xa, ta) @ view(xb, tb)  # noqa: E731
+        got, want = ours().numpy(), theirs().numpy()
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
+            sys.exit(f"{name}: fusegrad's product differs from torch's")
+        per = paired_ratios(ours, theirs, args.rounds)
+        best = {k: min(_seconds(f) for _ in range(5)) for k, f in (("f", ours), ("t", theirs))}
+        amount = flops(sa, sb) * 1e-9
+        ratio = statistics.median(per)
+        ratios.append(ratio)
+        shapes = f"{'x'.join(map(str, sa))} @ {'x'.join(map(str, sb))}"
+        print(
+            f"{name:<18s} {shapes:<28s} {amount / best['f']:7.1f}   {amount / best['t']:7.1f}"
+            f"    {ratio:5.2f}x (range {min(per):.2f}-{max(per):.2f})"
+        )
+    below = sum(r < 1 for r in ratios)
+    print(f"\n{len(ratios)} products (GFLOP/s); fusegrad slower than torch on {below}")
+
+
+if __name__ == "__main__":
+    main()
