@@ -193,9 +193,11 @@ class CPURenderer(CStyleRenderer):
     #: a decode step's 4-bit products read 2 KB ahead ran 1.3-1.4x faster than without (see
     #: codegen/prefetch.py); 0.5-4 KB gave the same
     prefetch_bytes = 2048
-    #: an operand packed inside the kernel (codegen/packed.py): up to 16 KB, half the first-level
-    #: cache, beside the tile's other operand
-    pack_bytes = 16 * 1024
+    #: an operand packed inside the kernel (codegen/packed.py): up to 32 KB. On 2 cores (AMD
+    #: EPYC, AVX-512: panels of 32 columns) a GPT's (512, 256) @ (256, 256).T packed its 32 KB
+    #: panels in the kernel instead of a copy kernel before it: 337 -> 298 us of kernels, with
+    #: 2048 rows 1220 -> 1188 (16 KB, half the first-level cache, was the limit before)
+    pack_bytes = 32 * 1024
     #: the packed operand is filled by 8 x 8 blocks (``TRANSPOSE_8``)
     transpose_block = 8
     #: x86-64 and AArch64 address with 64-bit registers: offsets 64 bits wide need no widening
