@@ -2,14 +2,15 @@
 
     python bench/gpt_matmuls.py [--avx2] [--rounds N]
 
-The step's model: batch 4, context 128 (512 rows), width 256, 4 heads of 64, an MLP of 1024,
-a vocabulary of 1024. Each linear layer ``x @ w`` runs three products a step: the forward, the
-input's gradient ``dy @ w.T`` and the weight's ``x.T @ dy`` (the output layer reuses the token
-embedding transposed, ``x @ wte.T``, so its three read the other way round). Attention runs six
-batched ones over (4, 4) heads: ``q @ k.T`` and ``p @ v`` forward, ``dout @ v.T``, ``p.T @ dout``,
-``ds @ k`` and ``ds.T @ q`` backward. Each product here is written as a user (or the autograd)
-writes it, with the transposed operand a view of a contiguous tensor, and timed to a realized
-result: fusegrad's figure includes any layout copy its plan makes.
+The step's model (``gpt.Config()``): batch 4, context 128 (512 rows), width 256, 4 heads of
+64, an MLP of 1024, a vocabulary of 1024. Each linear layer ``x @ w`` runs three products a
+step: the forward, the input's gradient ``dy @ w.T`` and the weight's ``x.T @ dy`` (the output
+layer reuses the token embedding transposed, ``x @ wte.T``, so its three read the other way
+round). Attention runs six batched ones over (4, 4) heads: ``q @ k.T`` and ``p @ v`` forward,
+``dout @ v.T``, ``p.T @ dout``, ``ds @ k`` and ``ds.T @ q`` backward. Each product here is
+written as a user (or the autograd) writes it, with the transposed operand a view of a
+contiguous tensor, and timed to a realized result: fusegrad's figure includes any layout copy
+its plan makes.
 
 Each line is a paired ratio (``run.paired_ratios``: both timed in each round, who goes first
 alternating): torch's time / fusegrad's, > 1 when fusegrad is faster, with GFLOP/s from each
@@ -26,35 +27,41 @@ import sys
 from run import _seconds, paired_ratios  # bench/ is on the path when a script there runs
 
 import numpy as np  # noqa: E402
+from bench_gpt import gpt  # noqa: E402  (examples/gpt.py, put on the path by bench_gpt)
 
 from fusegrad import Tensor  # noqa: E402
 
-ROWS, WIDTH, MLP, VOCAB, HEADS, HEAD, CONTEXT, BATCH = 512, 256, 1024, 1024, 4, 64, 128, 4
+Product = tuple[str, tuple[int, ...], tuple[int, ...], bool, bool]
 
-#: (name, left operand's shape, right operand's shape, transpose left?, transpose right?):
-#: a transposed operand is stored with its last two axes swapped and passed as ``.T``'s view
-PRODUCTS: list[tuple[str, tuple[int, ...], tuple[int, ...], bool, bool]] = []
-for layer, k, n in (("qkv", WIDTH, 3 * WIDTH), ("proj", WIDTH, WIDTH), ("fc", WIDTH, MLP),
-                    ("out", MLP, WIDTH)):  # fmt: skip
-    PRODUCTS += [
-        (f"{layer} x @ w", (ROWS, k), (k, n), False, False),
-        (f"{layer} dy @ w.T", (ROWS, n), (n, k), False, True),
-        (f"{layer} x.T @ dy", (k, ROWS), (ROWS, n), True, False),
+
+def products(cfg: gpt.Config) -> list[Product]:
+    """The matmuls of one training step of ``cfg``'s GPT (each layer's are the same): (name,
+    left operand's shape, right operand's shape, transpose left?, transpose right?). A
+    transposed operand is stored with its last two axes swapped and read as ``.T``'s view."""
+    rows, width, vocab = cfg.batch * cfg.context, cfg.width, cfg.vocab
+    out: list[Product] = []
+    for layer, k, n in (("qkv", width, 3 * width), ("proj", width, width),
+                        ("fc", width, 4 * width), ("out", 4 * width, width)):  # fmt: skip
+        out += [
+            (f"{layer} x @ w", (rows, k), (k, n), False, False),
+            (f"{layer} dy @ w.T", (rows, n), (n, k), False, True),
+            (f"{layer} x.T @ dy", (k, rows), (rows, n), True, False),
+        ]
+    out += [
+        ("head x @ wte.T", (rows, width), (width, vocab), False, True),
+        ("head dy @ wte", (rows, vocab), (vocab, width), False, False),
+        ("head dy.T @ x", (vocab, rows), (rows, width), True, False),
     ]
-PRODUCTS += [
-    ("head x @ wte.T", (ROWS, WIDTH), (WIDTH, VOCAB), False, True),
-    ("head dy @ wte", (ROWS, VOCAB), (VOCAB, WIDTH), False, False),
-    ("head dy.T @ x", (VOCAB, ROWS), (ROWS, WIDTH), True, False),
-]
-_HEADS = (BATCH, HEADS)
-PRODUCTS += [
-    ("attn q @ k.T", (*_HEADS, CONTEXT, HEAD), (*_HEADS, HEAD, CONTEXT), False, True),
-    ("attn p @ v", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), False, False),
-    ("attn dout @ v.T", (*_HEADS, CONTEXT, HEAD), (*_HEADS, HEAD, CONTEXT), False, True),
-    ("attn p.T @ dout", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), True, False),
-    ("attn ds @ k", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), False, False),
-    ("attn ds.T @ q", (*_HEADS, CONTEXT, CONTEXT), (*_HEADS, CONTEXT, HEAD), True, False),
-]
+    heads, t, d = (cfg.batch, cfg.heads), cfg.context, cfg.width // cfg.heads
+    out += [
+        ("attn q @ k.T", (*heads, t, d), (*heads, d, t), False, True),
+        ("attn p @ v", (*heads, t, t), (*heads, t, d), False, False),
+        ("attn dout @ v.T", (*heads, t, d), (*heads, d, t), False, True),
+        ("attn p.T @ dout", (*heads, t, t), (*heads, t, d), True, False),
+        ("attn ds @ k", (*heads, t, t), (*heads, t, d), False, False),
+        ("attn ds.T @ q", (*heads, t, t), (*heads, t, d), True, False),
+    ]
+    return out
 
 
 def stored(rng: np.random.Generator, shape: tuple[int, ...], transposed: bool) -> np.ndarray:
@@ -86,7 +93,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"{'product':<18s} {'shapes':<28s} {'fusegrad':>9s} {'torch':>9s}  torch/fusegrad")
     ratios = []
-    for name, sa, sb, ta, tb in PRODUCTS:
+    for name, sa, sb, ta, tb in products(gpt.Config()):
         a, b = stored(rng, sa, ta), stored(rng, sb, tb)
         # each side holds the operands as stored, and takes the transposed view in each call
         fa, fb = Tensor(a).realize(), Tensor(b).realize()

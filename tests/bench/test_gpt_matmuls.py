@@ -1,0 +1,45 @@
+"""bench/gpt_matmuls.py: the GPT step's matmuls, built as the autograd reads their operands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import gpt_matmuls  # noqa: E402
+from bench_gpt import gpt  # noqa: E402
+
+from fusegrad import Tensor  # noqa: E402
+
+TINY = gpt.Config(layers=1, width=32, heads=2, context=8, vocab=64, batch=2)
+
+
+def test_a_step_has_three_products_per_linear_layer_and_six_for_attention():
+    """4 linear layers and the output layer, forward and both gradients, and attention's two
+    forward and four backward products: 21, each a valid matmul of the step's sizes."""
+    found = gpt_matmuls.products(gpt.Config())
+    assert len(found) == 21 and len({name for name, *_ in found}) == 21
+    for name, a, b, _, _ in found:
+        assert a[-1] == b[-2] and a[:-2] == b[:-2], name
+    shapes = {name: (a, b) for name, a, b, _, _ in found}
+    assert shapes["fc dy @ w.T"] == ((512, 1024), (1024, 256))
+    assert shapes["attn ds.T @ q"] == ((4, 4, 128, 128), (4, 4, 128, 64))
+
+
+@pytest.mark.parametrize("product", gpt_matmuls.products(TINY), ids=lambda p: p[0])
+def test_each_product_reads_its_transposed_operand_as_a_view(product):
+    """The operand stored the other way round and read through ``.T``'s view (not a copy) gives
+    the product of the logical shapes: fusegrad's equals numpy's."""
+    _, sa, sb, ta, tb = product
+    rng = np.random.default_rng(0)
+    a, b = gpt_matmuls.stored(rng, sa, ta), gpt_matmuls.stored(rng, sb, tb)
+    if ta:
+        assert a.shape[-2:] == sa[-2:][::-1]
+    left, right = gpt_matmuls.view(a, ta), gpt_matmuls.view(b, tb)
+    assert left.shape == sa and right.shape == sb
+    ours = gpt_matmuls.view(Tensor(a), ta) @ gpt_matmuls.view(Tensor(b), tb)
+    np.testing.assert_allclose(ours.numpy(), left @ right, rtol=1e-4, atol=1e-4)
