@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fusegrad import Tensor
+from fusegrad import Tensor, reset_caches
 from fusegrad.device import Device
 from fusegrad.dtype import DType
 from fusegrad.helpers import Context
@@ -43,6 +43,21 @@ def available(name: str) -> bool:
 #: The devices core's op tests compare: the interpreter (the oracle), compiled C, OpenCL where a
 #: driver is installed (PoCL's CPU device in CI) and CUDA where a GPU is, with the same tolerances.
 DEVICES = ["PYTHON", "CPU"] + [name for name in ("OPENCL", "CUDA") if available(name)]
+
+
+@pytest.fixture
+def avx512_host(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """The CPU device planned as an AVX-512 one, whatever the host (or ``FUSEGRAD_CPU_ARCH``):
+    the scheduler's layout pass (panel widths), the loop heuristics and the renderer then all
+    see 32 registers of 64 bytes, as the tests written for that target expect (gcc still builds
+    the kernels for the host: its vectoriser splits 64-byte loops into the host's vectors)."""
+    reset_caches()  # (opens the devices again: patch the renderer after)
+    renderer = Device["CPU"].renderer
+    monkeypatch.setattr(renderer, "vector_registers", 32)
+    monkeypatch.setattr(renderer, "vector_bytes", 64)
+    yield renderer
+    monkeypatch.undo()
+    reset_caches()
 
 
 @pytest.fixture(params=DEVICES)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from fusegrad import Device, Tensor, reset_caches
+from fusegrad import Device, Tensor
 from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import KernelOpts, RegisterBudget, heuristic_opts
 from fusegrad.renderer import Renderer
@@ -25,27 +24,12 @@ def _target(registers: int, vector_bytes: int) -> Renderer:
 AVX2, AVX512 = _target(16, 32), _target(32, 64)
 
 
-@pytest.fixture
-def avx512_host(monkeypatch):
-    """The CPU device planned as an AVX-512 one, whatever the host: the scheduler's layout pass
-    (panel widths), the loop heuristics and the renderer then all see 32 registers of 64 bytes,
-    as the tests written for that target expect (gcc still builds the kernels for the host: its
-    vectoriser splits 64-byte loops into the host's vectors)."""
-    reset_caches()  # (opens the devices again: patch the renderer after)
-    renderer = Device["CPU"].renderer
-    monkeypatch.setattr(renderer, "vector_registers", 32)
-    monkeypatch.setattr(renderer, "vector_bytes", 64)
-    yield renderer
-    monkeypatch.undo()
-    reset_caches()
-
-
 def _reduce_ast(t: Tensor):
     asts = [s.ast for s in t.schedule() if s.ast.src[0].src[0].arg[1] == t.numel()]
     return asts[-1]
 
 
-def test_conv_runs_output_channels_as_vectors():
+def test_conv_runs_output_channels_as_vectors(avx512_host):
     """The weight is laid out with C_out innermost, so C_out is the vector axis (16 wide) and
     the output width, along which the input is read, is the reused axis."""
     x, w = Tensor.rand(8, 4, 12, 12, device="CPU"), Tensor.rand(32, 4, 3, 3, device="CPU")
@@ -149,7 +133,7 @@ def test_rows_read_with_division_are_not_merged():
     assert not heuristic_opts(step.ast, AVX2).merge
 
 
-def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cache():
+def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cache(avx512_host):
     """Rows 4 KB long (1024 floats) share cache sets: with a 32 MB cache the row blocks loop
     outside the column panels (the 4 MB operand streams past a block kept in L1); rows of 768
     floats, or no cache size known, or a 16 MB operand, keep the columns outside."""
@@ -317,7 +301,7 @@ def test_weight_gradient_tile_spans_the_whole_window_row():
     check()
 
 
-def test_conv_tile_rows_span_a_short_output_row():
+def test_conv_tile_rows_span_a_short_output_row(avx512_host):
     """A 3x3 conv over rows of 6: the tile takes all 6 output columns with 16 channels as
     vectors (6 x 16 fits AVX2's registers), not 3 of them; over rows of 8, which 8 x 16 would not
     fit, it halves the vectors and still takes the whole row (8 x 8)."""
@@ -370,7 +354,7 @@ def test_channel_sums_over_long_runs_keep_their_lanes():
     assert opts.upcast == () and opts.lanes is not None and opts.lanes[1] >= 16
 
 
-def test_conv_channels_fill_two_registers_when_the_batch_is_left_to_split():
+def test_conv_channels_fill_two_registers_when_the_batch_is_left_to_split(avx512_host):
     """32 output channels on AVX-512 are two registers, the whole axis: each loaded input feeds
     two FMAs (a 5x5 conv ran 8-15% faster than 16 channels with more rows); the batch axis is
     left for the cores. With only the channels to split, they keep a loop."""

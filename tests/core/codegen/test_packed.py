@@ -151,7 +151,7 @@ def test_a_panel_longer_than_pack_bytes_is_not_packed():
         assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
 
 
-def test_a_product_with_fewer_columns_than_a_register_sums_in_lanes_instead():
+def test_a_product_with_fewer_columns_than_a_register_sums_in_lanes_instead(avx512_host):
     """silero-vad's STFT, (258, 256) @ (4, 256)^T: a tile of 4 columns (less than a register)
     ran slower than a dot product per output over vector lanes, which it keeps."""
     an, a = _realized(258, 256)

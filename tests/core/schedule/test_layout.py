@@ -220,15 +220,16 @@ def test_a_right_operand_with_its_columns_innermost_is_read_in_place():
 
 def test_panelled_matmuls_compute_the_same_values():
     rng = np.random.default_rng(0)
-    # (a head of 512: longer than the CPU kernel packs itself, codegen/packed.py)
-    q, k = (rng.standard_normal((2, 3, 64, 512), dtype=np.float32) for _ in range(2))
-    dy = rng.standard_normal((3, 24, 512), np.float32)
-    w = rng.standard_normal((96, 512), np.float32)
+    # (a head of 2048: longer than the CPU kernel packs itself, codegen/packed.py, at any
+    # vector width: 2048 x 8 floats are 64 KB)
+    q, k = (rng.standard_normal((2, 3, 64, 2048), dtype=np.float32) for _ in range(2))
+    dy = rng.standard_normal((3, 24, 2048), np.float32)
+    w = rng.standard_normal((96, 2048), np.float32)
     got = Tensor(q, device="CPU") @ Tensor(k, device="CPU").transpose(-1, -2)
     assert len(got.schedule()) == 2  # the panels, the matmul
     np.testing.assert_allclose(got.numpy(), q @ np.swapaxes(k, -1, -2), rtol=1e-4, atol=1e-4)
     t_dy, t_w = Tensor(dy, device="CPU"), Tensor(w, device="CPU")
-    summed = (t_dy.reshape(3, 24, 512, 1) * t_w.T.reshape(1, 1, 512, 96)).sum(2)
+    summed = (t_dy.reshape(3, 24, 2048, 1) * t_w.T.reshape(1, 1, 2048, 96)).sum(2)
     assert len(summed.schedule()) == 2
     np.testing.assert_allclose(summed.numpy(), dy @ w.T, rtol=1e-4, atol=1e-4)
 
