@@ -153,18 +153,18 @@ def test_blocks_of_rows_go_outside_when_rows_alias_and_the_operand_fits_the_cach
         assert loops == (cols, rows), n
     a, b = (
         Tensor.rand(96, 1024, device="CPU").realize(),
-        Tensor.rand(1024, 128, device="CPU").realize(),
+        Tensor.rand(1024, 256, device="CPU").realize(),
     )
     *_, step = (a @ b).schedule()
     opts = heuristic_opts(step.ast, big_cache)
     rt = Device["CPU"]
     kernel = generate(step.ast, rt.renderer, rt.rules, opts)
     program = rt.program(kernel.name, rt.compiler.compile_cached(kernel.source))
-    out = Tensor.zeros(96 * 128, device="CPU").contiguous().realize()
+    out = Tensor.zeros(96 * 256, device="CPU").contiguous().realize()
     width = 2 * rt.renderer.vector_bytes // 4  # the host's panels (schedule/layout.py)
-    panels = b.reshape(1024, 128 // width, width).permute(1, 0, 2).contiguous().realize()
+    panels = b.reshape(1024, 256 // width, width).permute(1, 0, 2).contiguous().realize()
     program(out._buffer().handle, a._buffer().handle, panels._buffer().handle, global_size=None)
-    np.testing.assert_allclose(out.numpy().reshape(96, 128), a.numpy() @ b.numpy(), rtol=1e-4)
+    np.testing.assert_allclose(out.numpy().reshape(96, 256), a.numpy() @ b.numpy(), rtol=1e-4)
 
 
 def test_rows_that_alias_keep_the_columns_outside_in_a_first_level_cache_of_many_ways(avx512_host):

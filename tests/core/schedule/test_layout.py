@@ -45,11 +45,15 @@ def test_matmul_reads_its_right_operand_from_panels_on_a_target_that_loops_over_
 def test_a_right_operand_that_fits_a_quarter_of_l2_is_read_as_it_is():
     """A GPT's (256, 256) projection weight (256 KB) is read from L2 whatever its layout: the
     product reads it in place (the copy was a tenth of the product's time); one twice as large
-    is copied into panels."""
+    is copied into panels, unless the target's vectors are 64 bytes."""
     small = _laid_out(_realized(512, 256) @ _realized(256, 256), CPU)
     assert _count(small, Ops.CONTIGUOUS) == 0
     large = _laid_out(_realized(512, 256) @ _realized(256, 512), CPU)
     assert _count(large, Ops.CONTIGUOUS) == 1
+    # with 64-byte vectors (AVX-512) twice as large an operand is read in place
+    wide = Capabilities(vector_bytes=64)
+    assert _count(_laid_out(_realized(512, 256) @ _realized(256, 512), wide), Ops.CONTIGUOUS) == 0
+    assert _count(_laid_out(_realized(512, 512) @ _realized(512, 512), wide), Ops.CONTIGUOUS) == 1
 
 
 def test_a_right_operand_of_columns_no_panel_divides_is_padded_into_panels():
@@ -172,7 +176,7 @@ def test_long_full_sum_is_split_where_the_device_runs_parts_in_parallel():
 def test_laid_out_kernels_compute_the_same_values():
     Tensor.manual_seed(0)
     x = Tensor.rand(1 << 19, device="CPU")
-    a, b = Tensor.rand(96, 256, device="CPU"), Tensor.rand(256, 512, device="CPU")
+    a, b = Tensor.rand(96, 256, device="CPU"), Tensor.rand(256, 1024, device="CPU")
     assert len(x.sum().schedule()) == 2  # the 64 partial sums, their sum
     assert len((a.realize() @ b.realize()).schedule()) == 2  # the panels, the matmul
     np.testing.assert_allclose(x.sum().numpy(), x.numpy().astype(np.float64).sum(), rtol=1e-5)
