@@ -301,15 +301,18 @@ def test_a_tied_weights_two_gradients_are_summed_in_its_layout():
     np.testing.assert_allclose((w.grad * 2).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
-def test_a_narrow_product_packs_only_small_panels_inside_its_kernel():
+def test_a_narrow_product_copies_its_panels_in_a_kernel_of_their_own():
     """With 32 KB to pack (the CPU's ``pack_bytes``) and 64-byte vectors, a transposed operand of
     256 x 32 floats per panel is packed inside the kernel when the product has 8 blocks of
-    columns or more; with 2 or 4, its loop over them would run together with the rows' and each
-    block of rows would fill its panel again: it is copied into panels first (a kernel of its
-    own). Panels of half that (128 x 32 floats) are packed inside at any width."""
+    columns or more; with 2 or 4 and no batch axes, the loop over them would run together with
+    the rows' and each block of rows would fill its panel again: it is copied into panels first,
+    a kernel of its own. Attention's keys, 4 x 4 heads of 4 blocks, are packed inside (the heads'
+    loop merges with the blocks', the rows stay inside)."""
     caps = Capabilities(vector_bytes=64, pack_bytes=32 * 1024)
     x = _realized(512, 256)
     assert _copies(x @ _realized(256, 256).T, caps) == []  # 8 blocks of 32 columns
     assert _copies(x @ _realized(64, 256).T, caps) == [(1, 2, 256, 32)]  # 2 blocks
     assert _copies(x @ _realized(128, 256).T, caps) == [(1, 4, 256, 32)]
-    assert _copies(_realized(512, 128) @ _realized(64, 128).T, caps) == []  # a 16 KB panel
+    assert _copies(_realized(512, 128) @ _realized(64, 128).T, caps) == [(1, 2, 128, 32)]
+    q, k = _realized(4, 4, 128, 64), _realized(4, 4, 128, 64)
+    assert _copies(q @ k.transpose(-1, -2), caps) == []

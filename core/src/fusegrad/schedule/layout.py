@@ -374,7 +374,10 @@ def _panelled(
         and (size * b_src.dtype.itemsize) % ALIASING_BYTES
     ):
         return None
-    if _packed_in_kernel(b_src, ks, rows, p, caps, size // p):
+    # without batch axes of its own, the packed kernel's parallel loop is over the column blocks
+    batch = prod(s for d, s in enumerate(shape) if d != m and d not in ks and b_src.shape[d] == s)
+    few = batch == 1 and size // p < PACKED_BLOCKS
+    if _packed_in_kernel(b_src, ks, rows, p, caps, few):
         return None
     if len(ks) > 1 and not _aliasing_rows(b, ks):
         return None  # (several summed axes: copied only for the aliasing rows)
@@ -390,30 +393,32 @@ def _panelled(
 
 
 def _packed_in_kernel(
-    b_src: UOp, ks: tuple[int, ...], rows: int, p: int, caps: Capabilities, blocks: int
+    b_src: UOp, ks: tuple[int, ...], rows: int, p: int, caps: Capabilities, few: bool
 ) -> bool:
     """Whether the kernel copies the operand's panels itself (codegen/packed.py, chosen by
     codegen/opt.py's ``packed_opts``): one summed axis, along which the operand is one run, at
-    most ``caps.pack_bytes`` per panel, and rows enough for two blocks of the register tile.
+    most ``caps.pack_bytes`` per panel, rows enough for two blocks of the register tile, and
+    not ``few`` blocks of columns (fewer than ``PACKED_BLOCKS``) as the outermost loop.
 
-    A product of fewer than ``PACKED_BLOCKS`` blocks of ``p`` columns packs at most half of
-    ``pack_bytes``: its loop over the blocks is too short to share among the cores alone, runs
-    together with the rows' (codegen/lower.py ``FEW_PARALLEL_TRIPS``), and each block of rows
-    then fills its panel again. With 32 KB for any product, (512, 256) @ (256, 64).T ran 147 ->
-    248 us and @ (256, 128).T 253 -> 450 (AVX-512), (512, 512) @ (512, 64).T 253 -> 621 (AVX2);
-    (512, 256) @ (256, 256).T, 8 blocks, 465 -> 340."""
-    if not caps.pack_bytes or len(ks) != 1 or rows < PACKED_ROWS:
+    Such a loop is too short to share among the cores alone: it runs together with the rows'
+    loop (codegen/lower.py ``FEW_PARALLEL_TRIPS``), and each block of rows then fills its panel
+    again (batch axes outside it merge with the blocks instead, and the rows stay inside).
+    Copied into panels by a kernel of their own instead, on 2 cores (AMD EPYC), us:
+    (512, 128) @ (64, 128).T 128 -> 80 (AVX2 code 163 -> 79), (512, 128) @ (128, 128).T 225 ->
+    122, (512, 256) @ (64, 256).T on AVX2 295 -> 123; attention's scores (4 x 4 heads) and
+    (512, 256) @ (256, 256).T (8 blocks) stay packed."""
+    if not caps.pack_bytes or len(ks) != 1 or rows < PACKED_ROWS or few:
         return False
     (k,) = ks
     panel = b_src.shape[k] * p * b_src.dtype.itemsize
-    limit = caps.pack_bytes if blocks >= PACKED_BLOCKS else caps.pack_bytes // 2
-    return panel <= limit and _innermost_in_source(b_src, k)
+    return panel <= caps.pack_bytes and _innermost_in_source(b_src, k)
 
 
 #: rows a matmul computes for its operand to be packed inside the kernel: two blocks of 8
 PACKED_ROWS = 16
-#: blocks of columns a product needs to pack a panel of more than half of ``pack_bytes`` (as
-#: codegen/lower.py's ``FEW_PARALLEL_TRIPS``: a shorter parallel loop merges with the next)
+#: blocks of columns a product without batch axes needs for the kernel to pack its operand's
+#: panels itself (as codegen/lower.py's ``FEW_PARALLEL_TRIPS``: a shorter parallel loop merges
+#: with the next, here the rows')
 PACKED_BLOCKS = 8
 #: a matmul computes this many rows or more for its right operand to be worth a copy
 PANEL_ROWS = 8
