@@ -10,8 +10,8 @@ import os
 from typing import TYPE_CHECKING
 
 from fusegrad.device import DeviceSpec, Runtime
-from fusegrad.engine.realize import usable_cores
 from fusegrad.errors import InvalidArgument
+from fusegrad.helpers import usable_cores
 from fusegrad.plugin import hookimpl
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import glob
 import os
 
 from fusegrad.dtype import dtypes
-from fusegrad.engine.realize import usable_cores
+from fusegrad.helpers import usable_cores
 from fusegrad.renderer.cstyle import CStyleRenderer, RenderContext
 from fusegrad.uop.loops import AxisKind, LoopHint
 from fusegrad.uop.ops import GroupOp, Ops, UOp

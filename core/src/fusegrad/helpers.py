@@ -71,6 +71,14 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (fewer than the machine's under ``taskset`` or in a
+    container limited to some)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 def cache_dir() -> str:
     """Where compiled kernels are cached: ``FUSEGRAD_CACHE`` or ``~/.cache/fusegrad``."""
     base = os.environ.get("FUSEGRAD_CACHE") or os.path.join(

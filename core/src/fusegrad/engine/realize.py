@@ -23,7 +23,7 @@ from fusegrad.codegen.search import beam_search, searchable
 from fusegrad.device import Buffer, Device, plugin_manager
 from fusegrad.engine import capture
 from fusegrad.errors import CompileError
-from fusegrad.helpers import Context
+from fusegrad.helpers import Context, usable_cores
 from fusegrad.progress import Progress, progress
 from fusegrad.schedule.kernelize import CopyStep, KernelStep, Plan, abstract, make_plan
 from fusegrad.schedule.layout import Capabilities
@@ -287,14 +287,6 @@ def compile_steps(steps: list) -> None:
                 batch, work = [], 0
         if batch:
             _submit(batch, device, bar)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (fewer than the machine's under ``taskset`` or in a
-    container limited to some)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
 
 
 def _submit(batch: list[tuple[tuple[UOp, str], KernelSource]], device: str, bar: Progress) -> None:

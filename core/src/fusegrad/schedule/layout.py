@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fusegrad.codegen.lower import FEW_PARALLEL_TRIPS
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, toposort
 
@@ -374,10 +375,17 @@ def _panelled(
         and (size * b_src.dtype.itemsize) % ALIASING_BYTES
     ):
         return None
-    # without batch axes of its own, the packed kernel's parallel loop is over the column blocks
+    # Packed inside the kernel, a product without batch axes of its own loops over its column
+    # blocks outermost; fewer than the cores can share alone (``FEW_PARALLEL_TRIPS``), and that
+    # loop runs together with the rows' (codegen/lower.py), so each block of rows fills its panel
+    # again. Such an operand is copied into panels by a kernel of its own instead. On 2 cores
+    # (AMD EPYC), us: (512, 128) @ (64, 128).T 128 -> 80 (AVX2 code 163 -> 79), (512, 128) @
+    # (128, 128).T 225 -> 122, (512, 256) @ (64, 256).T on AVX2 295 -> 123; attention's scores
+    # (4 x 4 heads: their loop merges with the blocks', the rows stay inside) and (512, 256) @
+    # (256, 256).T (8 blocks) stay packed.
     batch = prod(s for d, s in enumerate(shape) if d != m and d not in ks and b_src.shape[d] == s)
-    few = batch == 1 and size // p < PACKED_BLOCKS
-    if _packed_in_kernel(b_src, ks, rows, p, caps, few):
+    few = batch == 1 and size // p < FEW_PARALLEL_TRIPS
+    if not few and _packed_in_kernel(b_src, ks, rows, p, caps):
         return None
     if len(ks) > 1 and not _aliasing_rows(b, ks):
         return None  # (several summed axes: copied only for the aliasing rows)
@@ -393,21 +401,12 @@ def _panelled(
 
 
 def _packed_in_kernel(
-    b_src: UOp, ks: tuple[int, ...], rows: int, p: int, caps: Capabilities, few: bool
+    b_src: UOp, ks: tuple[int, ...], rows: int, p: int, caps: Capabilities
 ) -> bool:
     """Whether the kernel copies the operand's panels itself (codegen/packed.py, chosen by
     codegen/opt.py's ``packed_opts``): one summed axis, along which the operand is one run, at
-    most ``caps.pack_bytes`` per panel, rows enough for two blocks of the register tile, and
-    not ``few`` blocks of columns (fewer than ``PACKED_BLOCKS``) as the outermost loop.
-
-    Such a loop is too short to share among the cores alone: it runs together with the rows'
-    loop (codegen/lower.py ``FEW_PARALLEL_TRIPS``), and each block of rows then fills its panel
-    again (batch axes outside it merge with the blocks instead, and the rows stay inside).
-    Copied into panels by a kernel of their own instead, on 2 cores (AMD EPYC), us:
-    (512, 128) @ (64, 128).T 128 -> 80 (AVX2 code 163 -> 79), (512, 128) @ (128, 128).T 225 ->
-    122, (512, 256) @ (64, 256).T on AVX2 295 -> 123; attention's scores (4 x 4 heads) and
-    (512, 256) @ (256, 256).T (8 blocks) stay packed."""
-    if not caps.pack_bytes or len(ks) != 1 or rows < PACKED_ROWS or few:
+    most ``caps.pack_bytes`` per panel, and rows enough for two blocks of the register tile."""
+    if not caps.pack_bytes or len(ks) != 1 or rows < PACKED_ROWS:
         return False
     (k,) = ks
     panel = b_src.shape[k] * p * b_src.dtype.itemsize
@@ -416,10 +415,6 @@ def _packed_in_kernel(
 
 #: rows a matmul computes for its operand to be packed inside the kernel: two blocks of 8
 PACKED_ROWS = 16
-#: blocks of columns a product without batch axes needs for the kernel to pack its operand's
-#: panels itself (as codegen/lower.py's ``FEW_PARALLEL_TRIPS``: a shorter parallel loop merges
-#: with the next, here the rows')
-PACKED_BLOCKS = 8
 #: a matmul computes this many rows or more for its right operand to be worth a copy
 PANEL_ROWS = 8
 #: an operand with its columns innermost is copied into panels all the same when its rows are a
