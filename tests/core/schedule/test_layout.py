@@ -265,17 +265,29 @@ def test_a_weight_gradient_reads_its_aliasing_operand_from_panels():
     """A linear layer's weight gradient ``x^T @ dy`` (autograd sums it through a permute, over
     batch and time): the operand whose rows are 4 KB long (1024 floats) is read from panels of
     all 512 rows, whichever side of the product it is on, for both layers' shapes; values as
-    numpy's."""
+    numpy's. With 32-byte vectors the (256, 1024) layer's rows, ``x`` read across its rows of
+    256, are copied along the sum too (``rows_along_sum``); with 64-byte ones they are not."""
     rng = np.random.default_rng(0)
+    wide = Capabilities(vector_bytes=64)
     for n_in, n_out in ((256, 1024), (1024, 256)):
         x = Tensor(rng.standard_normal((4, 128, n_in), dtype=np.float32), requires_grad=True)
         w = Tensor(rng.standard_normal((n_in, n_out), dtype=np.float32), requires_grad=True)
         dy = rng.standard_normal((4, 128, n_out), dtype=np.float32)
         ((x @ w) * Tensor(dy)).sum().backward()
         copies = [u for u in _laid_out(w.grad, CPU) if u.op is Ops.CONTIGUOUS]
-        assert [c.shape[-3:] for c in copies] == [(1024 // 16, 512, 16)], (n_in, n_out)
+        rows = [(256, 4, 128)] if n_in == 256 else []  # (x's rows, its sum's axes last)
+        assert sorted(_unpadded(c.shape) for c in copies) == [(64, 512, 16), *rows]
+        copies = [u for u in _laid_out(w.grad, wide) if u.op is Ops.CONTIGUOUS]
+        assert [c.shape[-3:] for c in copies] == [(1024 // 32, 512, 32)], (n_in, n_out)
         want = x.numpy().reshape(512, n_in).T @ dy.reshape(512, n_out)
         np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+def _unpadded(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` without its leading 1s."""
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
 
 
 def test_a_tied_weights_two_gradients_are_summed_in_its_layout():
@@ -316,3 +328,37 @@ def test_a_narrow_product_copies_its_panels_in_a_kernel_of_their_own():
     assert _copies(_realized(512, 128) @ _realized(64, 128).T, caps) == [(1, 2, 128, 32)]
     q, k = _realized(4, 4, 128, 64), _realized(4, 4, 128, 64)
     assert _copies(q @ k.transpose(-1, -2), caps) == []
+
+
+def test_a_row_operand_read_across_its_rows_is_copied_along_the_sum_with_narrow_vectors():
+    """``x.T @ dy`` reads x (512, 1024) across its rows: each step of the sum a line of its own,
+    4 KB after the last. With 32-byte vectors (AVX2) x is copied with the sum innermost, (1024,
+    512) in memory, and the kernel reads each row as one run; with 64-byte vectors it is read
+    in place. Values as numpy's, with the copy."""
+    rng = np.random.default_rng(1)
+    x_np = rng.standard_normal((512, 1024), dtype=np.float32)
+    dy_np = rng.standard_normal((512, 256), dtype=np.float32)
+    x, dy = Tensor(x_np), Tensor(dy_np)
+    product = x.T @ dy
+    copies = [u for u in _laid_out(product, CPU) if u.op is Ops.CONTIGUOUS]
+    assert sorted(_unpadded(c.shape) for c in copies) == [(16, 512, 16), (1024, 1, 512)]
+    wide = [u for u in _laid_out(product, Capabilities(vector_bytes=64))]
+    assert not any(_unpadded(u.shape) == (1024, 1, 512) for u in wide if u.op is Ops.CONTIGUOUS)
+    np.testing.assert_allclose(product.numpy(), x_np.T @ dy_np, rtol=1e-4, atol=1e-3)
+
+
+def test_rows_read_along_the_sum_batched_or_narrow_products_keep_their_operand():
+    """No copy along the sum for: a row operand already read along it (``x @ w``, and the
+    attention output's heads merged through a permute, each row runs of 64); a batched product
+    (attention's ``p.T @ dout``: the heads are batch axes, the probabilities stay in the fused
+    attention); a product of fewer than ``ROWS_COPIED_COLUMNS`` columns."""
+    plain = _realized(512, 256) @ _realized(256, 256)
+    heads = _realized(4, 4, 128, 64).permute(0, 2, 1, 3).reshape(4, 128, 256)
+    merged = heads @ _realized(256, 256)
+    batched = _realized(4, 4, 128, 128).transpose(-1, -2) @ _realized(4, 4, 128, 64)
+    narrow = _realized(512, 1024).T @ _realized(512, 32)
+    for t in (plain, merged, batched, narrow):
+        assert _count(_laid_out(t, CPU), Ops.CONTIGUOUS) == 0
+    # (the guard of the columns: with 64 of them the rows are copied)
+    wider = _laid_out(_realized(512, 1024).T @ _realized(512, 64), CPU)
+    assert [_unpadded(u.shape) for u in wider if u.op is Ops.CONTIGUOUS] == [(1024, 1, 512)]
