@@ -186,8 +186,9 @@ def test_large_matmul_reads_its_right_operand_in_panels():
     renderer = Device["CPU"].renderer
     p = 2 * renderer.vector_bytes // 4
     a, b = (
-        Tensor.rand(64, 512, device="CPU").realize(),
-        Tensor.rand(512, 32 * p, device="CPU").realize(),  # (more than 256 x 256 floats)
+        Tensor.rand(64, 1024, device="CPU").realize(),
+        # (more than 512 x 256 floats; 16 panels, too few to pack by groups of 4 in the kernel)
+        Tensor.rand(1024, 16 * p, device="CPU").realize(),
     )
     copy, matmul = (a @ b).schedule()
     source = generate(matmul.ast, renderer, opts=heuristic_opts(matmul.ast, renderer)).source

@@ -198,6 +198,9 @@ class CPURenderer(CStyleRenderer):
     #: panels in the kernel instead of a copy kernel before it: 337 -> 298 us of kernels, with
     #: 2048 rows 1220 -> 1188 (16 KB, half the first-level cache, was the limit before)
     pack_bytes = 32 * 1024
+    #: a group of a matmul's column panels packed inside the kernel: up to 256 KB, a quarter of
+    #: a 1 MB L2, on each thread's stack (a thread's stack is 2 MB or more)
+    group_pack_bytes = 256 * 1024
     #: the packed operand is filled by 8 x 8 blocks (``TRANSPOSE_8``)
     transpose_block = 8
     #: x86-64 and AArch64 address with 64-bit registers: offsets 64 bits wide need no widening

@@ -9,7 +9,7 @@ import pytest
 
 from fusegrad import Device, Tensor
 from fusegrad.codegen.kernel import generate
-from fusegrad.codegen.opt import heuristic_opts
+from fusegrad.codegen.opt import GROUP_PANELS, heuristic_opts
 from fusegrad.codegen.packed import pack_operands
 from fusegrad.uop.loops import AxisKind
 from fusegrad.uop.ops import Ops
@@ -161,3 +161,43 @@ def test_a_product_with_fewer_columns_than_a_register_sums_in_lanes_instead(avx5
     opts = heuristic_opts(step.ast, Device["CPU"].renderer)
     assert opts is not None and opts.lanes is not None
     np.testing.assert_allclose(product.numpy(), an @ bn.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [96, 100])
+def test_a_row_major_right_operand_is_packed_a_group_of_panels_at_a_time(rows):
+    """``a @ b`` with ``b`` (256, 1024) row-major, no layout copy: the kernel loops over groups
+    of column panels outermost (shared out between the cores); each fills a local array of
+    (panels, 256, vector) floats from ``b`` before its loop over the blocks of rows, and the
+    register tile reads only that array. Rows the tile does not divide too (100 of 6 or 8)."""
+    an, a = _realized(rows, 256)
+    bn, b = _realized(256, 1024, seed=1)
+    (program,) = _programs(a @ b)
+    (shared,) = [u for u in program if u.op is Ops.DEFINE_LOCAL]
+    vector = Device["CPU"].renderer.vector_bytes * 2 // 4
+    panels = shared.arg[1] // (256 * vector)
+    assert panels in GROUP_PANELS and shared.arg[1] == panels * 256 * vector
+    loops = [u for u in program if u.op is Ops.RANGE]
+    at = program.index(shared)
+    assert [u for u in loops if program.index(u) < at][0].arg.kind is AxisKind.PARALLEL
+    rows_loop = next(u for u in loops if u.arg.kind is AxisKind.GLOBAL and program.index(u) > at)
+    reads = [u for u in program if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX]
+    inner = [u for u in reads if u.src[0].src[0] is shared]
+    assert len(inner) == 1 and program.index(inner[0]) > program.index(rows_loop)
+    fills = [u for u in reads if program.index(u) < program.index(rows_loop)]
+    assert len(fills) == 1 and fills[0].src[0].src[0].op is Ops.PARAM  # b, before the rows
+    np.testing.assert_allclose((a @ b).numpy(), an @ bn, rtol=1e-4, atol=1e-4)
+
+
+def test_a_group_larger_than_group_bytes_is_not_packed():
+    """The group chosen for the CPU, generated for a renderer allowing less: nothing packed,
+    and the values are the same."""
+    an, a = _realized(96, 256)
+    bn, b = _realized(256, 1024, seed=1)
+    (step,) = (a @ b).schedule()
+    renderer = Device["CPU"].renderer
+    (shared,) = [u for u in generate(step.ast, renderer).program if u.op is Ops.DEFINE_LOCAL]
+    small = copy.copy(renderer)
+    small.group_pack_bytes = shared.arg[1] * 4 // 2
+    program = generate(step.ast, small, opts=heuristic_opts(step.ast, renderer)).program
+    assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
+    assert pack_operands(list(program), 0, 0, 1 << 20) != list(program)  # (with room: packed)

@@ -178,7 +178,8 @@ def test_laid_out_kernels_compute_the_same_values():
     x = Tensor.rand(1 << 19, device="CPU")
     a, b = Tensor.rand(96, 256, device="CPU"), Tensor.rand(256, 1024, device="CPU")
     assert len(x.sum().schedule()) == 2  # the 64 partial sums, their sum
-    assert len((a.realize() @ b.realize()).schedule()) == 2  # the panels, the matmul
+    # (one kernel: the product packs its right operand's panels itself, a group at a time)
+    assert len((a.realize() @ b.realize()).schedule()) == 1
     np.testing.assert_allclose(x.sum().numpy(), x.numpy().astype(np.float64).sum(), rtol=1e-5)
     np.testing.assert_allclose(x.max().numpy(), x.numpy().max())
     np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-4)
@@ -362,3 +363,23 @@ def test_rows_read_along_the_sum_batched_or_narrow_products_keep_their_operand()
     # (the guard of the columns: with 64 of them the rows are copied)
     wider = _laid_out(_realized(512, 1024).T @ _realized(512, 64), CPU)
     assert [_unpadded(u.shape) for u in wider if u.op is Ops.CONTIGUOUS] == [(1024, 1, 512)]
+
+
+def test_a_right_operand_a_kernel_packs_by_groups_of_panels_gets_no_copy():
+    """A matmul without batch axes whose row-major right operand fits a group of at least 4
+    panels in ``group_pack_bytes`` (leaving 8 groups or more) reads it in place, its kernel
+    packing the panels (codegen/packed.py); without that capability, or with batch rows, or
+    with a group too large for it, the operand is copied into panels as before."""
+    grouped = Capabilities(vector_bytes=32, group_pack_bytes=256 * 1024)
+    product = _realized(96, 256) @ _realized(256, 1024)  # 64 panels of 16: 8 groups of 8
+    assert _count(_laid_out(product, grouped), Ops.CONTIGUOUS) == 0
+    assert _count(_laid_out(product, CPU), Ops.CONTIGUOUS) == 1
+    batched = _realized(4, 96, 256) @ _realized(256, 1024)
+    assert _count(_laid_out(batched, grouped), Ops.CONTIGUOUS) == 1
+    # a sum of 2048: 4 panels of 2048 x 16 floats are 512 KB
+    assert (
+        _count(_laid_out(_realized(96, 2048) @ _realized(2048, 1024), grouped), Ops.CONTIGUOUS) == 1
+    )
+    # 32 panels: 8 groups of 4 at the least; 16 panels: fewer than 8 groups
+    assert _count(_laid_out(_realized(96, 256) @ _realized(256, 512), grouped), Ops.CONTIGUOUS) == 0
+    assert _count(_laid_out(_realized(96, 512) @ _realized(512, 256), grouped), Ops.CONTIGUOUS) == 1

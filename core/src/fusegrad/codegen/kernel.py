@@ -175,7 +175,9 @@ def generate(
     else:
         program = linearize_grouped(graph, group) if group else linearize(graph, mulacc, roomy)
     if not grid:  # (loop targets: codegen/packed.py, codegen/gated.py, codegen/prefetch.py)
-        program = pack_operands(program, renderer.pack_bytes, renderer.transpose_block)
+        program = pack_operands(
+            program, renderer.pack_bytes, renderer.transpose_block, renderer.group_pack_bytes
+        )
         program = prefetch_streams(gate_kept_rows(program), renderer.prefetch_bytes)
     _debug_stage("linear program", program)
     check(program, LINEAR)

@@ -31,6 +31,7 @@ capability, ``Renderer.pack_bytes``; 0: never). Anything else is left as it is.
 from __future__ import annotations
 
 from fusegrad.codegen.hints import open_loops
+from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind, trips_of
 from fusegrad.uop.ops import Ops, UOp, substitute, toposort
 from fusegrad.uop.symbolic import stride_along
@@ -39,19 +40,29 @@ from fusegrad.uop.symbolic import stride_along
 MIN_REUSE = 2
 
 
-def pack_operands(program: list[UOp], pack_bytes: int, transpose_block: int = 0) -> list[UOp]:
+def pack_operands(
+    program: list[UOp], pack_bytes: int, transpose_block: int = 0, group_bytes: int = 0
+) -> list[UOp]:
     """``program`` with each packable load read from a local array filled before the loop it
     does not move along (see the module's note); unchanged without ``pack_bytes``. With
     ``transpose_block`` (``Renderer.transpose_block``), an array of 4-byte elements whose sides
     are multiples of it is filled by TRANSPOSE_BLOCK ops, one per square block."""
-    if pack_bytes <= 0:
+    if pack_bytes <= 0 and group_bytes <= 0:
         return program
     scopes = open_loops(program)
     for at, u in enumerate(program):
-        if u.op is Ops.LOAD and (plan := _packable(u, scopes[at], pack_bytes)) is not None:
-            packed = _packed(program, at, scopes, *plan, transpose_block)
-            if packed is not None:
-                return pack_operands(packed, pack_bytes, transpose_block)
+        if u.op is not Ops.LOAD:
+            continue
+        if (plan := _packable(u, scopes[at], pack_bytes)) is not None:
+            block, reduce, vector, stride = plan
+            packed = _packed(program, at, scopes, block, (reduce, vector), stride, transpose_block)
+        elif (group := _packable_group(u, scopes[at], group_bytes)) is not None:
+            block, axes = group
+            packed = _packed(program, at, scopes, block, axes, 1)
+        else:
+            continue
+        if packed is not None:
+            return pack_operands(packed, pack_bytes, transpose_block, group_bytes)
     return program
 
 
@@ -98,6 +109,51 @@ def _packable(
     return block, reduce, vector, step
 
 
+def _packable_group(
+    load: UOp, around: tuple[UOp, ...], group_bytes: int
+) -> tuple[UOp, tuple[UOp, UOp, UOp]] | None:
+    """(the block loop to fill the array before, (the panels' loop, the reduction, the vector
+    loop)) for a load of a matmul's right operand read in place, along its rows (a row-major
+    ``w``), by a register tile inside a loop over a group of panels that the blocks of rows
+    walk (``KernelOpts.tile``); None for any other load, or a group over ``group_bytes``."""
+    if group_bytes <= 0 or len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
+        return None
+    if index_op.src[0].op is not Ops.PARAM or len(around) < 4:
+        return None
+    if any(loop.arg.kind is not AxisKind.UPCAST for loop in around[-2:]):
+        return None
+    index, vector = index_op.src[1], around[-1]
+    nodes = toposort([index])
+    if around[-2] in nodes or any(
+        u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in nodes
+    ):
+        return None
+    reduces = [loop for loop in around if loop.arg.kind is AxisKind.REDUCE]
+    if len(reduces) != 1 or stride_along(index, vector) != 1:
+        return None
+    (reduce,) = reduces
+    columns, steps = trips_of(vector), trips_of(reduce)
+    stride = stride_along(index, reduce)
+    if columns is None or steps is None or stride is None or stride <= columns:
+        return None  # (a panel already: one run along the sum)
+    # the loops outside the tile: ... the blocks of rows (not moved) ... the panels (moved)
+    outside = [u for u in around[: around.index(reduce)] if u.arg.kind is not AxisKind.UPCAST]
+    block = next((loop for loop in outside if loop not in nodes), None)
+    if block is None or block.arg.kind is not AxisKind.GLOBAL:
+        return None
+    panels = [loop for loop in outside[outside.index(block) + 1 :] if loop in nodes]
+    if len(panels) != 1 or panels[0].arg.kind is not AxisKind.GLOBAL:
+        return None
+    if stride_along(index, panels[0]) != columns:
+        return None
+    trips, count = trips_of(block), trips_of(panels[0])
+    if trips is None or trips < MIN_REUSE or count is None:
+        return None
+    if count * steps * columns * load.dtype.itemsize > group_bytes:
+        return None
+    return block, (panels[0], reduce, vector)
+
+
 def _visible(defined: int, used: int, scopes: list[tuple[UOp, ...]]) -> bool:
     """Whether a value computed at position ``defined`` may be read at ``used``: before it, in
     a loop that is still open there."""
@@ -110,32 +166,46 @@ def _packed(
     at: int,
     scopes: list[tuple[UOp, ...]],
     block: UOp,
-    reduce: UOp,
-    vector: UOp,
+    axes: tuple[UOp, ...],
     stride: int,
     transpose_block: int = 0,
 ) -> list[UOp] | None:
     """``program`` with the load at ``at`` read from a local array filled before ``block``;
     None when a value the filling needs is not visible there (``scopes``: the loops open at
-    each position)."""
+    each position). ``axes``: the loops the array spans, outermost first in its layout: (the
+    reduction, the vector loop) for a panel, with a block loop first for a group of panels."""
     load = program[at]
     param, index = load.src[0].src
-    rows, columns = trips_of(reduce), trips_of(vector)
-    assert rows is not None and columns is not None
-    # by square blocks where the target transposes them (a row of the source is a column of
-    # the array): one element at a time, the filling was a tenth of attention's scores kernel
+    trips = [trips_of(axis) for axis in axes]
+    assert all(t is not None for t in trips)
+    sizes = [t for t in trips if t is not None]
+    rows, columns = sizes[-2:]
+    # a panel read across its rows fills its array by square blocks where the target transposes
+    # them (a row of the source is a column of the array): one element at a time, the filling
+    # was a tenth of attention's scores kernel
     n = transpose_block
-    blocked = n > 1 and load.dtype.itemsize == 4 and rows % n == 0 and columns % n == 0
+    blocked = (
+        len(axes) == 2
+        and stride > 1
+        and n > 1
+        and load.dtype.itemsize == 4
+        and rows % n == 0
+        and columns % n == 0
+    )
     step = n if blocked else 1
+    # the filling's loops, outermost first: a panel read across its rows by columns, then rows
+    # (each a run of the source); a group read along its rows by rows, then panels, then columns
+    fill_order = (1, 0) if len(axes) == 2 else (1, 0, 2)
     counter = AxisCounter.after(program)
-    column = counter.range(columns // step, AxisKind.UPCAST)
-    row = counter.range(rows // step, AxisKind.UPCAST)
+    loops: dict[int, UOp] = {}
+    for d in fill_order:
+        loops[d] = counter.range(sizes[d] // (step if d >= len(axes) - 2 else 1), AxisKind.UPCAST)
     number = sum(1 for u in program if u.op is Ops.DEFINE_LOCAL)
-    shared = UOp(Ops.DEFINE_LOCAL, load.dtype, (), (number, rows * columns))
-    width = UOp.const(reduce.dtype, columns)
-    first_row, first_column = (row * step, column * step) if blocked else (row, column)
-    source = substitute(index, {reduce: first_row, vector: first_column})
-    place = UOp(Ops.INDEX, load.dtype, (shared, first_row * width + first_column))
+    shared = UOp(Ops.DEFINE_LOCAL, load.dtype, (), (number, prod(sizes)))
+    strides = [prod(sizes[d + 1 :]) for d in range(len(axes))]
+    firsts = [loops[d] * step if blocked else loops[d] for d in range(len(axes))]
+    source = substitute(index, dict(zip(axes, firsts)))
+    place = UOp(Ops.INDEX, load.dtype, (shared, _affine(firsts, strides, axes[0].dtype)))
     if blocked:
         fill = UOp(
             Ops.TRANSPOSE_BLOCK,
@@ -151,27 +221,37 @@ def _packed(
     for u in toposort([source]):
         if u in where and u.op is not Ops.CONST and not _visible(where[u], start, scopes):
             return None
-    # the new values: the constants first, then each inside the loops it depends on
-    new = [u for u in toposort([fill]) if u not in where and u not in (shared, column, row, fill)]
-    on_row = {row}
+    # the new values: the constants first, then each inside the innermost loop it depends on
+    nested = [loops[d] for d in fill_order]
+    skipped = {shared, fill, *nested}
+    new = [u for u in toposort([fill]) if u not in where and u not in skipped]
+    depth = {loop: k + 1 for k, loop in enumerate(nested)}
     for u in new:
-        if any(src in on_row for src in u.src):
-            on_row.add(u)
+        depth[u] = max((depth.get(src, 0) for src in u.src), default=0)
     constants = [u for u in new if u.op is Ops.CONST]
-    by_column = [u for u in new if u.op is not Ops.CONST and u not in on_row]
-    by_row = [u for u in new if u in on_row]
-    ends = [UOp(Ops.END, src=(row,)), UOp(Ops.END, src=(column,))]
-    filling = [*constants, shared, column, *by_column, row, *by_row, fill, *ends]
+    filling = [*constants, shared]
+    for k, loop in enumerate(nested):
+        filling += [loop, *(u for u in new if u.op is not Ops.CONST and depth[u] == k + 1)]
+    filling += [fill, *(UOp(Ops.END, src=(loop,)) for loop in reversed(nested))]
     # the read of the array, inside the reduction and the vector loop
-    packed = UOp(
-        Ops.LOAD, load.dtype, (UOp(Ops.INDEX, load.dtype, (shared, reduce * width + vector)),)
-    )
+    spot = _affine(list(axes), strides, axes[0].dtype)
+    packed = UOp(Ops.LOAD, load.dtype, (UOp(Ops.INDEX, load.dtype, (shared, spot)),))
     reading = [u for u in toposort([packed]) if u not in where and u not in filling]
     for u in toposort([packed]):  # (what the program computes already must be visible there)
         if u in where and u.op is not Ops.CONST and not _visible(where[u], at, scopes):
             return None
     out = [*program[:start], *filling, *program[start:at], *reading, *program[at + 1 :]]
     return _unused_dropped(_replaced(out, load, packed), toposort([load.src[0]]))
+
+
+def _affine(values: list[UOp], strides: list[int], dtype) -> UOp:
+    """``sum(values[i] * strides[i])``, without the multiplications by 1."""
+    out = None
+    for value, stride in zip(values, strides):
+        term = value if stride == 1 else value * UOp.const(dtype, stride)
+        out = term if out is None else out + term
+    assert out is not None
+    return out
 
 
 def _unused_dropped(program: list[UOp], candidates: list[UOp]) -> list[UOp]:

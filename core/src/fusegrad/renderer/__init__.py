@@ -108,6 +108,11 @@ class Renderer:
     #: operand read across its rows into, once per block of columns (codegen/packed.py); 0: none,
     #: the layout pass copies such an operand in a kernel of its own
     pack_bytes: int = 0
+    #: bytes of the local array a loop target's matmul kernel may copy a group of its right
+    #: operand's column panels into, once per group, when it reads that operand in place along
+    #: its rows (codegen/packed.py, chosen by codegen/opt.py): the layout pass then makes no
+    #: panel copy of its own; 0: none
+    group_pack_bytes: int = 0
     #: the edge of the square blocks of 4-byte elements the target transposes in registers
     #: (``Ops.TRANSPOSE_BLOCK``): a local array of ``pack_bytes`` is filled by such blocks where
     #: its sides are multiples of it; 0: one element at a time

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fusegrad.codegen.lower import FEW_PARALLEL_TRIPS
+from fusegrad.codegen.opt import group_trips
 from fusegrad.helpers import prod
 from fusegrad.uop.ops import Ops, UOp, is_symbolic, toposort
 
@@ -44,6 +45,8 @@ class Capabilities:
     parallel_threshold: int = 1 << 15
     #: bytes of an operand's panel a kernel packs itself (``Renderer.pack_bytes``); 0: none
     pack_bytes: int = 0
+    #: bytes of a group of panels a matmul kernel packs itself (``Renderer.group_pack_bytes``)
+    group_pack_bytes: int = 0
 
     @staticmethod
     def of(renderer: Any) -> Capabilities:
@@ -53,6 +56,7 @@ class Capabilities:
             renderer.grid_dims,
             renderer.parallel_threshold,
             renderer.pack_bytes,
+            renderer.group_pack_bytes,
         )
 
 
@@ -315,6 +319,9 @@ def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
     in_place = PANEL_ELEMENTS * (2 if caps.vector_bytes >= WIDE_VECTOR_BYTES else 1)
     if is_symbolic(w.shape) or prod(w.shape) <= in_place or m <= p:
         return None
+    rows = [s for s in red.src[0].shape[:-2] if s != 1]
+    if _innermost_in_source(w, 1) and _group_packed(rows, k, m, p, w.dtype.itemsize, caps):
+        return None
     # a few rows (a language model's decode step) read w about once anyway: the copy would cost
     # as much as it saves (and for a quantized weight it would be a float copy of it)
     if prod(red.src[0].shape[:-2]) < PANEL_ROWS:
@@ -333,6 +340,18 @@ def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
     product = UOp(Ops.CONTIGUOUS, product.dtype, (product,))
     kept = tuple((0, m) if d == len(red.shape) - 2 else (0, s) for d, s in enumerate(red.shape))
     return UOp(Ops.SHRINK, red.dtype, (product,), kept)
+
+
+def _group_packed(
+    rows: list[int], k: int, m: int, p: int, itemsize: int, caps: Capabilities
+) -> bool:
+    """Whether a matmul of ``rows`` (the sizes of its row axes longer than 1), summing ``k``
+    elements into ``m`` columns, packs groups of its right operand's panels itself, reading
+    it in place along its rows (codegen/opt.py ``_packed_group``, which asks ``group_trips``
+    the same): one row axis, rows enough for two blocks of the register tile."""
+    if len(rows) != 1 or rows[0] < PACKED_ROWS:
+        return False
+    return group_trips(k, m, p, itemsize, caps.group_pack_bytes) is not None
 
 
 #: a right operand whose columns no panel width divides is padded with zero columns up to a
@@ -431,12 +450,12 @@ def _panelled(
     size = shape[m]
     if size % p or size == p or prod(b_src.shape) < PANEL_ELEMENTS // 16:
         return None
-    if (
-        len(ks) == 1
-        and _innermost_in_source(b_src, m)
-        and (size * b_src.dtype.itemsize) % ALIASING_BYTES
-    ):
-        return None
+    if len(ks) == 1 and _innermost_in_source(b_src, m):
+        if (size * b_src.dtype.itemsize) % ALIASING_BYTES:
+            return None
+        row_sizes = [s for d, s in enumerate(shape) if b_src.shape[d] == 1 < s]
+        if _group_packed(row_sizes, shape[ks[0]], size, p, b_src.dtype.itemsize, caps):
+            return None  # (aliasing rows, but read once per group of panels)
     # Packed inside the kernel, a product without batch axes of its own loops over its column
     # blocks outermost; fewer than the cores can share alone (``FEW_PARALLEL_TRIPS``), and that
     # loop runs together with the rows' (codegen/lower.py), so each block of rows fills its panel
