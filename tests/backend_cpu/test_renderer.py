@@ -4,8 +4,10 @@ it."""
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from fusegrad import Device, Tensor
 from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import KernelOpts, heuristic_opts
 from fusegrad.testing.oracle import ORACLE
+from fusegrad_cpu.renderer import thread_stack_bytes, within_stack
 
 #: a loop's opening, its counter 32 or 64 bits wide (``address_values``); group 1: the counter
 LOOP = re.compile(r"for \((?:int|long long) (\w+) = ")
@@ -401,3 +404,38 @@ def test_a_matmul_tile_addresses_with_64_bit_offsets():
     for read in re.findall(r"data[12]\[(\w+)\]", source):
         assert re.search(rf"long long {read} = ", source), read
     np.testing.assert_allclose((ta @ tb).numpy(), a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_the_thread_stack_size_parses_as_openmp_spells_it(monkeypatch):
+    monkeypatch.delenv("GOMP_STACKSIZE", raising=False)
+    for value, nbytes in (("512K", 512 << 10), ("4M", 4 << 20), ("300", 300 << 10), ("64b", 64)):
+        monkeypatch.setenv("OMP_STACKSIZE", value)
+        assert thread_stack_bytes() == nbytes
+    monkeypatch.setenv("OMP_STACKSIZE", "lots")
+    assert thread_stack_bytes() is None
+    monkeypatch.delenv("OMP_STACKSIZE")
+    assert thread_stack_bytes() is None
+    assert within_stack(256 << 10, None) == 256 << 10
+    assert within_stack(256 << 10, 100 << 10) == 25 << 10
+
+
+def test_a_small_openmp_stack_bounds_the_packed_arrays():
+    """Local arrays live on each OpenMP thread's stack: with ``OMP_STACKSIZE=100K`` a matmul
+    that packs a 128 KB group of panels killed the process (a segfault). Now the renderer packs
+    at most a quarter of the stack; run in a subprocess, as it once crashed."""
+    script = (
+        "import numpy as np\n"
+        "from fusegrad import Device, Tensor\n"
+        "r = Device['CPU'].renderer\n"
+        "assert r.group_pack_bytes == r.pack_bytes == 25 * 1024, r.group_pack_bytes\n"
+        "a = np.random.default_rng(0).standard_normal((96, 256)).astype(np.float32)\n"
+        "b = np.random.default_rng(1).standard_normal((256, 1024)).astype(np.float32)\n"
+        "got = (Tensor(a) @ Tensor(b)).numpy()\n"
+        "np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "OMP_STACKSIZE": "100K"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -77,6 +77,30 @@ def core_cache(root: str = CACHE_ROOT) -> int:
     return caches.get(2, 0) if max(caches, default=0) > 2 else 0
 
 
+#: units of ``OMP_STACKSIZE`` (its default unit: kilobytes)
+STACK_UNITS = {"B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def thread_stack_bytes() -> int | None:
+    """The stack each OpenMP thread gets, from ``OMP_STACKSIZE`` (or gcc's ``GOMP_STACKSIZE``,
+    in kilobytes): ``512K``, ``4M``, ``300`` (kilobytes); None when neither is set (the
+    threads then take the system's default, 2 MB or more on Linux) or one does not parse."""
+    for name in ("OMP_STACKSIZE", "GOMP_STACKSIZE"):
+        value = os.environ.get(name, "").strip().upper()
+        if not value:
+            continue
+        number, unit = (value[:-1], value[-1]) if value[-1] in STACK_UNITS else (value, "K")
+        return int(number) * STACK_UNITS[unit] if number.strip().isdigit() else None
+    return None
+
+
+def within_stack(nbytes: int, stack: int | None) -> int:
+    """``nbytes`` of a kernel's local array, at most a quarter of a thread's ``stack`` (the
+    kernel's other values and its callers need the rest): a group of panels of 256 KB on a
+    thread of ``OMP_STACKSIZE=100K`` overflowed it, and the process died."""
+    return nbytes if stack is None else min(nbytes, stack // 4)
+
+
 def _read(folder: str, name: str) -> str:
     with open(os.path.join(folder, name)) as f:
         return f.read().strip()
@@ -199,7 +223,8 @@ class CPURenderer(CStyleRenderer):
     #: 2048 rows 1220 -> 1188 (16 KB, half the first-level cache, was the limit before)
     pack_bytes = 32 * 1024
     #: a group of a matmul's column panels packed inside the kernel: up to 256 KB, a quarter of
-    #: a 1 MB L2, on each thread's stack (a thread's stack is 2 MB or more)
+    #: a 1 MB L2, on each thread's stack (2 MB or more unless ``OMP_STACKSIZE`` says less:
+    #: ``within_stack``)
     group_pack_bytes = 256 * 1024
     #: the packed operand is filled by 8 x 8 blocks (``TRANSPOSE_8``)
     transpose_block = 8
@@ -222,6 +247,10 @@ class CPURenderer(CStyleRenderer):
         self.first_cache_bytes = data_caches().get(1, 0)
         self.cache_threads = threads or usable_cores()
         self.cache_ways = first_level_ways()
+        # (local arrays live on each thread's stack: a small one set by the user bounds them)
+        stack = thread_stack_bytes()
+        self.pack_bytes = within_stack(type(self).pack_bytes, stack)
+        self.group_pack_bytes = within_stack(type(self).group_pack_bytes, stack)
 
     def prelude(self, program: list[UOp]) -> str:
         head = "#include <math.h>\n#include <stdbool.h>\n"
