@@ -163,13 +163,14 @@ def test_a_product_with_fewer_columns_than_a_register_sums_in_lanes_instead(avx5
     np.testing.assert_allclose(product.numpy(), an @ bn.T, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows", [96, 100])
+@pytest.mark.parametrize("rows", [(96,), (100,), (4, 30)])
 def test_a_row_major_right_operand_is_packed_a_group_of_panels_at_a_time(rows):
     """``a @ b`` with ``b`` (256, 1024) row-major, no layout copy: the kernel loops over groups
     of column panels outermost (shared out between the cores); each fills a local array of
     (panels, 256, vector) floats from ``b`` before its loop over the blocks of rows, and the
-    register tile reads only that array. Rows the tile does not divide too (100 of 6 or 8)."""
-    an, a = _realized(rows, 256)
+    register tile reads only that array. Rows the tile does not divide too (100 of 6 or 8), and
+    a batch of rows (a linear layer's (batch, time, features) input)."""
+    an, a = _realized(*rows, 256)
     bn, b = _realized(256, 1024, seed=1)
     (program,) = _programs(a @ b)
     (shared,) = [u for u in program if u.op is Ops.DEFINE_LOCAL]

@@ -279,14 +279,15 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     upcast[:0] = rows
     reuse = rows[-1][0] if rows else None
     second = rows[0][0] if len(rows) > 1 else None
-    order = tuple(d for d in range(len(shape)) if d not in (placed, reuse, second))
+    outer = [d for d in range(len(shape)) if d not in (placed, reuse, second)]
     group = _packed_group(nodes, reduce, shape, upcast, renderer)
-    inner = (
-        (reuse, placed)
-        if group is None and _rows_outside(reduce, shape, upcast, renderer)
-        else (placed, second, reuse)
-    )
-    order += tuple(d for d in inner if d is not None)
+    if group is not None:  # (the groups outermost, each packed once for all the rows)
+        loops = [placed, *outer, second, reuse]
+    elif _rows_outside(reduce, shape, upcast, renderer):
+        loops = [*outer, reuse, placed]
+    else:
+        loops = [*outer, placed, second, reuse]
+    order = tuple(d for d in loops if d is not None)
     tile = _panel_tile(reduce, shape, upcast, renderer) if group is None else group
     opts = KernelOpts(order, tuple(upcast), lanes, tile=tile)
     opts = _merged(value, opts, reduce, regs) if lanes else _merged_tile(value, opts, reduce)
@@ -511,10 +512,12 @@ def _packed_group(
     upcast: list[tuple[int, int]],
     renderer: Renderer,
 ) -> tuple[tuple[int, int]] | None:
-    """The group of column panels (``KernelOpts.tile``) a matmul without batch axes walks with
-    its columns outside, packing the group inside the kernel (codegen/packed.py), when it reads
-    its right operand in place along its rows (a row-major ``w``: the layout pass makes no panel
-    copy of one that ``group_trips`` packs); else None. ``nodes``: the plain kernel.
+    """The group of column panels (``KernelOpts.tile``) a matmul walks with its columns outside
+    (outermost: the groups are shared out between the cores), packing the group inside the
+    kernel (codegen/packed.py), when it reads its right operand in place along its rows, the
+    same for every row (a row-major ``w`` of a linear layer, over a batch of rows or not: the
+    layout pass makes no panel copy of one that ``group_trips`` packs); else None. ``nodes``:
+    the plain kernel.
 
     The copy into panels is a pass over ``w`` in a kernel of its own (its write and the
     product's read of 4 MB for a 1024² matmul, 2-3% of it); packed, each thread copies its
@@ -523,13 +526,10 @@ def _packed_group(
     copy kernel, 9.61-9.72 packed in groups of 4 or 8 panels (256 or 512 KB), 9.86-9.93 in
     groups of 2, 10.08-10.19 one panel at a time (each block of rows read again per panel);
     numpy's OpenBLAS 9.69-9.93."""
-    if (tile := _matmul_tile(reduce, upcast)) is None or not renderer.group_pack_bytes:
+    if len(upcast) < 2 or not renderer.group_pack_bytes:
         return None
-    vec_axis, vec, length = tile
-    (row_axis, rows), _ = upcast
-    if any(s != 1 for d, s in enumerate(shape) if d not in (row_axis, vec_axis)):
-        return None
-    if not isinstance(length, int) or shape[row_axis] < 2 * rows:
+    (vec_axis, vec), length = upcast[-1], reduce.src[0].size // max(1, reduce.size)
+    if not isinstance(length, int) or any(isinstance(s, UOp) for s in shape):
         return None
     itemsize, most = reduce.dtype.itemsize, renderer.group_pack_bytes
     trips = group_trips(length, shape[vec_axis], vec, itemsize, most)
@@ -541,7 +541,10 @@ def _packed_group(
         if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX:
             index = u.src[0].src[1]
             along = stride_along(index, reduces[0])
-            if stride_along(index, loops[vec_axis]) == 1 and along is not None and along > vec:
+            if stride_along(index, loops[vec_axis]) != 1 or along is None or along <= vec:
+                continue
+            # (the same for every row: a batch of rows too, which w is broadcast along)
+            if all(stride_along(index, loop) == 0 for d, loop in loops.items() if d != vec_axis):
                 return ((vec_axis, trips),)
     return None
 

@@ -345,11 +345,12 @@ def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
 def _group_packed(
     rows: list[int], k: int, m: int, p: int, itemsize: int, caps: Capabilities
 ) -> bool:
-    """Whether a matmul of ``rows`` (the sizes of its row axes longer than 1), summing ``k``
-    elements into ``m`` columns, packs groups of its right operand's panels itself, reading
-    it in place along its rows (codegen/opt.py ``_packed_group``, which asks ``group_trips``
-    the same): one row axis, rows enough for two blocks of the register tile."""
-    if len(rows) != 1 or rows[0] < PACKED_ROWS:
+    """Whether a matmul of ``rows`` (the sizes of its row axes longer than 1: a batch of rows
+    and the rows), summing ``k`` elements into ``m`` columns, packs groups of its right
+    operand's panels itself, reading it in place along its rows (codegen/opt.py
+    ``_packed_group``, which asks ``group_trips`` the same): rows enough for two blocks of the
+    register tile."""
+    if not rows or max(rows) < PACKED_ROWS:
         return False
     return group_trips(k, m, p, itemsize, caps.group_pack_bytes) is not None
 
