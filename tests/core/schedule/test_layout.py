@@ -352,13 +352,15 @@ def test_rows_read_along_the_sum_batched_or_narrow_products_keep_their_operand()
     """No copy along the sum for: a row operand already read along it (``x @ w``, and the
     attention output's heads merged through a permute, each row runs of 64); a batched product
     (attention's ``p.T @ dout``: the heads are batch axes, the probabilities stay in the fused
-    attention); a product of fewer than ``ROWS_COPIED_COLUMNS`` columns."""
+    attention); a product of fewer than ``ROWS_COPIED_COLUMNS`` columns, or a sum shorter than
+    ``ROWS_COPIED_SUM``."""
     plain = _realized(512, 256) @ _realized(256, 256)
     heads = _realized(4, 4, 128, 64).permute(0, 2, 1, 3).reshape(4, 128, 256)
     merged = heads @ _realized(256, 256)
     batched = _realized(4, 4, 128, 128).transpose(-1, -2) @ _realized(4, 4, 128, 64)
     narrow = _realized(512, 1024).T @ _realized(512, 32)
-    for t in (plain, merged, batched, narrow):
+    short = _realized(32, 1024).T @ _realized(32, 256)  # (a sum of 32: below ROWS_COPIED_SUM)
+    for t in (plain, merged, batched, narrow, short):
         assert _count(_laid_out(t, CPU), Ops.CONTIGUOUS) == 0
     # (the guard of the columns: with 64 of them the rows are copied)
     wider = _laid_out(_realized(512, 1024).T @ _realized(512, 64), CPU)

@@ -275,7 +275,8 @@ def rows_along_sum(red: UOp, caps: Capabilities) -> UOp | None:
         return None  # (``panel_columns_operand`` copies it into panels, read as one run)
     views, rows = sides[side]
     other = sides[1 - side][1]
-    if not views or any(rows.shape[k] != shape[k] for k in ks) or prod(shape[k] for k in ks) < 2:
+    summed = prod(shape[k] for k in ks)
+    if not views or any(rows.shape[k] != shape[k] for k in ks) or summed < ROWS_COPIED_SUM:
         return None
     axes = [d for d in range(len(shape)) if d != m and d not in ks and shape[d] > 1]
     if any(rows.shape[d] == other.shape[d] for d in axes):
@@ -296,8 +297,10 @@ def rows_along_sum(red: UOp, caps: Capabilities) -> UOp | None:
 
 
 #: a row operand is copied along the sum (``rows_along_sum``) for products of this many
-#: columns or more: each block of 16 of them read it again
+#: columns or more (each block of 16 of them read it again), summing this many elements or more
+#: (a tile's lines of a shorter sum stay in the first-level cache, aliasing or not)
 ROWS_COPIED_COLUMNS = 64
+ROWS_COPIED_SUM = 64
 
 
 def panel_right_operand(red: UOp, caps: Capabilities) -> UOp | None:
