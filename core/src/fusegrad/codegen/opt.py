@@ -531,11 +531,9 @@ def _packed_group(
     (vec_axis, vec), length = upcast[-1], reduce.src[0].size // max(1, reduce.size)
     if not isinstance(length, int) or any(isinstance(s, UOp) for s in shape):
         return None
-    itemsize, most = reduce.dtype.itemsize, renderer.group_pack_bytes
-    trips = group_trips(length, shape[vec_axis], vec, itemsize, most)
     loops = _output_loops(nodes, shape)
     reduces = [u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE]
-    if trips is None or vec_axis not in loops or len(reduces) != 1:
+    if vec_axis not in loops or len(reduces) != 1:
         return None
     for u in nodes:  # the column operand, read along its rows: a row of w a step of the sum
         if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX:
@@ -544,8 +542,11 @@ def _packed_group(
             if stride_along(index, loops[vec_axis]) != 1 or along is None or along <= vec:
                 continue
             # (the same for every row: a batch of rows too, which w is broadcast along)
-            if all(stride_along(index, loop) == 0 for d, loop in loops.items() if d != vec_axis):
-                return ((vec_axis, trips),)
+            if any(stride_along(index, loop) != 0 for d, loop in loops.items() if d != vec_axis):
+                continue
+            most = renderer.group_pack_bytes  # (the array holds w's own elements)
+            trips = group_trips(length, shape[vec_axis], vec, u.dtype.itemsize, most)
+            return None if trips is None else ((vec_axis, trips),)
     return None
 
 

@@ -235,12 +235,13 @@ def _packed(
         if u in where and u.op is not Ops.CONST and not _visible(where[u], start, scopes):
             return None
     # the new values: the constants first, then each inside the innermost loop it depends on
+    # (one that depends on none of them, inside the outermost)
     nested = [loops[d] for d in fill_order]
     skipped = {shared, fill, *nested}
     new = [u for u in toposort([fill]) if u not in where and u not in skipped]
     depth = {loop: k + 1 for k, loop in enumerate(nested)}
     for u in new:
-        depth[u] = max((depth.get(src, 0) for src in u.src), default=0)
+        depth[u] = max((depth.get(src, 1) for src in u.src), default=1)
     constants = [u for u in new if u.op is Ops.CONST]
     filling = [*constants, shared]
     for k, loop in enumerate(nested):
