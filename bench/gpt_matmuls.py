@@ -1,6 +1,6 @@
 """Every matmul of the GPT training step (examples/gpt.py), alone, fusegrad against torch.
 
-    python bench/gpt_matmuls.py [--avx2] [--rounds N]
+    python bench/gpt_matmuls.py [--avx2] [--rounds N] [--back-to-back]
 
 The step's model (``gpt.Config()``): batch 4, context 128 (512 rows), width 256, 4 heads of
 64, an MLP of 1024, a vocabulary of 1024. Each linear layer ``x @ w`` runs three products a
@@ -15,6 +15,11 @@ its plan makes.
 Each line is a paired ratio (``run.paired_ratios``: both timed in each round, who goes first
 alternating): torch's time / fusegrad's, > 1 when fusegrad is faster, with GFLOP/s from each
 side's best call. ``--avx2`` runs every contender on AVX2 code, as bench/run.py's does.
+
+``--back-to-back`` times the two in turns instead, one call of each and the next at once, with
+no pause (``alternated``): the ratio of their first quartiles. After a pause each side's first
+calls run slower on a VM (docs/performance-notes.md, "After an idle spell"); taken in turns, both
+run in the same state of the machine, and a slow spell of minutes shows in both.
 """
 
 from __future__ import annotations  # noqa: I001 - run.py loads before numpy (see below)
@@ -32,6 +37,8 @@ from bench_gpt import gpt  # noqa: E402  (examples/gpt.py, put on the path by be
 from fusegrad import Tensor  # noqa: E402
 
 Product = tuple[str, tuple[int, ...], tuple[int, ...], bool, bool]
+#: calls of each side ``--back-to-back`` times (in turns)
+BACK_TO_BACK_CALLS = 40
 
 
 def products(cfg: gpt.Config) -> list[Product]:
@@ -81,10 +88,25 @@ def view(x, transposed: bool):
     return np.swapaxes(x, -1, -2) if isinstance(x, np.ndarray) else x.transpose(-1, -2)
 
 
+def alternated(ours, theirs, calls: int) -> tuple[float, float]:
+    """The first quartile of ``calls`` timed calls of each of ``ours`` and ``theirs``, made in
+    turns (``ours``, ``theirs``, ``ours``...) after one untimed call of each."""
+    ours(), theirs()
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(calls):
+        for side, fn in zip(times, (ours, theirs)):
+            side.append(_seconds(fn))
+    low = [statistics.quantiles(side, n=4)[0] for side in times]
+    return low[0], low[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--avx2", action="store_true", help="every contender on AVX2 code")
     parser.add_argument("--rounds", type=int, default=8, help="paired rounds per product")
+    parser.add_argument(
+        "--back-to-back", action="store_true", help="time the two in turns, without pauses"
+    )
     args = parser.parse_args()
     try:
         import torch
@@ -103,12 +125,21 @@ def main() -> None:
         got, want = ours().numpy(), theirs().numpy()
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
             sys.exit(f"{name}: fusegrad's product differs from torch's")
+        amount = flops(sa, sb) * 1e-9
+        shapes = f"{'x'.join(map(str, sa))} @ {'x'.join(map(str, sb))}"
+        if args.back_to_back:
+            mine, torch_s = alternated(ours, theirs, BACK_TO_BACK_CALLS)
+            ratio = torch_s / mine
+            ratios.append(ratio)
+            print(
+                f"{name:<18s} {shapes:<28s} {amount / mine:7.1f}   {amount / torch_s:7.1f}"
+                f"    {ratio:5.2f}x (first quartiles of {BACK_TO_BACK_CALLS} calls in turns)"
+            )
+            continue
         per = paired_ratios(ours, theirs, args.rounds)
         best = {k: min(_seconds(f) for _ in range(5)) for k, f in (("f", ours), ("t", theirs))}
-        amount = flops(sa, sb) * 1e-9
         ratio = statistics.median(per)
         ratios.append(ratio)
-        shapes = f"{'x'.join(map(str, sa))} @ {'x'.join(map(str, sb))}"
         print(
             f"{name:<18s} {shapes:<28s} {amount / best['f']:7.1f}   {amount / best['t']:7.1f}"
             f"    {ratio:5.2f}x (range {min(per):.2f}-{max(per):.2f})"

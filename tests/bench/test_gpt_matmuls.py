@@ -43,3 +43,14 @@ def test_each_product_reads_its_transposed_operand_as_a_view(product):
     assert left.shape == sa and right.shape == sb
     ours = gpt_matmuls.view(Tensor(a), ta) @ gpt_matmuls.view(Tensor(b), tb)
     np.testing.assert_allclose(ours.numpy(), left @ right, rtol=1e-4, atol=1e-4)
+
+
+def test_back_to_back_times_the_two_in_turns_and_gives_each_a_first_quartile():
+    """``alternated`` calls the two in turns (ours first, then theirs, with no pause), once each
+    untimed, then ``calls`` timed calls each; each side's figure is its own first quartile."""
+    order: list[str] = []
+    quick = lambda: order.append("ours")  # noqa: E731
+    slow = lambda: (order.append("theirs"), sum(range(20000)))  # noqa: E731
+    ours, theirs = gpt_matmuls.alternated(quick, slow, 8)
+    assert order == ["ours", "theirs"] * 9
+    assert 0 < ours < theirs
