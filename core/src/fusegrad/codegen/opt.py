@@ -280,7 +280,7 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     reuse = rows[-1][0] if rows else None
     second = rows[0][0] if len(rows) > 1 else None
     outer = [d for d in range(len(shape)) if d not in (placed, reuse, second)]
-    group = _packed_group(nodes, reduce, shape, upcast, renderer)
+    group = _packed_group(nodes, shape, upcast, renderer)
     if group is not None:  # (the groups outermost, each packed once for all the rows)
         loops = [placed, *outer, second, reuse]
     elif _rows_outside(reduce, shape, upcast, renderer):
@@ -507,7 +507,6 @@ def _rows_outside(
 
 def _packed_group(
     nodes: list[UOp],
-    reduce: UOp,
     shape: tuple[int, ...],
     upcast: list[tuple[int, int]],
     renderer: Renderer,
@@ -526,14 +525,11 @@ def _packed_group(
     copy kernel, 9.61-9.72 packed in groups of 4 or 8 panels (256 or 512 KB), 9.86-9.93 in
     groups of 2, 10.08-10.19 one panel at a time (each block of rows read again per panel);
     numpy's OpenBLAS 9.69-9.93."""
-    if len(upcast) < 2 or not renderer.group_pack_bytes:
+    if len(upcast) < 2 or not renderer.group_pack_bytes or any(isinstance(s, UOp) for s in shape):
         return None
-    (vec_axis, vec), length = upcast[-1], reduce.src[0].size // max(1, reduce.size)
-    if not isinstance(length, int) or any(isinstance(s, UOp) for s in shape):
-        return None
-    loops = _output_loops(nodes, shape)
+    (vec_axis, vec), loops = upcast[-1], _output_loops(nodes, shape)
     reduces = [u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE]
-    if vec_axis not in loops or len(reduces) != 1:
+    if vec_axis not in loops or len(reduces) != 1 or (length := trips_of(reduces[0])) is None:
         return None
     for u in nodes:  # the column operand, read along its rows: a row of w a step of the sum
         if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX:

@@ -44,10 +44,11 @@ kernel and the product, see ``opt._packed_group``).
 from __future__ import annotations
 
 from fusegrad.codegen.hints import open_loops
+from fusegrad.dtype import DType
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind, trips_of
 from fusegrad.uop.ops import Ops, UOp, substitute, toposort
-from fusegrad.uop.symbolic import stride_along
+from fusegrad.uop.symbolic import add_all, stride_along
 
 #: the block loop skipped must run this many trips, each reusing the packed array
 MIN_REUSE = 2
@@ -79,33 +80,41 @@ def pack_operands(
     return program
 
 
+def _tile_read(load: UOp, around: tuple[UOp, ...]) -> tuple[UOp, UOp, UOp] | None:
+    """(its index, the reduction, the vector loop) for a load of a register tile's vector
+    operand, inside the loops ``around`` (outermost first): from a kernel parameter, at an index
+    of loops and integer arithmetic only, in the tile's vector loop (innermost) and its rows'
+    loop, which the read does not move along (each vector loaded serves every row of the tile),
+    inside one reduction; else None."""
+    if len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
+        return None
+    if index_op.src[0].op is not Ops.PARAM:
+        return None
+    if len(around) < 2 or any(loop.arg.kind is not AxisKind.UPCAST for loop in around[-2:]):
+        return None
+    index, vector = index_op.src[1], around[-1]
+    nodes = toposort([index])
+    if around[-2] in nodes:
+        return None
+    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in nodes):
+        return None
+    reduces = [loop for loop in around if loop.arg.kind is AxisKind.REDUCE]
+    return (index, reduces[0], vector) if len(reduces) == 1 else None
+
+
 def _packable(
     load: UOp, around: tuple[UOp, ...], pack_bytes: int
 ) -> tuple[UOp, UOp, UOp, int] | None:
     """(the block loop to fill the array before, the reduction, the vector loop, the read's
     stride along it) for ``load``, inside the loops ``around`` (outermost first), or None."""
-    if len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
+    if (read := _tile_read(load, around)) is None:
         return None
-    if index_op.src[0].op is not Ops.PARAM:
+    index, reduce, vector = read
+    if stride_along(index, reduce) != 1:
         return None
-    index = index_op.src[1]
-    nodes = toposort([index])
-    # inside a register tile: its vector loop innermost, in its rows' loop, which the read
-    # does not move along (each vector loaded serves every row of the tile)
-    if len(around) < 2 or any(loop.arg.kind is not AxisKind.UPCAST for loop in around[-2:]):
-        return None
-    vector = around[-1]
-    if around[-2] in nodes:
-        return None
-    reduces = [loop for loop in around if loop.arg.kind is AxisKind.REDUCE]
-    if len(reduces) != 1 or stride_along(index, reduces[0]) != 1:
-        return None
-    (reduce,) = reduces
     if (step := stride_along(index, vector)) is None or step <= 1:
         return None
-    moved = {u for u in nodes if u.op is Ops.RANGE}
-    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in nodes):
-        return None
+    moved = {u for u in toposort([index]) if u.op is Ops.RANGE}
     # the block loop: the outermost loop the read does not move along, with every loop it does
     # move along (but the reduction's and the vector's) outside it
     block = next((loop for loop in around if loop not in moved), None)
@@ -129,27 +138,17 @@ def _packable_group(
     loop)) for a load of a matmul's right operand read in place, along its rows (a row-major
     ``w``), by a register tile inside a loop over a group of panels that the blocks of rows
     walk (``KernelOpts.tile``); None for any other load, or a group over ``group_bytes``."""
-    if group_bytes <= 0 or len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
+    if group_bytes <= 0 or (read := _tile_read(load, around)) is None:
         return None
-    if index_op.src[0].op is not Ops.PARAM or len(around) < 4:
+    index, reduce, vector = read
+    if stride_along(index, vector) != 1:
         return None
-    if any(loop.arg.kind is not AxisKind.UPCAST for loop in around[-2:]):
-        return None
-    index, vector = index_op.src[1], around[-1]
-    nodes = toposort([index])
-    if around[-2] in nodes or any(
-        u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in nodes
-    ):
-        return None
-    reduces = [loop for loop in around if loop.arg.kind is AxisKind.REDUCE]
-    if len(reduces) != 1 or stride_along(index, vector) != 1:
-        return None
-    (reduce,) = reduces
     columns, steps = trips_of(vector), trips_of(reduce)
     stride = stride_along(index, reduce)
     if columns is None or steps is None or stride is None or stride <= columns:
         return None  # (a panel already: one run along the sum)
     # the loops outside the tile: ... the blocks of rows (not moved) ... the panels (moved)
+    nodes = toposort([index])
     outside = [u for u in around[: around.index(reduce)] if u.arg.kind is not AxisKind.UPCAST]
     block = next((loop for loop in outside if loop not in nodes), None)
     if block is None or block.arg.kind is not AxisKind.GLOBAL:
@@ -189,9 +188,8 @@ def _packed(
     reduction, the vector loop) for a panel, with a block loop first for a group of panels."""
     load = program[at]
     param, index = load.src[0].src
-    trips = [trips_of(axis) for axis in axes]
-    assert all(t is not None for t in trips)
-    sizes = [t for t in trips if t is not None]
+    sizes = [t for t in map(trips_of, axes) if t is not None]
+    assert len(sizes) == len(axes)  # (the callers checked each loop's trips)
     rows, columns = sizes[-2:]
     # a panel read across its rows fills its array by square blocks where the target transposes
     # them (a row of the source is a column of the array): one element at a time, the filling
@@ -258,14 +256,11 @@ def _packed(
     return _unused_dropped(_replaced(out, load, packed), toposort([load.src[0]]))
 
 
-def _affine(values: list[UOp], strides: list[int], dtype) -> UOp:
-    """``sum(values[i] * strides[i])``, without the multiplications by 1."""
-    out = None
-    for value, stride in zip(values, strides):
-        term = value if stride == 1 else value * UOp.const(dtype, stride)
-        out = term if out is None else out + term
-    assert out is not None
-    return out
+def _affine(values: list[UOp], strides: list[int], dtype: DType) -> UOp:
+    """``sum(values[i] * strides[i])``, without the multiplications by 1 (the program is past
+    simplification: ``lower.flatten`` would leave them in)."""
+    terms = [v if st == 1 else v * UOp.const(dtype, st) for v, st in zip(values, strides)]
+    return add_all(terms, dtype)
 
 
 def _unused_dropped(program: list[UOp], candidates: list[UOp]) -> list[UOp]:

@@ -286,14 +286,8 @@ def rows_along_sum(red: UOp, caps: Capabilities) -> UOp | None:
         return None
     order = (*(d for d in range(len(shape)) if d not in ks), *ks)
     copy = UOp(Ops.CONTIGUOUS, rows.dtype, (_permute(rows, order),))
-    operand = _permute(copy, tuple(order.index(d) for d in range(len(order))))
-    for view in reversed(views):
-        operand = view.replace(src=(operand,))
-    mul = chain[-1]
-    cur = mul.replace(src=(operand, mul.src[1]) if side == 0 else (mul.src[0], operand))
-    for node in reversed(chain[:-1]):
-        cur = node.replace(src=(cur,))
-    return cur
+    back = tuple(order.index(d) for d in range(len(order)))
+    return _rebuild_chain(chain + views, _permute(copy, back), side)
 
 
 #: a row operand is copied along the sum (``rows_along_sum``) for products of this many
@@ -751,13 +745,13 @@ def _below(u: UOp, ops: tuple[Ops, ...]) -> UOp:
     return _views_down(u, ops)[1]
 
 
-def _rebuild_chain(chain: list[UOp], bottom: UOp) -> UOp:
-    """``chain`` (each node reading the next, the MUL reading its second source) rebuilt over
-    ``bottom`` in place of the last node's source."""
+def _rebuild_chain(chain: list[UOp], bottom: UOp, side: int = 1) -> UOp:
+    """``chain`` (each node reading the next, the MUL reading its source ``side``: the second
+    by default) rebuilt over ``bottom`` in place of the last node's source."""
     cur = bottom
     for node in reversed(chain):
         if node.op is Ops.MUL:
-            cur = node.replace(src=(node.src[0], cur))
+            cur = node.replace(src=(cur, node.src[1]) if side == 0 else (node.src[0], cur))
         else:
             cur = node.replace(src=(cur,))
     return cur
