@@ -2,8 +2,8 @@
 
 Core hands a renderer only linear programs of ``BACKEND_OPS`` (uop/ops.py), but not all of them to
 every target: grid targets get SPECIAL, targets with shared memory DEFINE_LOCAL, BARRIER and
-IF/ENDIF (so do loop targets: codegen/gated.py; and those with ``pack_bytes`` DEFINE_LOCAL,
-and with ``transpose_block`` too TRANSPOSE_BLOCK, codegen/packed.py), targets with
+IF/ENDIF (so do loop targets: codegen/gated.py; and those with ``pack_bytes`` or
+``transpose_block`` DEFINE_LOCAL, and with ``transpose_block`` TRANSPOSE_BLOCK, codegen/packed.py), targets with
 ``min_storage_bits`` > 8 the packed stores ATOMIC_AND/ATOMIC_OR, loop targets with
 ``prefetch_bytes`` PREFETCH (codegen/prefetch.py), and only the ALU ops in ``native_ops``
 (decomposition replaces the others). For each renderer, a few small kernels are generated (no
@@ -68,15 +68,15 @@ def required_ops(renderer: Renderer) -> set[Ops]:
         ops.discard(Ops.SPECIAL)
     if not renderer.has_local:
         ops -= {Ops.BARRIER}
-        if not renderer.pack_bytes:  # (loop targets pack operands in it: codegen/packed.py)
-            ops.discard(Ops.DEFINE_LOCAL)
+        if not (renderer.pack_bytes or renderer.transpose_block):
+            ops.discard(Ops.DEFINE_LOCAL)  # (loop targets pack operands in it: codegen/packed.py)
         if renderer.grid_dims is not None:  # (loop targets gate in-place row writes)
             ops -= {Ops.IF, Ops.ENDIF}
     if renderer.min_storage_bits <= 8:
         ops -= {Ops.ATOMIC_AND, Ops.ATOMIC_OR}
     if not renderer.prefetch_bytes:
         ops.discard(Ops.PREFETCH)
-    if not (renderer.pack_bytes and renderer.transpose_block):
+    if not renderer.transpose_block or renderer.grid_dims is not None:
         ops.discard(Ops.TRANSPOSE_BLOCK)
     return ops
 

@@ -11,7 +11,7 @@ from fusegrad import Device, Tensor
 from fusegrad.codegen.kernel import generate
 from fusegrad.codegen.opt import GROUP_PANELS, heuristic_opts
 from fusegrad.codegen.packed import pack_operands
-from fusegrad.uop.loops import AxisKind
+from fusegrad.uop.loops import AxisKind, LoopHint
 from fusegrad.uop.ops import Ops
 
 
@@ -202,3 +202,73 @@ def test_a_group_larger_than_group_bytes_is_not_packed():
     program = generate(step.ast, small, opts=heuristic_opts(step.ast, renderer)).program
     assert not any(u.op is Ops.DEFINE_LOCAL for u in program)
     assert pack_operands(list(program), 0, 0, 1 << 20) != list(program)  # (with room: packed)
+
+
+def _blocked_renderer(block: int):
+    renderer = copy.copy(Device["CPU"].renderer)
+    renderer.transpose_block = block
+    return renderer
+
+
+def test_an_elementwise_kernel_reading_an_input_transposed_reads_it_by_square_blocks():
+    """``m * 0.9 + g.T * 0.1`` (an optimizer update of a gradient stored transposed, as GPT's
+    tied embedding gets it): both output axes upcast by the CPU's block of 8, the gradient
+    transposed 8 x 8 at a time into a local array before the block's rows, and the innermost
+    loop, along the output's rows, reads that array and ``m`` as runs: it runs as vectors."""
+    mn, m = _realized(64, 128)
+    gn, g = _realized(128, 64, seed=1)
+    update = m * 0.9 + g.T * 0.1
+    (step,) = update.schedule()
+    assert heuristic_opts(step.ast, Device["CPU"].renderer).upcast == ((0, 8), (1, 8))
+    (program,) = _programs(update)
+    (fill,) = [u for u in program if u.op is Ops.TRANSPOSE_BLOCK]
+    (shared,) = [u for u in program if u.op is Ops.DEFINE_LOCAL]
+    assert shared.arg[1] == 64 and fill.src[0].src[0] is shared
+    assert fill.arg == (8, 64, 8)  # (g's rows are 64 elements apart; the array's are 8)
+    rows, columns = [u for u in program if u.op is Ops.RANGE][-2:]
+    assert program.index(fill) < program.index(rows) < program.index(columns)
+    assert columns.arg.hint is LoopHint.SIMD
+    params = [u for u in program if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM]
+    assert len(params) == 1  # m; g only through the blocks
+    np.testing.assert_allclose(update.numpy(), mn * 0.9 + gn.T * 0.1, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (256, 1024),  # a weight's transpose, copied
+        (64, 40),  # both sides multiples of 8, one of them not of 16
+        (60, 100),  # no side the block divides: rows taken 8 at a time, as without blocks
+        (3, 5, 24, 16),  # the transpose of the last two axes of a batch
+    ],
+)
+def test_a_transposed_copy_equals_numpys_with_and_without_blocks(shape):
+    xn, x = _realized(*shape)
+    step = x.transpose(-1, -2).contiguous()
+    (ast,) = [s.ast for s in step.schedule()]
+    for block in (8, 0):
+        program = list(generate(ast, _blocked_renderer(block)).program)
+        blocks = sum(u.op is Ops.TRANSPOSE_BLOCK for u in program)
+        assert blocks == (1 if block and shape[-1] % 8 == 0 == shape[-2] % 8 else 0)
+    np.testing.assert_array_equal(step.numpy(), np.swapaxes(xn, -1, -2))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float16, np.float64, np.uint8])
+def test_transposed_reads_of_every_element_size_keep_their_values(dtype):
+    """Only 4-byte elements go through the blocks (their bits shuffled unchanged: integers too);
+    the other sizes keep the row tile, with the same values."""
+    rng = np.random.default_rng(3)
+    an = rng.integers(0, 100, (64, 32)).astype(dtype)
+    bn = rng.integers(0, 100, (32, 64)).astype(dtype)
+    out = Tensor(an) + Tensor(bn).T
+    (program,) = _programs(out)
+    assert any(u.op is Ops.TRANSPOSE_BLOCK for u in program) == (an.itemsize == 4)
+    np.testing.assert_array_equal(out.numpy(), an + bn.T)
+
+
+def test_a_transposed_read_under_a_pad_keeps_its_row_tile():
+    """A read behind a pad's gate (the transposed input padded) is not a plain run of blocks:
+    left as it is, with numpy's values."""
+    xn, x = _realized(64, 32)
+    out = x.T.pad(((0, 0), (8, 8))) + 1
+    np.testing.assert_array_equal(out.numpy(), np.pad(xn.T, ((0, 0), (8, 8))) + 1)

@@ -43,12 +43,12 @@ kernel and the product, see ``opt._packed_group``).
 
 from __future__ import annotations
 
-from fusegrad.codegen.hints import open_loops
+from fusegrad.codegen.hints import hint_loops, open_loops
 from fusegrad.dtype import DType
 from fusegrad.helpers import prod
 from fusegrad.uop.loops import AxisCounter, AxisKind, trips_of
 from fusegrad.uop.ops import Ops, UOp, substitute, toposort
-from fusegrad.uop.symbolic import add_all, stride_along
+from fusegrad.uop.symbolic import add_all, stride_along, terms
 
 #: the block loop skipped must run this many trips, each reusing the packed array
 MIN_REUSE = 2
@@ -61,13 +61,18 @@ def pack_operands(
     does not move along (see the module's note); unchanged without ``pack_bytes``. With
     ``transpose_block`` (``Renderer.transpose_block``), an array of 4-byte elements whose sides
     are multiples of it is filled by TRANSPOSE_BLOCK ops, one per square block."""
-    if pack_bytes <= 0 and group_bytes <= 0:
+    if pack_bytes <= 0 and group_bytes <= 0 and transpose_block <= 1:
         return program
     scopes = open_loops(program)
     for at, u in enumerate(program):
         if u.op is not Ops.LOAD:
             continue
-        if (plan := _packable(u, scopes[at], pack_bytes)) is not None:
+        if (across := _packable_block(u, scopes[at], transpose_block)) is not None:
+            rows, columns, stride = across
+            packed = _packed(program, at, scopes, rows, (rows, columns), stride, transpose_block)
+            # (the columns' loop now reads consecutively: hinted again, it runs as vectors)
+            packed = None if packed is None else hint_loops(packed)
+        elif (plan := _packable(u, scopes[at], pack_bytes)) is not None:
             block, reduce, vector, stride = plan
             packed = _packed(program, at, scopes, block, (reduce, vector), stride, transpose_block)
         elif (group := _packable_group(u, scopes[at], group_bytes)) is not None:
@@ -129,6 +134,30 @@ def _packable(
     if rows is None or columns is None or rows * columns * load.dtype.itemsize > pack_bytes:
         return None
     return block, reduce, vector, step
+
+
+def _packable_block(load: UOp, around: tuple[UOp, ...], block: int) -> tuple[UOp, UOp, int] | None:
+    """(the rows' loop, the columns' loop, the read's stride along the columns) for a load of
+    an elementwise kernel read across its innermost loop, a ``block`` x ``block`` square at a
+    time (``opt._transposed_by_blocks``): the two innermost loops upcast by ``block``, the
+    read one element a step of the outer (the rows) and more a step of the inner (the
+    columns); None for any other load. The array is filled by one TRANSPOSE_BLOCK before the
+    rows' loop, and the inner loop reads it as a run."""
+    if block <= 1 or load.dtype.itemsize != 4 or len(load.src) != 1:
+        return None
+    if (index_op := load.src[0]).op is not Ops.INDEX or index_op.src[0].op is not Ops.PARAM:
+        return None
+    if len(around) < 2 or any(loop.arg.kind is AxisKind.REDUCE for loop in around):
+        return None
+    rows, columns = around[-2:]
+    if any(loop.arg.kind is not AxisKind.UPCAST or trips_of(loop) != block for loop in around[-2:]):
+        return None
+    index = index_op.src[1]
+    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in toposort([index])):
+        return None
+    if stride_along(index, rows) != 1 or (stride := stride_along(index, columns)) is None:
+        return None
+    return (rows, columns, stride) if stride > 1 else None
 
 
 def _packable_group(
@@ -209,14 +238,21 @@ def _packed(
     fill_order = (1, 0) if len(axes) == 2 else (1, 0, 2)
     counter = AxisCounter.after(program)
     loops: dict[int, UOp] = {}
-    for d in fill_order:
-        loops[d] = counter.range(sizes[d] // (step if d >= len(axes) - 2 else 1), AxisKind.UPCAST)
+    for d in fill_order:  # (no loop for one trip: one block, at 0)
+        if (trips := sizes[d] // (step if d >= len(axes) - 2 else 1)) > 1:
+            loops[d] = counter.range(trips, AxisKind.UPCAST)
     number = sum(1 for u in program if u.op is Ops.DEFINE_LOCAL)
     shared = UOp(Ops.DEFINE_LOCAL, load.dtype, (), (number, prod(sizes)))
     strides = [prod(sizes[d + 1 :]) for d in range(len(axes))]
-    firsts = [loops[d] * step if blocked else loops[d] for d in range(len(axes))]
-    source = substitute(index, dict(zip(axes, firsts)))
-    place = UOp(Ops.INDEX, load.dtype, (shared, _affine(firsts, strides, axes[0].dtype)))
+    filled = [d for d in range(len(axes)) if d in loops]
+    firsts = {d: loops[d] * step if blocked else loops[d] for d in filled}
+    # an axis filled as one block, without a loop, is at 0: its terms leave the index
+    unlooped = [axes[d] for d in range(len(axes)) if d not in loops]
+    kept = [t for t in terms(index) if not any(a in t.toposort() for a in unlooped)]
+    first = add_all(kept, index.dtype) if unlooped else index
+    source = substitute(first, {axes[d]: firsts[d] for d in filled})
+    offset = _affine([firsts[d] for d in filled], [strides[d] for d in filled], axes[0].dtype)
+    place = UOp(Ops.INDEX, load.dtype, (shared, offset))
     if blocked:
         fill = UOp(
             Ops.TRANSPOSE_BLOCK,
@@ -234,14 +270,15 @@ def _packed(
             return None
     # the new values: the constants first, then each inside the innermost loop it depends on
     # (one that depends on none of them, inside the outermost)
-    nested = [loops[d] for d in fill_order]
+    nested = [loops[d] for d in fill_order if d in loops]
     skipped = {shared, fill, *nested}
     new = [u for u in toposort([fill]) if u not in where and u not in skipped]
     depth = {loop: k + 1 for k, loop in enumerate(nested)}
+    outermost = 1 if nested else 0
     for u in new:
-        depth[u] = max((depth.get(src, 1) for src in u.src), default=1)
+        depth[u] = max((depth.get(src, outermost) for src in u.src), default=outermost)
     constants = [u for u in new if u.op is Ops.CONST]
-    filling = [*constants, shared]
+    filling = [*constants, shared, *(u for u in new if u.op is not Ops.CONST and depth[u] == 0)]
     for k, loop in enumerate(nested):
         filling += [loop, *(u for u in new if u.op is not Ops.CONST and depth[u] == k + 1)]
     filling += [fill, *(UOp(Ops.END, src=(loop,)) for loop in reversed(nested))]
