@@ -3,11 +3,12 @@
 Core hands a renderer only linear programs of ``BACKEND_OPS`` (uop/ops.py), but not all of them to
 every target: grid targets get SPECIAL, targets with shared memory DEFINE_LOCAL, BARRIER and
 IF/ENDIF (so do loop targets: codegen/gated.py; and those with ``pack_bytes`` or
-``transpose_block`` DEFINE_LOCAL, and with ``transpose_block`` TRANSPOSE_BLOCK, codegen/packed.py), targets with
-``min_storage_bits`` > 8 the packed stores ATOMIC_AND/ATOMIC_OR, loop targets with
-``prefetch_bytes`` PREFETCH (codegen/prefetch.py), and only the ALU ops in ``native_ops``
-(decomposition replaces the others). For each renderer, a few small kernels are generated (no
-device needed, nothing compiled); each required op must appear in one of them, and each must
+``transpose_block`` DEFINE_LOCAL, and with ``transpose_block`` TRANSPOSE_BLOCK,
+codegen/packed.py), targets with ``min_storage_bits`` > 8 the packed stores
+ATOMIC_AND/ATOMIC_OR, loop targets with ``prefetch_bytes`` PREFETCH (codegen/prefetch.py), and
+only the ALU ops in ``native_ops`` (decomposition replaces the others). For each renderer, a few
+small kernels are generated (no device needed, nothing compiled); each required op must appear
+in one of them, and each must
 render. The PYTHON device's programs are also run, by its interpreter.
 """
 
