@@ -54,3 +54,19 @@ def test_back_to_back_times_the_two_in_turns_and_gives_each_a_first_quartile():
     ours, theirs = gpt_matmuls.alternated(quick, slow, 8)
     assert order == ["ours", "theirs"] * 9
     assert 0 < ours < theirs
+
+
+def test_blocks_time_each_side_in_blocks_of_its_own_calls_and_keep_its_best(monkeypatch):
+    """``blocks`` gives each side blocks of its own calls (two untimed, then ``calls`` timed),
+    the sides taking turns, who goes first alternating; each side's figure is its best block's
+    first quartile."""
+    monkeypatch.setattr(gpt_matmuls, "SETTLE_SECONDS", 0.0)
+    order: list[str] = []
+    quick = lambda: order.append("ours")  # noqa: E731
+    slow = lambda: (order.append("theirs"), sum(range(20000)))  # noqa: E731
+    ours, theirs = gpt_matmuls.blocks(quick, slow, rounds=3, calls=4)
+    ours_block, theirs_block = ["ours"] * 6, ["theirs"] * 6
+    assert (
+        order == ours_block + theirs_block + theirs_block + ours_block + ours_block + theirs_block
+    )
+    assert 0 < ours < theirs
