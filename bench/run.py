@@ -431,16 +431,22 @@ def grid_matmuls(n: int, repeats: int) -> None:
     llvmpipe: both on this machine's cores), against the CPU backend on the same cores."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), np.float32) for _ in range(2))
-    times = {}
+    fns = {}
     for device in ("CPU", "OPENCL", "WEBGPU"):
         spec = Device.specs().get(device)
         if spec is None or spec.unavailable() is not None:
             continue
         try:
             ta, tb = Tensor(a, device=device), Tensor(b, device=device)
-            times[device] = median(lambda ta=ta, tb=tb: (ta @ tb).numpy(), repeats)  # (waits)
+            fn = fns[device] = lambda ta=ta, tb=tb: (ta @ tb).numpy()  # (waits for the result)
+            fn()  # (compiles, or fails here)
         except Exception as e:  # noqa: BLE001 - a device that cannot open here is left out
             print(f"  {device} left out: {type(e).__name__}: {e}"[:200])
+            fns.pop(device, None)
+    # in turns, each after a pause: the CPU backend's OpenMP workers spin on after its calls,
+    # and on 2 cores PoCL's threads timed right after them ran at half speed (0.28x the CPU
+    # backend's speed in one run, 0.79x alone)
+    times = medians(fns, repeats)
     flops = 2 * n**3 * 1e-9
     cells = [
         f"{dev} {flops / t:8.2f} GFLOP/s ({t / times['CPU']:5.2f}x CPU's time)"
