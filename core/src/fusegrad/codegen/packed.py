@@ -85,26 +85,33 @@ def pack_operands(
     return program
 
 
+def _parameter_index(load: UOp) -> UOp | None:
+    """The index of ``load`` when it reads a kernel parameter at an index of loops and integer
+    arithmetic only (no gate); else None."""
+    if len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
+        return None
+    if index_op.src[0].op is not Ops.PARAM:
+        return None
+    index = index_op.src[1]
+    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in toposort([index])):
+        return None
+    return index
+
+
 def _tile_read(load: UOp, around: tuple[UOp, ...]) -> tuple[UOp, UOp, UOp] | None:
     """(its index, the reduction, the vector loop) for a load of a register tile's vector
     operand, inside the loops ``around`` (outermost first): from a kernel parameter, at an index
     of loops and integer arithmetic only, in the tile's vector loop (innermost) and its rows'
     loop, which the read does not move along (each vector loaded serves every row of the tile),
     inside one reduction; else None."""
-    if len(load.src) != 1 or (index_op := load.src[0]).op is not Ops.INDEX:
-        return None
-    if index_op.src[0].op is not Ops.PARAM:
+    if (index := _parameter_index(load)) is None:
         return None
     if len(around) < 2 or any(loop.arg.kind is not AxisKind.UPCAST for loop in around[-2:]):
         return None
-    index, vector = index_op.src[1], around[-1]
-    nodes = toposort([index])
-    if around[-2] in nodes:
-        return None
-    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in nodes):
+    if around[-2] in toposort([index]):
         return None
     reduces = [loop for loop in around if loop.arg.kind is AxisKind.REDUCE]
-    return (index, reduces[0], vector) if len(reduces) == 1 else None
+    return (index, reduces[0], around[-1]) if len(reduces) == 1 else None
 
 
 def _packable(
@@ -143,17 +150,12 @@ def _packable_block(load: UOp, around: tuple[UOp, ...], block: int) -> tuple[UOp
     read one element a step of the outer (the rows) and more a step of the inner (the
     columns); None for any other load. The array is filled by one TRANSPOSE_BLOCK before the
     rows' loop, and the inner loop reads it as a run."""
-    if block <= 1 or load.dtype.itemsize != 4 or len(load.src) != 1:
-        return None
-    if (index_op := load.src[0]).op is not Ops.INDEX or index_op.src[0].op is not Ops.PARAM:
+    if block <= 1 or load.dtype.itemsize != 4 or (index := _parameter_index(load)) is None:
         return None
     if len(around) < 2 or any(loop.arg.kind is AxisKind.REDUCE for loop in around):
         return None
     rows, columns = around[-2:]
     if any(loop.arg.kind is not AxisKind.UPCAST or trips_of(loop) != block for loop in around[-2:]):
-        return None
-    index = index_op.src[1]
-    if any(u.op not in (Ops.RANGE, Ops.CONST) and not u.dtype.is_int for u in toposort([index])):
         return None
     if stride_along(index, rows) != 1 or (stride := stride_along(index, columns)) is None:
         return None
