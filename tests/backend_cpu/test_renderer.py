@@ -439,3 +439,24 @@ def test_a_small_openmp_stack_bounds_the_packed_arrays():
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_transposed_read_of_rows_far_apart_stays_inside_its_buffer():
+    """A slice of a very wide tensor read transposed (rows 80M elements apart) goes through the
+    8 x 8 blocks (``TRANSPOSE_8``), whose last row lies 7 x 80M x 4 bytes past the first: with
+    32-bit strides that offset wrapped and the process died (a segfault). Run in a subprocess,
+    as it once crashed; the 2.5 GB buffer is never written, so its pages are never touched."""
+    script = (
+        "import numpy as np\n"
+        "from fusegrad import Tensor\n"
+        "wide = Tensor.empty(8, 80_000_000).realize()\n"
+        "got = (wide[:, :16].T + 1).numpy()\n"
+        "want = wide[:, :16].numpy().T + 1\n"
+        "assert got.shape == (16, 8), got.shape\n"
+        "np.testing.assert_array_equal(got, want)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -161,7 +161,9 @@ def _loop_pragmas(threads: int | None = None) -> dict[tuple[AxisKind, LoopHint],
 #: ``__builtin_shufflevector``) copy it element by element. Attention's scores (4, 4, 128, 64),
 #: timed in C on 2 cores (AMD EPYC, AVX-512): 163 us with the packed operand filled element by
 #: element, 150 by blocks, 145 with no filling at all. Guarded: the kernels of a batch are built
-#: as one translation unit (``compiler.CCompiler.compile_batch``), where it is defined once.
+#: as one translation unit (``compiler.CCompiler.compile_batch``), where it is defined once. The
+#: strides are 64-bit: a transposed read of rows 80M elements apart (a slice of a wide tensor)
+#: reaches 28 x 80M x 4 bytes past its first row, which 32-bit arithmetic wrapped (a crash).
 TRANSPOSE_8 = """
 #ifndef FG_TRANSPOSE8
 #define FG_TRANSPOSE8
@@ -177,7 +179,8 @@ typedef float fg_row8 __attribute__((vector_size(32)));
 #define FG_HALVES(i, j) { fg_row8 low = FG_MIX(q##i, q##j, 0, 1, 2, 3, 8, 9, 10, 11), \\
   high = FG_MIX(q##i, q##j, 4, 5, 6, 7, 12, 13, 14, 15); \\
   __builtin_memcpy(d + 4 * i * ds, &low, 32); __builtin_memcpy(d + 4 * j * ds, &high, 32); }
-static inline void fg_transpose8(void* restrict dest, const void* restrict source, int ss, int ds) {
+static inline void fg_transpose8(void* restrict dest, const void* restrict source, long long ss,
+                                 long long ds) {
   const char* s = (const char*)source; char* d = (char*)dest;
 #if defined(__clang__) || __GNUC__ >= 12
   FG_LOAD(0) FG_LOAD(1) FG_LOAD(2) FG_LOAD(3) FG_LOAD(4) FG_LOAD(5) FG_LOAD(6) FG_LOAD(7)
@@ -185,8 +188,9 @@ static inline void fg_transpose8(void* restrict dest, const void* restrict sourc
   FG_QUADS(0, 1, 2, 3) FG_QUADS(4, 5, 6, 7)
   FG_HALVES(0, 4) FG_HALVES(1, 5) FG_HALVES(2, 6) FG_HALVES(3, 7)
 #else
-  for (int r = 0; r < 8; r++)
-    for (int c = 0; c < 8; c++) __builtin_memcpy(d + 4 * (c * ds + r), s + 4 * (r * ss + c), 4);
+  for (long long r = 0; r < 8; r++)
+    for (long long c = 0; c < 8; c++)
+      __builtin_memcpy(d + 4 * (c * ds + r), s + 4 * (r * ss + c), 4);
 #endif
 }
 #endif
