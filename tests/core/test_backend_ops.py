@@ -8,8 +8,8 @@ codegen/packed.py), targets with ``min_storage_bits`` > 8 the packed stores
 ATOMIC_AND/ATOMIC_OR, loop targets with ``prefetch_bytes`` PREFETCH (codegen/prefetch.py), and
 only the ALU ops in ``native_ops`` (decomposition replaces the others). For each renderer, a few
 small kernels are generated (no device needed, nothing compiled); each required op must appear
-in one of them, and each must
-render. The PYTHON device's programs are also run, by its interpreter.
+in one of them, and each must render. The PYTHON device's programs are also run, by its
+interpreter.
 """
 
 from __future__ import annotations

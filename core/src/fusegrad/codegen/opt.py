@@ -26,7 +26,7 @@ from fusegrad.codegen.lower import (  # (KernelOpts: what lowering follows)
     online_opts,
     row_reductions,
 )
-from fusegrad.dtype import dtypes
+from fusegrad.dtype import DType, dtypes
 from fusegrad.helpers import Context, prod
 from fusegrad.renderer import Renderer
 from fusegrad.uop.loops import AxisKind, trips_of
@@ -721,7 +721,7 @@ def _transpose_tile(value: UOp, block: int = 0) -> tuple[tuple[int, int], ...]:
         parts = terms(index)
         if inner in parts or inner not in toposort([index]):
             continue  # read along the innermost loop, or not moved by it
-        if (blocked := _transposed_by_blocks(u, loops, shape, block)) is not None:
+        if (blocked := _transposed_by_blocks(index, u.dtype, loops, shape, block)) is not None:
             return blocked
         step = (stride_along(index, inner) or 0) * u.dtype.itemsize
         aliasing = step > 0 and step % ALIASING_STRIDE == 0 and run > ALIASING_WAYS
@@ -734,20 +734,20 @@ def _transpose_tile(value: UOp, block: int = 0) -> tuple[tuple[int, int], ...]:
 
 
 def _transposed_by_blocks(
-    load: UOp, loops: dict[int, UOp], shape: tuple[int, ...], block: int
+    index: UOp, dtype: DType, loops: dict[int, UOp], shape: tuple[int, ...], block: int
 ) -> tuple[tuple[int, int], ...] | None:
-    """Upcasts of ``block`` for the axis along which ``load`` reads consecutively and for the
-    innermost output axis (which it reads across), when the target transposes such blocks
-    (``block`` > 1) of 4-byte elements and both axes are multiples of it; else None.
+    """Upcasts of ``block`` for the axis along which a read of ``dtype`` at ``index`` moves
+    consecutively and for the innermost output axis (which it reads across), when the target
+    transposes such blocks (``block`` > 1) of 4-byte elements and both axes are multiples of it;
+    else None.
 
     A (1024, 256) AdamW update whose gradient is read transposed (GPT's tied embedding, the
     head's ``x.T @ dy`` read as ``wte``'s gradient), timed in C on 2 cores (AMD EPYC, AVX-512):
     987 us with 8 rows a step (``TRANSPOSE_ROWS``), 414 with an 8 x 8 tile reading the
     gradient element by element, 139 by transposed blocks; a (1024, 256) weight's panel copy
     for ``dy @ w.T`` 41 -> 12 us."""
-    if block <= 1 or load.dtype.itemsize != 4:
+    if block <= 1 or dtype.itemsize != 4:
         return None
-    index = load.src[0].src[1]
     last = max(loops)
     across = stride_along(index, loops[last])
     if across is None or across <= 1 or shape[last] % block:

@@ -271,18 +271,17 @@ def _packed(
         if u in where and u.op is not Ops.CONST and not _visible(where[u], start, scopes):
             return None
     # the new values: the constants first, then each inside the innermost loop it depends on
-    # (one that depends on none of them, inside the outermost)
+    # (one that depends on none of them, before them)
     nested = [loops[d] for d in fill_order if d in loops]
     skipped = {shared, fill, *nested}
     new = [u for u in toposort([fill]) if u not in where and u not in skipped]
     depth = {loop: k + 1 for k, loop in enumerate(nested)}
-    outermost = 1 if nested else 0
     for u in new:
-        depth[u] = max((depth.get(src, outermost) for src in u.src), default=outermost)
+        depth[u] = max((depth.get(src, 0) for src in u.src), default=0)
     constants = [u for u in new if u.op is Ops.CONST]
     filling = [*constants, shared, *(u for u in new if u.op is not Ops.CONST and depth[u] == 0)]
-    for k, loop in enumerate(nested):
-        filling += [loop, *(u for u in new if u.op is not Ops.CONST and depth[u] == k + 1)]
+    for k, loop in enumerate(nested, start=1):
+        filling += [loop, *(u for u in new if u.op is not Ops.CONST and depth[u] == k)]
     filling += [fill, *(UOp(Ops.END, src=(loop,)) for loop in reversed(nested))]
     # the read of the array, inside the reduction and the vector loop
     spot = _affine(list(axes), strides, axes[0].dtype)
@@ -298,8 +297,8 @@ def _packed(
 def _affine(values: list[UOp], strides: list[int], dtype: DType) -> UOp:
     """``sum(values[i] * strides[i])``, without the multiplications by 1 (the program is past
     simplification: ``lower.flatten`` would leave them in)."""
-    terms = [v if st == 1 else v * UOp.const(dtype, st) for v, st in zip(values, strides)]
-    return add_all(terms, dtype)
+    parts = [v if st == 1 else v * UOp.const(dtype, st) for v, st in zip(values, strides)]
+    return add_all(parts, dtype)
 
 
 def _unused_dropped(program: list[UOp], candidates: list[UOp]) -> list[UOp]:

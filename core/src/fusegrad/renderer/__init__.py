@@ -115,7 +115,8 @@ class Renderer:
     group_pack_bytes: int = 0
     #: the edge of the square blocks of 4-byte elements the target transposes in registers
     #: (``Ops.TRANSPOSE_BLOCK``): a local array of ``pack_bytes`` is filled by such blocks where
-    #: its sides are multiples of it; 0: one element at a time
+    #: its sides are multiples of it, and a loop target's elementwise kernel reads an input
+    #: stored transposed a block at a time (codegen/packed.py); 0: one element at a time
     transpose_block: int = 0
     #: bool and integer buffer elements narrower than this many bits are packed into 32-bit words
     #: by core (codegen/decompose.py): loads shift and mask, stores use ATOMIC_AND/ATOMIC_OR
