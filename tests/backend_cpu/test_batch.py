@@ -87,3 +87,130 @@ def test_a_replay_sets_again_only_the_inputs_and_values_that_changed(monkeypatch
     np.testing.assert_allclose(call(2, xs[2], y2), want(2, 10.0))  # another y: its places only
     np.testing.assert_allclose(call(3, xs[3], y2), want(3, 10.0))  # another size and x
     np.testing.assert_allclose(call(2, xs[2], y), want(2, 5.0))
+
+
+# ---- eager plans: a plan's launches in one batch (engine/realize.py ``PlanBatch``) ----------
+
+
+def _two_kernels(x: Tensor, w: Tensor) -> Tensor:
+    """A product, then a softmax over its rows: two kernels or more."""
+    return (x @ w).softmax(-1)
+
+
+def _want(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    y = x @ w
+    e = np.exp(y - y.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _launches_one_by_one(monkeypatch) -> list[str]:
+    calls: list[str] = []
+    launch = CPUProgram.__call__
+
+    def spy(self, *args, **kwargs):
+        calls.append(self.name)
+        return launch(self, *args, **kwargs)
+
+    monkeypatch.setattr(CPUProgram, "__call__", spy)
+    return calls
+
+
+def test_an_eager_plan_of_several_kernels_runs_as_one_batch_built_once(monkeypatch):
+    """Realizing the same structure again with new inputs launches no kernel through ctypes:
+    the plan's batch, built at the first run, gets the new buffers and runs them all; the
+    results and the kernel count are those of the launches one by one."""
+    from fusegrad import GlobalCounters
+    from fusegrad.engine import realize
+
+    built = []
+    make = realize.PlanBatch.of
+    monkeypatch.setattr(realize.PlanBatch, "of", lambda *a: built.append(1) or make(*a))
+    one_by_one = _launches_one_by_one(monkeypatch)
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        x, w = rng.standard_normal((16, 8), np.float32), rng.standard_normal((8, 24), np.float32)
+        GlobalCounters.reset()
+        got = _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
+        np.testing.assert_allclose(got, _want(x, w), rtol=1e-5, atol=1e-6)
+        if i == 0:
+            kernels = GlobalCounters.kernel_count
+            assert kernels >= 2
+        assert GlobalCounters.kernel_count == kernels
+    assert len(built) == 1
+    assert one_by_one == []
+
+
+def test_a_batched_plan_takes_each_runs_variables(monkeypatch):
+    from fusegrad import Variable
+
+    n = Variable("n", 1, 16)
+    w = Tensor(np.arange(24, dtype=np.float32).reshape(8, 3) / 10, device="CPU").realize()
+    one_by_one = _launches_one_by_one(monkeypatch)
+    for size in (3, 7, 2, 16, 5):
+        x = np.random.default_rng(size).standard_normal((size, 8)).astype(np.float32)
+        t = Tensor(x, device="CPU").reshape(n.bind(size), 8)
+        got = _two_kernels(t, w).numpy()[:size]
+        np.testing.assert_allclose(got, _want(x, w.numpy()), rtol=1e-5, atol=1e-6)
+    assert len(one_by_one) <= 2  # (the first run's kernels, before the batch exists)
+
+
+def test_profiling_and_timing_still_launch_and_time_each_kernel():
+    from fusegrad.helpers import context
+    from fusegrad.profiler import profile
+
+    x, w = np.ones((16, 8), np.float32), np.ones((8, 24), np.float32)
+    for _ in range(2):  # (the plan's batch exists from here on)
+        _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
+    with profile() as p:
+        _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
+    kernels = [e for e in p.trace()["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) >= 2
+    with context(DEBUG=2):
+        got = _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
+    np.testing.assert_allclose(got, _want(x, w), rtol=1e-6)
+
+
+def test_a_plan_its_programs_cannot_batch_launches_each_kernel(monkeypatch):
+    """A program type whose ``batch`` gives None (a kernel of too many arguments): the plan
+    is marked unbatchable and its kernels launched one by one, run after run."""
+    from fusegrad.engine import realize
+
+    monkeypatch.setattr(CPUProgram, "batch", staticmethod(lambda calls: None))
+    built = []
+    make = realize.PlanBatch.of
+    monkeypatch.setattr(realize.PlanBatch, "of", lambda *a: built.append(1) or make(*a))
+    one_by_one = _launches_one_by_one(monkeypatch)
+    x, w = np.full((4, 8), 0.5, np.float32), np.eye(8, 24, dtype=np.float32)
+    for _ in range(3):
+        got = _two_kernels(Tensor(x, device="CPU") * 3, Tensor(w, device="CPU")).numpy()
+        np.testing.assert_allclose(got, _want(x * 3, w), rtol=1e-6)
+    assert len(built) == 1 and len(one_by_one) >= 6
+
+
+def test_threads_running_one_plan_at_once_each_get_their_own_results():
+    """Two threads realizing the same structure at once: a batch in use is taken off the plan,
+    so the other builds its own, and neither runs on the other's buffers."""
+    import threading
+
+    rng = np.random.default_rng(1)
+    cases = [
+        (rng.standard_normal((32, 16), np.float32), rng.standard_normal((16, 48), np.float32))
+        for _ in range(8)
+    ]
+    errors: list[BaseException] = []
+
+    def work(offset: int) -> None:
+        try:
+            for r in range(30):
+                x, w = cases[(r + offset) % len(cases)]
+                got = _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
+                np.testing.assert_allclose(got, _want(x, w), rtol=1e-5, atol=1e-6)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -453,7 +452,7 @@ class _Batch:
             if (held := self.handles.get(n)) is None or held() is not handle:
                 for i, k in places:
                     batch.set_buffer(i, k, handle)
-                self.handles[n] = _reference(handle)
+                self.handles[n] = realize.reference(handle)
         if values != self.values:
             for calls in self.symbolic.values():
                 vals = self.launches[calls[0]].runner.vals(values)  # (the same for all of them)
@@ -465,15 +464,6 @@ class _Batch:
                 batch.set_active(i, rerun)
             self.rerun = rerun
         batch()
-
-
-def _reference(handle: Any) -> Callable[[], Any]:
-    """A weak reference to ``handle`` where it takes one (a numpy array does), else a strong
-    one: a replay's inputs are not kept alive by the next one's check."""
-    try:
-        return weakref.ref(handle)
-    except TypeError:
-        return lambda: handle
 
 
 def _batched(launches: list[_Launch], values: dict) -> _Batch | None:

@@ -11,11 +11,12 @@ import functools
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fusegrad import caches, profiler
 from fusegrad.codegen.kernel import KernelSource, generate, kernel_name
@@ -345,7 +346,12 @@ def run_plan(
     if -1 in finished:
         tell(finished[-1])
     start = time.perf_counter()
-    for index, step in enumerate(plan.steps):
+    plain = ready is None and active is None and not timing and not listeners
+    if plain and recording is None and plan.batchable and _run_batched(plan, buffers, values):
+        steps: list[KernelStep | CopyStep] = []  # (all launched)
+    else:
+        steps = plan.steps
+    for index, step in enumerate(steps):
         if type(step) is KernelStep:
             if step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
@@ -381,6 +387,112 @@ def run_plan(
         kernels = sum(type(s) is KernelStep for s in plan.steps)
         print(f"realized {kernels} kernel(s) in {elapsed * 1e3:.3f} ms")
     return buffers
+
+
+#: a plan of fewer kernels than this launches each itself (one ctypes call: a batch saves none)
+BATCH_KERNELS = 2
+
+
+def _run_batched(plan: Plan, buffers: list[Buffer], values: dict[UOp, int] | None) -> bool:
+    """Run ``plan``'s launches as one call of its device's batch (``PlanBatch``), where its
+    program type offers one: an eager step of a model is then its kernels' time, not Python's
+    between them. False, having run nothing, where it cannot (``plan.batchable`` is then
+    cleared: its next runs go straight to the launches one by one)."""
+    try:
+        batch = plan.batches.pop()  # (another thread running this plan builds a batch of its own)
+    except IndexError:
+        batch = PlanBatch.of(plan, buffers, values or {})
+        if batch is None:
+            plan.batchable = False
+            return False
+    else:
+        batch.bind(buffers, values or {})
+    batch.batch()
+    for s in batch.written:
+        buffers[s].version += 1
+    GlobalCounters.kernel_count += batch.kernels
+    GlobalCounters.global_ops += batch.flops
+    GlobalCounters.global_mem += batch.mem_bytes
+    plan.batches.append(batch)
+    return True
+
+
+class PlanBatch:
+    """A plan's kernel launches as one call of its device's batch (a program type's static
+    ``batch(calls)``: the CPU's calls each kernel from one C loop). It remembers the buffer
+    each slot held at the last run and writes a slot's new one into its places only when it
+    changed (the pool hands a plan's pieces the same memory run after run); the variables'
+    values likewise. Measured on 2 cores, the GPT example's eager step (193 launches): the
+    launches one by one spent ~2 ms of Python and ctypes besides the kernels' 38 ms."""
+
+    def __init__(self, batch: Any, plan: Plan, buffers: list[Buffer], values: dict[UOp, int]):
+        self.batch = batch
+        steps = cast(list[KernelStep], plan.steps)  # (all kernels: see ``of``)
+        #: slot -> where its buffer goes: (launch, argument position)
+        self.places: dict[int, list[tuple[int, int]]] = {}
+        for i, step in enumerate(steps):
+            for k, slot in enumerate(step.slots):
+                self.places.setdefault(slot, []).append((i, k))
+        self.held = {slot: reference(buffers[slot].handle) for slot in self.places}
+        #: the launches that take variables, with their runners
+        self.symbolic = [
+            (i, step.runner) for i, step in enumerate(steps) if step.runner.kernel.variables
+        ]
+        self.values = dict(values)
+        self.written = [s for step in steps for s in step.slots[: step.writes]]
+        self.kernels = len(steps)
+        self.flops = sum(step.runner.kernel.flops for step in steps)
+        self.mem_bytes = sum(step.runner.mem_bytes for step in steps)
+
+    @staticmethod
+    def of(plan: Plan, buffers: list[Buffer], values: dict[UOp, int]) -> PlanBatch | None:
+        """``plan``'s batch on ``buffers`` and ``values``; None where it has a copy, fewer than
+        ``BATCH_KERNELS`` kernels, or kernels of several program types or of one that cannot
+        batch them."""
+        steps = plan.steps
+        if len(steps) < BATCH_KERNELS or any(type(s) is not KernelStep for s in steps):
+            return None
+        kernel_steps = cast(list[KernelStep], steps)
+        for step in kernel_steps:
+            if step.runner is None:
+                step.runner = get_runner(step.ast, step.device)
+        kind = type(kernel_steps[0].runner.program)
+        make = getattr(kind, "batch", None)
+        if make is None or any(type(s.runner.program) is not kind for s in kernel_steps):
+            return None
+        calls = [
+            (
+                step.runner.program,
+                [buffers[s].handle for s in step.slots],
+                step.runner.vals(values) if step.runner.kernel.variables else (),
+            )
+            for step in kernel_steps
+        ]
+        batch = make(calls)
+        return None if batch is None else PlanBatch(batch, plan, buffers, values)
+
+    def bind(self, buffers: list[Buffer], values: dict[UOp, int]) -> None:
+        """Set the buffers and variables' values of this run where they differ from the last."""
+        batch = self.batch
+        for slot, places in self.places.items():
+            handle = buffers[slot].handle
+            if self.held[slot]() is not handle:
+                for i, k in places:
+                    batch.set_buffer(i, k, handle)
+                self.held[slot] = reference(handle)
+        if self.symbolic and values != self.values:
+            for i, runner in self.symbolic:
+                batch.set_vals(i, runner.vals(values))
+            self.values = dict(values)
+
+
+def reference(handle: Any) -> Callable[[], Any]:
+    """A weak reference to ``handle`` where it takes one (a numpy array does), else a strong
+    one: a batch's buffers are not kept alive by its check for the next run's."""
+    try:
+        return weakref.ref(handle)
+    except TypeError:
+        return lambda: handle
 
 
 def _has_run_listeners() -> bool:

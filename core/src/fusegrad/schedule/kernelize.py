@@ -87,6 +87,10 @@ class Plan:
     #: was freed last swapped a matmul's panel copy and output between two runs: its output was
     #: written where the panel both cores had just read was, 2% slower (1024², 2 cores)
     handles: dict[int, int] = field(default_factory=dict)
+    #: the engine's batches of this plan's launches (engine/realize.py ``PlanBatch``), one per
+    #: thread running it at once; ``batchable`` False: its device's programs cannot batch them
+    batches: list[Any] = field(default_factory=list)
+    batchable: bool = True
 
 
 def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any], dict[UOp, int]]:
