@@ -59,3 +59,31 @@ def test_a_transpose_of_a_column_or_row_takes_the_general_path(xs, ws):
     x, w = Tensor.ones(*xs), Tensor.ones(*ws)
     assert _plain_matmul(x, w) is None
     np.testing.assert_array_equal((x @ w).numpy(), np.ones(xs, "f4") @ np.ones(ws, "f4"))
+
+
+BROADCASTS = [
+    ((4, 3), (1,)),
+    ((4, 3), ()),
+    ((3,), (2, 4, 3)),
+    ((2, 1, 3), (5, 1)),
+    ((0, 3), (1, 3)),
+]
+
+
+@pytest.mark.parametrize("xs,ys", BROADCASTS)
+@pytest.mark.parametrize(
+    "dtypes_", [(dtypes.float32, dtypes.float32), (dtypes.int32, dtypes.float32)]
+)
+def test_binary_ops_broadcast_with_the_nodes_expand_makes(xs, ys, dtypes_):
+    """A binary op's operands are broadcast without re-checking the shape ``broadcast_shapes``
+    gave (``Tensor._broadcast_checked``): the same nodes as ``expand``'s, so plans and kernels
+    are shared with graphs built either way."""
+    x, y = Tensor.ones(*xs, dtype=dtypes_[0]), Tensor.full(ys, 2, dtype=dtypes_[1])
+    shape = np.broadcast_shapes(xs, ys)
+    a, b = x._operands(y)
+    dtype = b.dtype
+    assert a.uop is x.cast(dtype).expand(shape).uop
+    assert b.uop is y.cast(dtype).expand(shape).uop
+    c, _, _ = (x > 0).where(x, y).uop.src
+    assert c is (x > 0).expand(shape).uop
+    np.testing.assert_array_equal((x * y).numpy(), np.ones(xs) * np.full(ys, 2))
