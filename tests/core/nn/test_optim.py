@@ -255,3 +255,37 @@ def test_step_realizes_the_loss_with_the_update_without_running_the_forward_agai
     logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
     want = -logp[np.arange(16), y.numpy()].mean()
     np.testing.assert_allclose(value, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: AdamW(ps, lr=0.01, weight_decay=0.1),
+        lambda ps: Adam(ps, lr=0.01),
+        lambda ps: LAMB(ps, lr=0.01, weight_decay=0.05),
+    ],
+)
+def test_an_update_rebuilt_from_its_first_build_has_the_nodes_of_building_it_anew(make):
+    """LAMB's family builds each parameter's update once per kind of parameter and rebuilds it
+    from the parameter's own nodes (``optim.Rebuilt``): the very nodes (hash-consed) that
+    calling its arithmetic on them makes, across shapes, a half parameter and lr changes."""
+    rng = np.random.default_rng(0)
+    shapes = [(4, 3), (4, 3), (7,), (2, 3, 5)]
+    ps = [Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in shapes]
+    ps.append(Tensor(rng.standard_normal((3, 2)).astype(np.float16), requires_grad=True))
+    opt = make(ps)
+    for step in range(3):
+        for p in ps:
+            p.grad = Tensor(rng.standard_normal(p.shape).astype(np.float32)).cast(p.dtype)
+        c1, c2 = (1.0 - opt.b1_t * opt.b1).reciprocal(), (1.0 - opt.b2_t * opt.b2).reciprocal()
+        hyper = (opt.b1, opt.b2, opt.eps, opt.weight_decay, opt.adam)
+        for t, m, v in zip(ps, opt.m, opt.v):
+            g = t.grad.detach()
+            inputs = (t.detach(), g, m, v, c1, c2, opt.lr)
+            rebuilt = opt._rebuilt(hyper, inputs)
+            direct = opt._values(*inputs)
+            assert [r.uop for r in rebuilt] == [d.uop for d in direct]
+            assert all(r.uop is d.uop for r, d in zip(rebuilt, direct))
+        opt.step()
+        opt.lr.assign(opt.lr * 0.5).realize()
+    assert len(opt._rebuilt.built) == 4  # (4, 3) twice, (7,), (2, 3, 5), the half one
