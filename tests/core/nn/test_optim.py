@@ -274,7 +274,7 @@ def test_an_update_rebuilt_from_its_first_build_has_the_nodes_of_building_it_ane
     ps = [Tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True) for s in shapes]
     ps.append(Tensor(rng.standard_normal((3, 2)).astype(np.float16), requires_grad=True))
     opt = make(ps)
-    for step in range(3):
+    for _ in range(3):
         for p in ps:
             p.grad = Tensor(rng.standard_normal(p.shape).astype(np.float32)).cast(p.dtype)
         c1, c2 = (1.0 - opt.b1_t * opt.b1).reciprocal(), (1.0 - opt.b2_t * opt.b2).reciprocal()
@@ -289,3 +289,22 @@ def test_an_update_rebuilt_from_its_first_build_has_the_nodes_of_building_it_ane
         opt.step()
         opt.lr.assign(opt.lr * 0.5).realize()
     assert len(opt._rebuilt.built) == 4  # (4, 3) twice, (7,), (2, 3, 5), the half one
+
+
+def test_a_function_that_reads_beneath_its_inputs_node_is_called_each_time():
+    """A function that looks beneath an input's node (here at the buffer under a reshape)
+    cannot be rebuilt from stand-ins: their buffer would stay in the nodes. ``Rebuilt`` calls
+    it instead, so each call reads its own input."""
+    from fusegrad.nn.optim import Rebuilt
+    from fusegrad.uop.ops import Ops
+
+    def beneath(x: Tensor) -> list[Tensor]:
+        u = x.uop.src[0] if x.uop.op is Ops.RESHAPE else x.uop
+        return [Tensor._wrap(u, x.device) + 1]  # (its elements, flat)
+
+    rebuilt = Rebuilt(beneath)
+    for value in (1.0, 5.0):
+        x = Tensor(np.full((2, 3), value, np.float32)).realize()
+        (got,) = rebuilt((), (x,))
+        np.testing.assert_array_equal(got.numpy(), np.full(6, value + 1))
+    assert list(rebuilt.built.values()) == [None]
