@@ -678,7 +678,11 @@ class Tensor(
             return self
         if ops.VARIABLES_USED and (is_symbolic(shape) or is_symbolic(old)):
             return self._broadcast_to(shape)
-        return self._wrap(_broadcast_node(u, shape), self.device)
+        if len(old) < len(shape):
+            u = UOp(Ops.RESHAPE, u.dtype, (u,), (1,) * (len(shape) - len(old)) + old)
+            if u.shape == shape:  # (leading 1s only: no expand, as ``expand`` makes none)
+                return self._wrap(u, self.device)
+        return self._wrap(UOp(Ops.EXPAND, u.dtype, (u,), shape), self.device)
 
     def _float_operand(self) -> Tensor:
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
