@@ -190,27 +190,20 @@ def test_a_plan_its_programs_cannot_batch_launches_each_kernel(monkeypatch):
 def test_threads_running_one_plan_at_once_each_get_their_own_results():
     """Two threads realizing the same structure at once: a batch in use is taken off the plan,
     so the other builds its own, and neither runs on the other's buffers."""
-    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(1)
     cases = [
         (rng.standard_normal((32, 16), np.float32), rng.standard_normal((16, 48), np.float32))
         for _ in range(8)
     ]
-    errors: list[BaseException] = []
 
     def work(offset: int) -> None:
-        try:
-            for r in range(30):
-                x, w = cases[(r + offset) % len(cases)]
-                got = _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
-                np.testing.assert_allclose(got, _want(x, w), rtol=1e-5, atol=1e-6)
-        except BaseException as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
+        for r in range(30):
+            x, w = cases[(r + offset) % len(cases)]
+            got = _two_kernels(Tensor(x, device="CPU"), Tensor(w, device="CPU")).numpy()
+            np.testing.assert_allclose(got, _want(x, w), rtol=1e-5, atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    with ThreadPoolExecutor(2) as pool:
+        for job in [pool.submit(work, k) for k in range(2)]:
+            job.result()  # (raises a thread's failure here)
