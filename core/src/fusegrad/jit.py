@@ -448,11 +448,7 @@ class _Batch:
     def replay(self, handles: list[Any], rerun: bool, values: dict) -> None:
         batch = self.batch
         for n, places in self.patches.items():
-            handle = handles[n]
-            if (held := self.handles.get(n)) is None or held() is not handle:
-                for i, k in places:
-                    batch.set_buffer(i, k, handle)
-                self.handles[n] = realize.reference(handle)
+            realize.rebind(batch, self.handles, n, places, handles[n])
         if values != self.values:
             for calls in self.symbolic.values():
                 vals = self.launches[calls[0]].runner.vals(values)  # (the same for all of them)

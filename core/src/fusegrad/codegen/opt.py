@@ -667,7 +667,7 @@ def _shared_lanes(value: UOp, renderer: Renderer) -> KernelOpts | None:
     return KernelOpts(order, lanes=(INNERMOST, lanes[1])) if lanes else None
 
 
-def _elementwise_opts(value: UOp, block: int = 0) -> KernelOpts | None:
+def _elementwise_opts(value: UOp, block: int) -> KernelOpts | None:
     """One flat loop, unless finding the inputs' elements from the flat position takes division:
     then a loop per axis, so the positions are sums of loop counters (and the innermost loop
     can run as vectors). Views such as broadcasts, pads and windows need the division.
@@ -684,7 +684,7 @@ TRANSPOSE_ROWS = 8
 TRANSPOSE_MIN_RUN = 128
 
 
-def _transpose_tile(value: UOp, block: int = 0) -> tuple[tuple[int, int], ...]:
+def _transpose_tile(value: UOp, block: int) -> tuple[tuple[int, int], ...]:
     """An upcast for an elementwise kernel that reads an input across its innermost loop (a
     transposed gradient, ``g.T``): each element would then come from a cache line of its own.
     Upcast by ``TRANSPOSE_ROWS``, the axis along which that input is consecutive runs as a

@@ -250,7 +250,7 @@ def _packed(
     firsts = {d: loops[d] * step if blocked else loops[d] for d in filled}
     # an axis filled as one block, without a loop, is at 0: its terms leave the index
     unlooped = [axes[d] for d in range(len(axes)) if d not in loops]
-    kept = [t for t in terms(index) if not any(a in t.toposort() for a in unlooped)]
+    kept = [t for t in terms(index) if not set(unlooped) & set(t.toposort())]
     first = add_all(kept, index.dtype) if unlooped else index
     source = substitute(first, {axes[d]: firsts[d] for d in filled})
     offset = _affine([firsts[d] for d in filled], [strides[d] for d in filled], axes[0].dtype)

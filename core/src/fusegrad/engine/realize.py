@@ -346,8 +346,9 @@ def run_plan(
     if -1 in finished:
         tell(finished[-1])
     start = time.perf_counter()
-    plain = ready is None and active is None and not timing and not listeners
-    if plain and recording is None and plan.batchable and _run_batched(plan, buffers, values):
+    # (a launch that is seen, timed, recorded or followed by ``ready`` goes alone)
+    alone = ready is not None or active is not None or timing or listeners or recording is not None
+    if not alone and plan.batchable and _run_batched(plan, buffers, values or {}):
         steps: list[KernelStep | CopyStep] = []  # (all launched)
     else:
         steps = plan.steps
@@ -393,7 +394,7 @@ def run_plan(
 BATCH_KERNELS = 2
 
 
-def _run_batched(plan: Plan, buffers: list[Buffer], values: dict[UOp, int] | None) -> bool:
+def _run_batched(plan: Plan, buffers: list[Buffer], values: dict[UOp, int]) -> bool:
     """Run ``plan``'s launches as one call of its device's batch (``PlanBatch``), where its
     program type offers one: an eager step of a model is then its kernels' time, not Python's
     between them. False, having run nothing, where it cannot (``plan.batchable`` is then
@@ -401,12 +402,12 @@ def _run_batched(plan: Plan, buffers: list[Buffer], values: dict[UOp, int] | Non
     try:
         batch = plan.batches.pop()  # (another thread running this plan builds a batch of its own)
     except IndexError:
-        batch = PlanBatch.of(plan, buffers, values or {})
+        batch = PlanBatch.of(plan, buffers, values)
         if batch is None:
             plan.batchable = False
             return False
     else:
-        batch.bind(buffers, values or {})
+        batch.bind(buffers, values)
     batch.batch()
     for s in batch.written:
         buffers[s].version += 1
@@ -433,7 +434,7 @@ class PlanBatch:
         for i, step in enumerate(steps):
             for k, slot in enumerate(step.slots):
                 self.places.setdefault(slot, []).append((i, k))
-        self.held = {slot: reference(buffers[slot].handle) for slot in self.places}
+        self.held: dict[int, Callable[[], Any]] = {}
         #: the launches that take variables, with their runners
         self.symbolic = [
             (i, step.runner) for i, step in enumerate(steps) if step.runner.kernel.variables
@@ -443,6 +444,7 @@ class PlanBatch:
         self.kernels = len(steps)
         self.flops = sum(step.runner.kernel.flops for step in steps)
         self.mem_bytes = sum(step.runner.mem_bytes for step in steps)
+        self.bind(buffers, values)  # (notes its handles; writing them again, once, costs nothing)
 
     @staticmethod
     def of(plan: Plan, buffers: list[Buffer], values: dict[UOp, int]) -> PlanBatch | None:
@@ -473,26 +475,33 @@ class PlanBatch:
 
     def bind(self, buffers: list[Buffer], values: dict[UOp, int]) -> None:
         """Set the buffers and variables' values of this run where they differ from the last."""
-        batch = self.batch
         for slot, places in self.places.items():
-            handle = buffers[slot].handle
-            if self.held[slot]() is not handle:
-                for i, k in places:
-                    batch.set_buffer(i, k, handle)
-                self.held[slot] = reference(handle)
+            rebind(self.batch, self.held, slot, places, buffers[slot].handle)
         if self.symbolic and values != self.values:
             for i, runner in self.symbolic:
-                batch.set_vals(i, runner.vals(values))
+                self.batch.set_vals(i, runner.vals(values))
             self.values = dict(values)
 
 
-def reference(handle: Any) -> Callable[[], Any]:
-    """A weak reference to ``handle`` where it takes one (a numpy array does), else a strong
-    one: a batch's buffers are not kept alive by its check for the next run's."""
+def rebind(
+    batch: Any,
+    held: dict[Any, Callable[[], Any]],
+    key: Any,
+    places: list[tuple[int, int]],
+    handle: Any,
+) -> None:
+    """Write ``handle`` into ``batch`` at ``places`` (launch, argument position) unless
+    ``held[key]`` says the batch holds it already; remember it there (a weak reference where
+    the handle takes one, a numpy array does: the check keeps no buffer alive). A plan's batch
+    and TinyJit's replay (jit.py ``_Batch``) both pass a buffer only when it changed."""
+    if (ref := held.get(key)) is not None and ref() is handle:
+        return
+    for i, k in places:
+        batch.set_buffer(i, k, handle)
     try:
-        return weakref.ref(handle)
+        held[key] = weakref.ref(handle)
     except TypeError:
-        return lambda: handle
+        held[key] = lambda: handle
 
 
 def _has_run_listeners() -> bool:

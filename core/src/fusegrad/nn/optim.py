@@ -186,11 +186,11 @@ class _Recipe:
         above = set(leaves)
         order = []
         for u in toposort(outs):
-            if u in beneath:
+            if u in above or u in beneath:  # (an input's node, or one under it)
                 continue
-            if any(s in beneath for s in u.src) and u not in above:
+            if any(s in beneath for s in u.src):
                 return None
-            if u not in above and any(s in above for s in u.src):
+            if any(s in above for s in u.src):
                 above.add(u)
                 order.append(u)
         fixed = list(dict.fromkeys(s for u in order for s in u.src if s not in above))
@@ -200,7 +200,7 @@ class _Recipe:
         for u in order:
             at = [position[s] for s in u.src]
             sources = itemgetter(*at) if len(at) > 1 else None  # (one source: ``values[at[0]]``)
-            steps.append((u.op, u.dtype, u.arg, sources, at[0] if at else -1))
+            steps.append((u.op, u.dtype, u.arg, sources, at[0]))
         return _Recipe(fixed, steps, [position[o] for o in outs])
 
 

@@ -678,11 +678,7 @@ class Tensor(
             return self
         if ops.VARIABLES_USED and (is_symbolic(shape) or is_symbolic(old)):
             return self._broadcast_to(shape)
-        if len(old) < len(shape):
-            u = UOp(Ops.RESHAPE, u.dtype, (u,), (1,) * (len(shape) - len(old)) + old)
-            if u.shape == shape:  # (leading 1s only: no expand, as ``expand`` makes none)
-                return self._wrap(u, self.device)
-        return self._wrap(UOp(Ops.EXPAND, u.dtype, (u,), shape), self.device)
+        return self._wrap(_broadcast_node(u, shape), self.device)
 
     def _float_operand(self) -> Tensor:
         return self if self.dtype.is_float else self.cast(dtypes.default_float)
@@ -1061,11 +1057,14 @@ def _plain_matmul(x: Tensor, w: Tensor) -> Tensor | None:
 
 
 def _broadcast_node(u: UOp, shape: tuple[int, ...]) -> UOp:
-    """``u`` expanded to ``shape`` as ``Tensor.expand`` does it: leading 1s by a reshape first."""
+    """``u`` expanded to ``shape`` as ``Tensor.expand`` does it: leading 1s by a reshape first,
+    and no expand where those were all it needed."""
     if u.shape == shape:
         return u
     if len(u.shape) < len(shape):
         u = UOp(Ops.RESHAPE, u.dtype, (u,), (1,) * (len(shape) - len(u.shape)) + u.shape)
+        if u.shape == shape:
+            return u
     return UOp(Ops.EXPAND, u.dtype, (u,), shape)
 
 
