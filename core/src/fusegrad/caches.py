@@ -13,8 +13,8 @@ installing a plugin, ``plugin.manager.reset`` forgets the plugins as well).
 The registered caches (see ``names()``): the engine's plans and compiled kernel runners
 (``engine/realize.py``), the placements of sharded graphs (``engine/placement_cache.py``), the
 open devices and the default device chosen among them
-(``device.py``), the broadcast scalar constants (``uop/ops.py``), pooling's movement chains
-(``tensor/nn_ops.py``) and the dtypes each device holds
+(``device.py``), the broadcast scalar constants (``uop/ops.py``), pooling's movement chains and
+attention's causal masks (``tensor/nn_ops.py``) and the dtypes each device holds
 (``testing/oracle.py``, once that module is imported).
 
 Not here, on purpose: the kernel cache on disk (compiled binaries, and BEAM's choices, under

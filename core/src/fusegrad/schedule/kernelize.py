@@ -42,6 +42,7 @@ from fusegrad.uop.ops import (
     UOp,
     broadcast_scalar,
     is_symbolic,
+    live_entry,
     sint,
     sym_max,
     toposort,
@@ -101,19 +102,27 @@ def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any], dict[UOp, in
     values: dict[UOp, int] = {}
     symbolic = ops.VARIABLES_USED  # until a Variable exists, no node needs looking at twice
     done: dict[UOp, UOp] = {}
-    new_of = done.__getitem__
+    new_of, lookup = done.__getitem__, live_entry
+    buffer, custom_grad = Ops.BUFFER, Ops.CUSTOM_GRAD  # (locals: a graph's every node meets them)
     for u in toposort(roots):
         op, src = u.op, u.src
-        if op is Ops.BUFFER:
+        if op is buffer:
             done[u] = UOp(Ops.PARAM, u.dtype, (), (len(buffers), u.arg.size))
             buffers.append(u.arg)
-        elif op is Ops.CUSTOM_GRAD:  # only autograd reads the rule; the value is src[0]
+        elif op is custom_grad:  # only autograd reads the rule; the value is src[0]
             done[u] = done[src[0]]
         elif symbolic and (free := _unbound(u, done, values)) is not None:
             done[u] = free
         elif src:
             new_src = tuple(map(new_of, src))
-            done[u] = u if new_src == src else UOp(op, u.dtype, new_src, u.arg)
+            if new_src == src:
+                done[u] = u
+            elif (entry := lookup((op, u.dtype, new_src, u.arg))) is not None and (
+                hit := entry()
+            ) is not None:
+                done[u] = hit  # (the plan cache's key holds last time's nodes: most exist)
+            else:
+                done[u] = UOp(op, u.dtype, new_src, u.arg)
         else:
             done[u] = u
     return tuple(done[r] for r in roots), buffers, values

@@ -49,6 +49,8 @@ def _sizes(args: tuple) -> tuple:
 def no_float_sizes(sizes: tuple) -> tuple:
     """``sizes``, if none is a float (one is refused here, before it reaches the graph), numpy's
     integers as ints (a size computed with ``np.prod``, ``a.shape[0] // 2``)."""
+    if all(type(s) is int for s in sizes):  # (the usual case, checked at every reshape)
+        return sizes
     if any(isinstance(s, (float, np.floating)) for s in sizes):
         raise InvalidType(f"sizes must be ints, got {sizes}; write int(size) for a computed size")
     return tuple(int(s) if isinstance(s, np.integer) else s for s in sizes)

@@ -99,6 +99,13 @@ _POOL_MOVES: dict[tuple, tuple[tuple[Ops, Any], ...]] = {}
 caches.register("pool moves", _POOL_MOVES.clear)
 
 
+#: (rows, cols, device) -> the graph of attention's causal mask (``_causal_mask``), at most
+#: ``CAUSAL_MASKS_KEPT`` of them (a mask holds no buffer: its graph is a few nodes)
+_CAUSAL_MASKS: dict[tuple, UOp] = {}
+caches.register("causal masks", _CAUSAL_MASKS.clear)
+CAUSAL_MASKS_KEPT = 64
+
+
 def _pool_moves(
     x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]
 ) -> tuple[tuple[Ops, Any], ...]:
@@ -600,8 +607,7 @@ class NNMixin(TensorBase):
         scale = 1 / math.sqrt(self.shape[-1]) if scale is None else scale
         scores = self.matmul(key.transpose(-2, -1)) * scale
         if is_causal:
-            rows, cols = scores.shape[-2:]
-            attn_mask = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device).tril()
+            attn_mask = self._causal_mask(*scores.shape[-2:])
         if attn_mask is not None:
             scores = (
                 attn_mask.where(scores, -math.inf)
@@ -609,6 +615,17 @@ class NNMixin(TensorBase):
                 else scores + attn_mask
             )
         return scores.softmax(-1).dropout(dropout_p).matmul(value)
+
+    def _causal_mask(self, rows: int, cols: int) -> Tensor:
+        """True where query ``i`` may see key ``j`` (``j <= i``), built once per size and device
+        (the ops that build it took ~90 us of Python at each attention call)."""
+        key = (rows, cols, self.device)
+        if (mask := _CAUSAL_MASKS.get(key)) is None:
+            if len(_CAUSAL_MASKS) >= CAUSAL_MASKS_KEPT:  # (a decode step's sizes change)
+                _CAUSAL_MASKS.clear()
+            ones = type(self).ones(rows, cols, dtype=dtypes.bool, device=self.device)
+            mask = _CAUSAL_MASKS[key] = ones.tril().uop
+        return self._wrap(mask, self.device)
 
     def _grouped(self, kv: Tensor, name: str) -> Tensor:
         """``kv`` with each head (axis -3) repeated for the query heads of its group."""

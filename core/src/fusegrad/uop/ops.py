@@ -37,16 +37,24 @@ class _Entry(weakref.ref):
     key: tuple
 
 
-def _forget(entry: _Entry) -> None:
-    """Called when a UOp dies: drop its entry, unless the key already names a newer node."""
-    if _NODES.get(entry.key) is entry:
-        del _NODES[entry.key]
-
-
 #: (op, dtype, src, arg) -> the live UOp with those fields. A plain dict of weak references
 #: rather than a WeakValueDictionary, whose lookups run in Python: building the graph of an
 #: MNIST training step creates about 2,500 nodes, and the lookups were a fifth of that time.
 _NODES: dict[tuple, _Entry] = {}
+
+
+def _forget(entry: _Entry, nodes: dict[tuple, _Entry] = _NODES) -> None:
+    """Called when a UOp dies: drop its entry, unless the key already names a newer node. The
+    table is bound here, not looked up: at exit Python empties this module's names before
+    another module's cache of nodes lets them die (an AttributeError in each node's callback)."""
+    if nodes.get(entry.key) is entry:
+        del nodes[entry.key]
+
+
+#: the entry (a weak reference) of the live node whose key is ``(op, dtype, src, arg)``, or None:
+#: a lookup without the class call, for loops that rebuild many nodes most of which exist already
+#: (``schedule.kernelize.abstract``). A constant's key holds its arg through ``_const_key``.
+live_entry = _NODES.get
 
 
 class UOp:
@@ -393,6 +401,8 @@ def is_symbolic(shape: tuple) -> bool:
 
 def _shape_of(u: UOp) -> tuple[int, ...]:
     op, arg = u.op, u.arg
+    if op in GroupOp.ALU:  # (most nodes of a graph: asked first)
+        return u.src[0].shape
     if op is Ops.BUFFER:
         return (arg.size,)
     if op is Ops.PARAM:
