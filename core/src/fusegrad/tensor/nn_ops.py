@@ -100,7 +100,8 @@ caches.register("pool moves", _POOL_MOVES.clear)
 
 
 #: (rows, cols, device) -> the graph of attention's causal mask (``_causal_mask``), at most
-#: ``CAUSAL_MASKS_KEPT`` of them (a mask holds no buffer: its graph is a few nodes)
+#: ``CAUSAL_MASKS_KEPT`` of them (each holds its two ``arange`` buffers, rows + cols integers;
+#: only graphs read them, no tensor a user holds, so nothing writes into them)
 _CAUSAL_MASKS: dict[tuple, UOp] = {}
 caches.register("causal masks", _CAUSAL_MASKS.clear)
 CAUSAL_MASKS_KEPT = 64

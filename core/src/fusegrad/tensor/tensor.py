@@ -654,16 +654,12 @@ class Tensor(
                 f"move one with .to({self.device!r})"
             )
         elif other.uop.dtype == self.uop.dtype:  # (nothing to promote)
-            mine, theirs = self.uop.shape, other.uop.shape
-            if mine == theirs:
-                a, b = self, other
-            else:
-                shape = broadcast_shapes(mine, theirs)
-                a, b = self._broadcast_checked(shape), other._broadcast_checked(shape)
+            a, b = self, other
         else:
             dtype = promote_shaped(self.dtype, not self.shape, other.dtype, not other.shape)
             a, b = self.cast(dtype), other.cast(dtype)
-            shape = broadcast_shapes(a.shape, b.shape)
+        if (mine := a.uop.shape) != (theirs := b.uop.shape):
+            shape = broadcast_shapes(mine, theirs)
             a, b = a._broadcast_checked(shape), b._broadcast_checked(shape)
         return (b, a) if reverse else (a, b)
 
