@@ -210,6 +210,27 @@ def workloads(n_big: int, matmul_sizes: tuple[int, ...], found: dict) -> list[tu
             lambda x, _: x * 2 + 1,
         )
     )
+    out.append(
+        (
+            f"sin {n_big / 2**20:.1f}M f32",
+            "GB/s",
+            8 * n_big * 1e-9,
+            x,
+            None,
+            lambda x, _: np.sin(x) if isinstance(x, np.ndarray) else x.sin(),
+        )
+    )
+    c = x[: n_big // 16]  # (a running sum: the masked sum of n*n took 34 s for 2**20)
+    out.append(
+        (
+            f"cumsum {c.size / 2**20:.1f}M f32",
+            "GB/s",
+            8 * c.size * 1e-9,
+            c,
+            None,
+            lambda x, _: np.cumsum(x) if isinstance(x, np.ndarray) else x.cumsum(0),
+        )
+    )
     s = rng.standard_normal((4096, 4096) if n_big > 1 << 20 else (512, 512), np.float32)
     out.append((f"softmax {s.shape[0]}x{s.shape[1]}", "GB/s", 8 * s.size * 1e-9, s, None, _softmax))
     q, k = (rng.standard_normal((4, 4, 128, 64), np.float32) for _ in range(2))

@@ -79,9 +79,9 @@ def commands(monkeypatch) -> list[list[str]]:
     seen: list[list[str]] = []
     real = compiler_module.run_compiler
 
-    def recording(command, source):
+    def recording(command, source, libraries=()):
         seen.append(list(command))
-        return real(command, source)
+        return real(command, source, libraries)
 
     monkeypatch.setattr(compiler_module, "run_compiler", recording)
     return seen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import stat
 import subprocess
@@ -142,6 +143,62 @@ def test_openmp_kernel_runs_on_every_thread(allocator):
     assert download(allocator, out, np.int32, 1)[0] == expected
 
 
+SINES = (
+    "#include <math.h>\n"
+    "void sines(float* restrict data0, const float* restrict data1) {\n"
+    "  #pragma omp parallel for simd schedule(static)\n"
+    "  for (int i = 0; i < 4096; i++) data0[i] = sinf(data1[i]);\n"
+    "}\n"
+)
+
+
+def _sines(compiler, allocator, x: np.ndarray) -> tuple[np.ndarray, bytes]:
+    binary = compiler.compile(SINES)
+    out, given = allocator.alloc(4 * 4096), upload(allocator, x)
+    CPUProgram("sines", binary)(out, given)
+    return download(allocator, out, np.float32, 4096), binary
+
+
+def _sine_values() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-1, 1, 1024) * 10.0**e for e in (0, 2, 5, 30)])
+    x[:6] = [np.inf, -np.inf, np.nan, -0.0, 1e-30, 3.1415927]
+    return x.astype(np.float32)
+
+
+@pytest.mark.skipif(
+    shutil.which("gcc") is None or platform.libc_ver()[0] != "glibc", reason="needs gcc, glibc"
+)
+def test_sin_calls_vector_math_and_stays_within_two_ulp(allocator):
+    """gcc's OpenMP loops call libmvec's vector sinf (``VECTOR_MATH``): 14x faster than libm's
+    scalar one on 2 cores; every value within 2.5 ulp of the exact sine, specials as libm."""
+    compiler = CCompiler(["gcc"])
+    assert compiler.vector_math and "vector math: libmvec" in compiler.identity
+    x = _sine_values()
+    got, binary = _sines(compiler, allocator, x)
+    assert b"_ZGV" in binary  # (the vector function's mangled name)
+    exact = np.sin(x.astype(np.float64))
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    finite = np.isfinite(x)
+    assert np.all(np.abs(got[finite] - exact[finite]) <= 2.5 * ulp[finite])
+    assert np.isnan(got[:3]).all() and np.signbit(got[3]) and got[3] == 0.0
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_sin_stays_scalar_when_vector_math_does_not_link(tmp_path, allocator):
+    compiler = CCompiler([fake_compiler(tmp_path, "-lmvec")])
+    assert not compiler.vector_math and "vector math: none" in compiler.identity
+    x = _sine_values()
+    got, binary = _sines(compiler, allocator, x)
+    assert b"_ZGV" not in binary
+    finite = np.isfinite(x)
+    np.testing.assert_allclose(got[finite], np.sin(x[finite].astype(np.float64)), atol=1e-7)
+
+
+def test_given_flags_get_no_vector_math():
+    assert not CCompiler(flags=FLAGS).vector_math
+
+
 def test_cc_is_honoured_with_its_own_words(monkeypatch):
     monkeypatch.setenv("CC", "gcc -std=c11")
     assert find_c_compiler() == [shutil.which("gcc"), "-std=c11"]
@@ -183,9 +240,9 @@ def builds(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = compiler_module.run_compiler
 
-    def counting(command, source):
+    def counting(command, source, libraries=()):
         seen.append(source)
-        return real(command, source)
+        return real(command, source, libraries)
 
     monkeypatch.setattr(compiler_module, "run_compiler", counting)
     return seen

@@ -8,6 +8,7 @@ machines: an 8x32-upcast 1024x1024 matmul runs at about 36 GFLOP/s built by gcc 
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import math
@@ -88,6 +89,24 @@ TUNING_RULE = (
     f"unrolled >= {UNROLLED_COPIES}: {' '.join(UNROLLED_FLAGS)} (gcc); "
     f"lines > {LONG_LINES}: -O1; > {VERY_LONG_LINES}: -O0"
 )
+#: glibc's vector math library (libmvec) has a sinf that takes 8 (AVX2) or 16 (AVX-512) floats at
+#: once. Declared ``omp declare simd`` ahead of a kernel that calls ``sinf``, gcc's OpenMP loops
+#: call it instead of libm's scalar one: a sin of 2**22 floats on 2 cores (AMD EPYC), 18.7 ->
+#: 1.3 ms in C; within 2.1 ulp of the exact result at any magnitude up to 1e30 (libm's: 1), and
+#: inf, nan and -0 as libm. float64's ``sin`` stays libm's, for its full precision.
+VECTOR_MATH = "#pragma omp declare simd notinbranch\nfloat sinf(float);\n"
+#: What links the vector math library (after the source, as any library).
+VECTOR_MATH_LIBRARIES = ("-lmvec",)
+#: Built and run once per compiler to learn whether its OpenMP loops call libmvec, and right.
+VECTOR_MATH_TEST = (
+    VECTOR_MATH
+    + """#include <math.h>
+void fg_sines(float* restrict out, const float* restrict x, int n) {
+  #pragma omp parallel for simd schedule(static)
+  for (int i = 0; i < n; i++) out[i] = sinf(x[i]);
+}
+"""
+)
 #: Compiled once per compiler to learn whether it can build and link OpenMP code.
 OPENMP_TEST = """#include <omp.h>
 int fusegrad_openmp_test(void) {
@@ -123,8 +142,11 @@ def find_c_compiler() -> list[str]:
     raise DeviceUnavailable(f"no C compiler found: {NO_COMPILER}")
 
 
-def run_compiler(command: Sequence[str], source: str) -> tuple[bytes | None, str]:
-    """Build ``source`` into a shared object; its bytes (None on failure) and the compiler's stderr.
+def run_compiler(
+    command: Sequence[str], source: str, libraries: Sequence[str] = ()
+) -> tuple[bytes | None, str]:
+    """Build ``source`` into a shared object linked with ``libraries`` (and libm); its bytes (None
+    on failure) and the compiler's stderr.
 
     Runs in a fresh temporary folder, with relative file names, so that no path of ours ends up
     inside the binary and the same source always gives the same bytes; and in the C locale, so
@@ -136,7 +158,9 @@ def run_compiler(command: Sequence[str], source: str) -> tuple[bytes | None, str
             f.write(source)
         try:
             done = run_compiler_process(
-                [*command, "-o", "kernel.so", "kernel.c", "-lm"], kernels_in(source), folder
+                [*command, "-o", "kernel.so", "kernel.c", *libraries, "-lm"],
+                kernels_in(source),
+                folder,
             )
         except OSError as e:
             return None, f"could not run {command[0]}: {e}"
@@ -182,6 +206,28 @@ def supports_openmp(command: tuple[str, ...]) -> bool:
     """Whether ``command`` builds and links OpenMP code (clang needs libomp-dev for it)."""
     binary, _ = run_compiler([*command, *FLAGS, "-fopenmp"], OPENMP_TEST)
     return binary is not None
+
+
+@functools.cache
+def calls_vector_math(command: tuple[str, ...]) -> bool:
+    """Whether ``command`` (with its flags, ``-fopenmp`` among them) builds ``VECTOR_MATH_TEST``
+    into a library that calls libmvec's vector sinf, and that library loads and gives the sines.
+    False with clang (no vector calls from ``declare simd``), without OpenMP, or off glibc."""
+    binary, _ = run_compiler(command, VECTOR_MATH_TEST, VECTOR_MATH_LIBRARIES)
+    if binary is None or b"_ZGV" not in binary:
+        return False
+    with compile_folder() as folder:
+        path = os.path.join(folder, "probe.so")
+        with open(path, "wb") as f:
+            f.write(binary)
+        try:
+            probe = ctypes.CDLL(path).fg_sines
+        except OSError:  # (libmvec.so.1 not found at run time)
+            return False
+        x = [i * 0.37 - 20.0 for i in range(101)]
+        out, given = (ctypes.c_float * len(x))(), (ctypes.c_float * len(x))(*x)
+        probe(out, given, len(x))
+        return all(abs(o - math.sin(v)) <= 1e-6 for o, v in zip(out, given))
 
 
 @functools.cache
@@ -334,6 +380,22 @@ class CCompiler(Compiler):
         return (*base, "-fopenmp") if self.openmp else base
 
     @functools.cached_property
+    def vector_math(self) -> bool:
+        """Whether kernels that call ``sinf`` are built to call libmvec's vector one
+        (``VECTOR_MATH``): gcc with OpenMP on glibc, and not with flags given to the constructor
+        (those are used as they are)."""
+        if self.base_flags is not None or "-fopenmp" not in self.flags:
+            return False
+        return calls_vector_math((*self.command, *self.flags))
+
+    def _prepared(self, source: str) -> tuple[str, tuple[str, ...]]:
+        """``source`` as built, and the libraries it links: libmvec's declarations ahead of a
+        source that calls ``sinf``, when ``vector_math``."""
+        if "sinf(" in source and self.vector_math:
+            return VECTOR_MATH + source, VECTOR_MATH_LIBRARIES
+        return source, ()
+
+    @functools.cached_property
     def identity(self) -> str:
         """Compiler, version, flags (the ``-march`` target among them: AVX-512 and AVX2 builds
         never share a cache entry), the rules that add flags per kernel, and host CPU: whatever
@@ -341,6 +403,7 @@ class CCompiler(Compiler):
         words = " ".join(self.command + list(self.flags))
         if self.base_flags is None:
             words += f" | per kernel: {TUNING_RULE}"
+            words += f" | vector math: {'libmvec' if self.vector_math else 'none'}"
         return f"{words} | {compiler_version(self.command[0])} | {host_cpu()}"
 
     def tuning(self, source: str) -> tuple[str, ...]:
@@ -364,12 +427,15 @@ class CCompiler(Compiler):
 
     def compile(self, source: str) -> bytes:
         """Return the shared object built from ``source``; raise ``CompileError`` if it fails."""
-        binary, errors = run_compiler([*self.command, *self.flags, *self.tuning(source)], source)
+        built, libraries = self._prepared(source)
+        binary, errors = run_compiler(
+            [*self.command, *self.flags, *self.tuning(source)], built, libraries
+        )
         if binary is None:
             name = m.group(1) if (m := KERNEL_FUNCTION.search(source)) else "below"
             raise CompileError(
                 f"the CPU kernel {name} failed to compile with {' '.join(self.command)}:\n"
-                f"{DISABLED_PASS_NOTE.sub('', errors)}\n\n{numbered(source)}\n\n"
+                f"{DISABLED_PASS_NOTE.sub('', errors)}\n\n{numbered(built)}\n\n"
                 "fusegrad generated this source, so this is a fusegrad bug: please report it "
                 "with this whole message and the output of `fusegrad devices`."
             )
@@ -416,7 +482,8 @@ class CCompiler(Compiler):
             for name, symbol, source in zip(names, symbols, sources)
         )
         try:
-            library, _ = run_compiler([*self.command, *self.flags, *extra], unit)
+            built, libraries = self._prepared(unit)
+            library, _ = run_compiler([*self.command, *self.flags, *extra], built, libraries)
         except CompileError as e:  # too slow: built alone, each would take as long again
             return dict.fromkeys(sources, e)
         if library is None:
