@@ -480,3 +480,25 @@ def test_numpy_integers_serve_as_sizes_and_axes_as_in_torch():
     assert Tensor.ones(1, 3).squeeze(i(0)).shape == (3,)
     with pytest.raises(TypeError, match="sizes must be ints"):
         x.reshape(np.float64(4), 3)
+
+
+def test_long_masked_select_and_nonzero_match_torch_in_linear_work():
+    """A mask of 2**18 with ~half its elements true: compared every position with every true one
+    (an (n, count) matrix: 2**20 took 16 s for masked_select, nonzero over 2 minutes); now the
+    positions are found as the mask is read back (its count is read anyway), and the gradient
+    reads each element's share at its rank."""
+    from fusegrad.engine.realize import GlobalCounters
+
+    x = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    t = Tensor(x, requires_grad=True)
+    GlobalCounters.reset()
+    picked = t.masked_select(t > 0).realize()
+    coords = Tensor(x).nonzero().realize()
+    assert GlobalCounters.global_ops < 100 * x.size
+    tx = torch.from_numpy(x).requires_grad_()
+    want = tx.masked_select(tx > 0)
+    np.testing.assert_array_equal(picked.numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(coords.numpy(), torch.from_numpy(x).nonzero().numpy())
+    w = np.random.default_rng(1).standard_normal(want.shape).astype(np.float32)
+    (want * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose((picked * Tensor(w)).sum().gradient(t)[0].numpy(), tx.grad.numpy())
