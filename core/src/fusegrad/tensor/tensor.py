@@ -853,8 +853,10 @@ class Tensor(
         return self._float_operand()._alu(Ops.SIN)
 
     def cos(self) -> Tensor:
-        """cos(x) = sin(pi/2 - x)"""
-        return (math.pi / 2 - self._float_operand()).sin()
+        """cos(x) = 1 - 2 sin(x/2)**2, as accurate as the sine at any magnitude (the sine of
+        pi/2 - x would round pi/2 - x first: 1e-5 off at x = 1000)."""
+        half = (self._float_operand() * 0.5).sin()
+        return 1 - 2 * half * half
 
     def tan(self) -> Tensor:
         return self.sin() / self.cos()
