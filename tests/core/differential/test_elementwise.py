@@ -37,10 +37,6 @@ from .harness import (
 
 # ---- known differences from torch: each a bug to fix, and an xfail(strict) until then -----------
 
-SIGN_OF_INF = (
-    "sign(x) adds x * 0 to keep nan, which makes sign(+-inf) nan (torch +-1); "
-    "sign(nan) nan, torch 0"
-)
 FLOOR_DIVIDE_INF = (
     "floor(a / b): inf // 2.0 is inf (torch nan, as Python and numpy), -0.5 // inf is "
     "-0.0 (torch -1.0)"
@@ -89,7 +85,7 @@ UNARY = [
     *unary("abs", dtypes=(f32, f16, i32, i8, i64, u8), kinks=True),
     *unary("neg", dtypes=(f32, f16, f64, i32, i8, i64)),
     *unary("square", dtypes=(f32, i32)),
-    *unary("sign", dtypes=(f32, i32, i8), xfail={"special": SIGN_OF_INF}),
+    *unary("sign", dtypes=(f32, i32, i8)),
     *unary("floor", dtypes=(f32, f16, f64)),
     *unary("ceil", dtypes=(f32, f16, f64)),
     *unary("trunc", dtypes=(f32, f64)),
@@ -109,7 +105,7 @@ UNARY = [
     ),
     *unary("frac", low=-5, high=5, dtypes=(f32, f64)),
     *unary(
-        "sgn", grad=False, dtypes=(f32, i32), xfail={"special": SIGN_OF_INF}
+        "sgn", grad=False, dtypes=(f32, i32)
     ),  # torch: no gradient to compare
     *unary("signbit", grad=False, dtypes=(f32, f16, f64, i32, u8)),
     *unary("deg2rad", low=-400, high=400, dtypes=(f32, f64)),

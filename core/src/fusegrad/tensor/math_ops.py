@@ -372,11 +372,10 @@ class MathMixin(TensorBase):
         return up.where(t + step, t)
 
     def sign(self) -> Tensor:
-        """-1, 0 or 1 by the sign of x (nan stays nan)."""
+        """-1, 0 or 1 by the sign of x; +-inf give +-1 and nan 0, as PyTorch's."""
         if self.dtype == dtypes.bool:
             return cast("Tensor", self)
-        s = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
-        return s + self * 0 if self.dtype.is_float else s
+        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
 
     def isnan(self) -> Tensor:
         """True where x is nan (the only value unequal to itself)."""
