@@ -225,3 +225,37 @@ def test_trigonometry_matches_torch_at_every_magnitude(op, scale):
     want.sum().backward()
     finite = np.isfinite(x)
     np.testing.assert_allclose(grad.numpy()[finite], tx.grad.numpy()[finite], rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [129, 1000, 4096])
+@pytest.mark.parametrize("right", [False, True])
+@pytest.mark.parametrize("batched", [False, True])
+def test_long_searchsorted_bisects_as_torch(n, right, batched):
+    """Past ``SEARCH_COUNTED`` boundaries each value bisects (a gather a step, one kernel), as
+    torch's search does: the same answers for ties, nan and inf values, nan boundaries."""
+    rng = np.random.default_rng(n)
+    b = np.sort(rng.integers(-50, 50, (3, n) if batched else n).astype(np.float32), -1)
+    v = rng.integers(-60, 60, (3, 77) if batched else (5, 77)).astype(np.float32)
+    v.flat[::13], v.flat[1::17], v.flat[2::19] = np.nan, np.inf, -np.inf
+    if not batched:
+        b[-3:] = np.nan  # (torch sorts nan last)
+    got = Tensor(b).searchsorted(Tensor(v), right=right)
+    want = torch.searchsorted(torch.from_numpy(b), torch.from_numpy(v), right=right)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    ints = Tensor(b[..., :-3].astype(np.int32) if not batched else b.astype(np.int32))
+    sevens = np.full(v[..., :5].shape, 7, np.int32)
+    want = torch.searchsorted(torch.from_numpy(ints.numpy()), torch.from_numpy(sevens))
+    np.testing.assert_array_equal(ints.searchsorted(Tensor(sevens)).numpy(), want)
+
+
+def test_long_searchsorted_with_sorter_and_bucketize():
+    rng = np.random.default_rng(0)
+    b, v = rng.standard_normal(700).astype(np.float32), rng.standard_normal(300).astype(np.float32)
+    order = np.argsort(b, kind="stable").astype(np.int64)
+    got = Tensor(b).searchsorted(Tensor(v), sorter=Tensor(order.astype(np.int32)))
+    np.testing.assert_array_equal(got.numpy(), np.searchsorted(b, v, sorter=order))
+    s = np.sort(b)
+    np.testing.assert_array_equal(
+        Tensor(v).bucketize(Tensor(s), right=True).numpy(),
+        torch.bucketize(torch.from_numpy(v), torch.from_numpy(s), right=True).numpy(),
+    )

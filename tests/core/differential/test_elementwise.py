@@ -104,9 +104,7 @@ UNARY = [
         tol={"rtol": 1e-6, "atol": 0},
     ),
     *unary("frac", low=-5, high=5, dtypes=(f32, f64)),
-    *unary(
-        "sgn", grad=False, dtypes=(f32, i32)
-    ),  # torch: no gradient to compare
+    *unary("sgn", grad=False, dtypes=(f32, i32)),  # torch: no gradient to compare
     *unary("signbit", grad=False, dtypes=(f32, f16, f64, i32, u8)),
     *unary("deg2rad", low=-400, high=400, dtypes=(f32, f64)),
     *unary("rad2deg", dtypes=(f32, f64)),

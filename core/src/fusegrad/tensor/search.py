@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 
 
+#: a search in a sorted axis this long or shorter compares each value with every element (one
+#: vectorised sum); a longer one bisects (``_bisected``)
+SEARCH_COUNTED = 128
+
+
 class SearchMixin(TensorBase):
     """Searching sorted rows, order statistics and unique elements."""
 
@@ -77,9 +82,29 @@ class SearchMixin(TensorBase):
             raise ShapeError(
                 "searchsorted needs boundaries with at least one axis, got a 0-d tensor"
             )
+        if self.shape[-1] > SEARCH_COUNTED:
+            return self._bisected(values, right)
         row = self if self.ndim == 1 else self.unsqueeze(-2)  # (..., 1, n) against (..., k, 1)
         after = row > values.unsqueeze(-1) if right else row >= values.unsqueeze(-1)
         return after.logical_not().sum(-1, dtype=dtypes.int32)
+
+    def _bisected(self, values: Tensor, right: bool) -> Tensor:
+        """``_count_before`` by bisection, as PyTorch searches: each value halves its range
+        [lo, hi) of this sorted last axis ``n.bit_length()`` times, reading one element a step
+        (a gather); the first element not before the value ends it. log2(n) reads a value where
+        the count compares it with all n (64K values in 64K boundaries: 97 ms counted)."""
+        n = self.shape[-1]
+        table = cast("Tensor", self)
+        if self.ndim == 1:  # (the values flat, each reading the one row)
+            shape, values = values.shape, values.reshape(-1)
+        lo = values.zeros_like(dtypes.int32)
+        hi = values.full_like(n, dtypes.int32)
+        for _ in range(n.bit_length()):
+            mid = (lo + hi) // 2
+            at = table._gathered(table.ndim - 1, mid.clip(0, n - 1))
+            before = (at > values if right else at >= values).logical_not() & (lo < hi)
+            lo, hi = before.where(mid + 1, lo), (before | (lo >= hi)).where(hi, mid)
+        return lo.reshape(shape) if self.ndim == 1 else lo
 
     def bucketize(
         self, boundaries: Tensor, *, out_int32: bool = False, right: bool = False
