@@ -259,3 +259,22 @@ def test_long_searchsorted_with_sorter_and_bucketize():
         Tensor(v).bucketize(Tensor(s), right=True).numpy(),
         torch.bucketize(torch.from_numpy(v), torch.from_numpy(s), right=True).numpy(),
     )
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_long_index_fill_looks_rows_up_as_torch(dim):
+    """Past ``INDEX_COMPARED`` pairs each row is looked up in the sorted index (1,000 rows of
+    2**20 compared 2**30 pairs, 301 ms); repeated indices, int32 and int64 alike."""
+    rng = np.random.default_rng(dim)
+    x = rng.standard_normal((3000, 2000) if dim == 0 else (2, 3000)).astype(np.float32)
+    for index in (rng.integers(0, 3000, 2000), rng.integers(0, 3000, 1500).astype(np.int32)):
+        got = Tensor(x).index_fill(dim, Tensor(index), -7.0)
+        want = torch.from_numpy(x).index_fill(dim, torch.from_numpy(index.astype(np.int64)), -7.0)
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_long_index_fill_still_refuses_an_index_out_of_range():
+    index = np.arange(3000)
+    index[1234] = 3000
+    with pytest.raises(IndexError, match="index_fill"):
+        Tensor.zeros(3000, 2000).index_fill(0, Tensor(index), 1.0).numpy()

@@ -48,6 +48,11 @@ def _pair(dims: Any) -> list[int]:
     return [dims] if isinstance(dims, int) else [int(d) for d in dims]
 
 
+#: an index_fill compares every row with every index up to this many pairs (one vectorised
+#: reduction); past it, it looks each row up in the sorted index (``_index_hit``)
+INDEX_COMPARED = 1 << 22
+
+
 class JoinMixin(TensorBase):
     """hstack/vstack/dstack/column_stack, tensor_split, tensordot, diff, index_add/fill."""
 
@@ -213,6 +218,20 @@ class JoinMixin(TensorBase):
         rows = type(self).arange(n, device=self.device).reshape(n, 1)
         return rows == index.reshape(1, -1)
 
+    def _index_hit(self, name: str, axis: int, index: Tensor) -> Tensor:
+        """(n,) bool: whether row j of ``axis`` is among ``index``. Past ``INDEX_COMPARED``
+        comparisons of every row with every index, each row is looked up in the sorted index
+        instead (a bisection, ``searchsorted``): filling 1,000 rows of 2**20 compared 2**30
+        pairs, 301 ms."""
+        rows = self._index_rows(name, axis, index)  # (the checks; nothing runs unless used)
+        n, k = rows.shape[0], index.numel()
+        if n * k <= INDEX_COMPARED:
+            return rows.any(1)
+        keys = index.reshape(-1).sort()[0]
+        positions = type(self).arange(n, device=self.device)
+        found = keys.searchsorted(positions).clip(0, k - 1)
+        return keys._gathered(0, found.cast(dtypes.int32)) == positions
+
     def index_add(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
         """This tensor plus ``alpha * source`` added at the positions ``index`` along ``dim``
         (repeated indices add up), as ``torch.index_add``.
@@ -251,7 +270,7 @@ class JoinMixin(TensorBase):
             raise ShapeError(
                 f"index_fill value must be a number or a 0-d tensor, got shape {value.shape}"
             )
-        hit = self._index_rows("index_fill", axis, index).any(1)  # (n,)
+        hit = self._index_hit("index_fill", axis, index)  # (n,)
         hit = hit.reshape(tuple(-1 if i == axis else 1 for i in range(self.ndim)))
         return hit.where(value, cast("Tensor", self)).cast(self.dtype)
 
