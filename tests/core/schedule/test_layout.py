@@ -385,3 +385,21 @@ def test_a_right_operand_a_kernel_packs_by_groups_of_panels_gets_no_copy():
     # 32 panels: 8 groups of 4 at the least; 16 panels: fewer than 8 groups
     assert _count(_laid_out(_realized(96, 256) @ _realized(256, 512), grouped), Ops.CONTIGUOUS) == 0
     assert _count(_laid_out(_realized(96, 512) @ _realized(512, 256), grouped), Ops.CONTIGUOUS) == 1
+
+
+def test_the_padded_panel_is_copied_apart_so_the_whole_ones_read_runs(avx512_host):
+    """A 1000-column operand's panels: padded as one, each element's column was tested against
+    1000 and clamped (``min(column, 999)``), and gcc read the operand one element at a time
+    (1.9-3.7 ms for 4 MB); the whole panels and the padded last one are now two pieces of one
+    copy, and no load is clamped to the last column."""
+    from fusegrad import Device
+    from fusegrad.codegen.kernel import generate
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((300, 200), np.float32), rng.standard_normal((200, 1000), np.float32)
+    y = Tensor(a, device="CPU") @ Tensor(b, device="CPU")
+    copies = [s for s in y.schedule() if s.ast.src[0].src[1].op is not Ops.REDUCE_AXIS]
+    sources = [generate(s.ast, Device["CPU"].renderer).source for s in copies]
+    panel = [src for src in sources if "992" in src]  # (the last panel's first column)
+    assert panel and all("-999" not in src for src in panel)
+    np.testing.assert_allclose(y.numpy(), a @ b, rtol=1e-4, atol=1e-4)
