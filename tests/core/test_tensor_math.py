@@ -278,3 +278,68 @@ def test_long_index_fill_still_refuses_an_index_out_of_range():
     index[1234] = 3000
     with pytest.raises(IndexError, match="index_fill"):
         Tensor.zeros(3000, 2000).index_fill(0, Tensor(index), 1.0).numpy()
+
+
+@pytest.fixture
+def network_sort(monkeypatch):
+    """Every sort past ``SORT_WHOLE`` elements by the bitonic network, however few its rows."""
+    from fusegrad.tensor import scan
+
+    monkeypatch.setattr(scan, "SORT_RANK_WORK", 0)
+
+
+def _sortable(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype == i32:
+        return rng.integers(-20, 20, shape).astype(np.int32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[::37], x.flat[5::41], x.flat[3::53], x.flat[7::59] = np.nan, 1.0, -np.inf, np.inf
+    return x.astype(np.float16) if dtype == "f16" else x
+
+
+@pytest.mark.parametrize("n", [257, 1000, 1024, 1025])
+@pytest.mark.parametrize("dtype", [f32, i32, bool_, "f16"])
+@pytest.mark.parametrize("descending", [False, True])
+def test_network_sort_matches_torch_stable_sort(network_sort, n, dtype, descending):
+    """Values and indices as torch's stable sort: ties keep their order, nan above all."""
+    x = _sortable((2, n), dtype, seed=n)
+    values, indices = Tensor(x).sort(-1, descending=descending)
+    want_v, want_i = torch.from_numpy(x).sort(dim=-1, descending=descending, stable=True)
+    assert values.dtype == Tensor(x).dtype and indices.dtype == i32
+    np.testing.assert_array_equal(values.numpy(), want_v.numpy())
+    np.testing.assert_array_equal(indices.numpy(), want_i.numpy())
+
+
+def test_network_topk_along_a_leading_dim_and_its_gradient(network_sort):
+    x = np.random.default_rng(1).standard_normal((600, 3)).astype(np.float32)
+    t = Tensor(x, requires_grad=True)
+    values, indices = t.topk(5, dim=0)
+    tx = torch.from_numpy(x).requires_grad_()
+    want_v, want_i = tx.topk(5, dim=0)
+    check(values, want_v)
+    np.testing.assert_array_equal(indices.numpy(), want_i.numpy())
+    w = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
+    (want_v * torch.from_numpy(w)).sum().backward()
+    check((values * Tensor(w)).sum().gradient(t)[0], tx.grad)
+    smallest, where = t.topk(4, dim=0, largest=False)
+    want_s, want_w = tx.detach().topk(4, dim=0, largest=False)
+    check(smallest, want_s)
+    np.testing.assert_array_equal(where.numpy(), want_w.numpy())
+
+
+def test_long_sort_runs_a_network_not_every_pair():
+    """A sort of 2**16 counted every pair's order (2**32 comparisons, and 2**40 for 2**20,
+    hours); the bitonic network takes 136 steps of 2**16 elements."""
+    from fusegrad.engine.realize import GlobalCounters
+
+    x = np.random.default_rng(0).standard_normal(1 << 16).astype(np.float32)
+    t = Tensor(x).realize()
+    GlobalCounters.reset()
+    values, indices = t.sort()
+    Tensor.realize(values, indices)
+    assert GlobalCounters.global_ops < 1 << 28
+    want_v, want_i = torch.from_numpy(x).sort(stable=True)
+    np.testing.assert_array_equal(values.numpy(), want_v.numpy())
+    np.testing.assert_array_equal(indices.numpy(), want_i.numpy())
