@@ -623,3 +623,27 @@ def test_ragged_batched_products_and_gradients_match_numpy():
         want_y = (np.swapaxes(x, -1, -2) @ (2 * ref)).reshape(-1, *sb).sum(0)
         np.testing.assert_allclose(gx.numpy(), want_x, rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(gy.numpy(), want_y, rtol=1e-4, atol=1e-3)
+
+
+def test_a_single_row_product_streams_runs_of_columns():
+    """(1, 2048) @ (2048, 2048) with w read in place: each of 2 cores sums 1024 columns at a
+    time down w's rows (runs of 4 KB), not a panel of 32 down all 2048 rows (a page a step:
+    0.65x torch); two rows, or a sum over rows alone, keep the register tile."""
+    two_cores = _target(32, 64)
+    two_cores.cache_threads = 2
+    x, w = Tensor.rand(1, 2048, device="CPU"), Tensor.rand(2048, 2048, device="CPU")
+    opts = heuristic_opts(_reduce_ast(x @ w), two_cores)
+    assert opts.upcast == ((1, 1024),) and opts.shifted is None
+    odd = heuristic_opts(
+        _reduce_ast(Tensor.rand(1, 64, device="CPU") @ Tensor.rand(64, 600)), two_cores
+    )
+    assert odd.upcast == ((1, 256),) and odd.shifted == 1  # (blocks at 0, 256 and 344)
+    two = heuristic_opts(_reduce_ast(Tensor.rand(2, 2048, device="CPU") @ w), two_cores)
+    assert two.upcast[-1][1] <= 32
+    column_sums = heuristic_opts(
+        _reduce_ast(Tensor.rand(2048, 2048, device="CPU").sum(0)), two_cores
+    )
+    assert column_sums is None or all(amount <= 32 for _, amount in column_sums.upcast)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((1, 600), np.float32), rng.standard_normal((600, 900), np.float32)
+    np.testing.assert_allclose((Tensor(a) @ Tensor(b)).numpy(), a @ b, rtol=1e-4, atol=1e-3)

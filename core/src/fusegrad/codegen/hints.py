@@ -104,14 +104,19 @@ def _uses_accumulators(body: list[UOp]) -> bool:
     )
 
 
+#: an upcast loop this long or longer is no register tile: its accumulators live in memory (a
+#: row's product summing a run of 1024 columns, ``opt._streamed_columns``) and it runs as SIMD
+UNROLLED_UPCAST = 256
+
+
 def _packs_in_registers(loop: UOp, body: list[UOp]) -> bool:
     """Whether unrolling ``loop`` leaves code gcc packs into vector registers. An upcast tile
     always (its rows are the register tile); a lane loop only when its body is short arithmetic.
     Unrolled, a sum's accumulators live in registers (under ``omp simd`` gcc loads and stores
     each on every step: a 16M sum ran 10-20% slower); a max or an exp unrolled runs scalar (a
     softmax row max ran 1.8x slower)."""
-    if loop.arg.kind is AxisKind.UPCAST:
-        return True
+    if loop.arg.kind is AxisKind.UPCAST:  # (not a run of columns summed in memory: 1024 floats)
+        return (trips := trips_of(loop)) is None or trips < UNROLLED_UPCAST
     if any(u.op in _NOT_PACKED for u in body):
         return False
     return loop.src[0].arg * len(body) <= _UNROLL_STATEMENTS

@@ -201,6 +201,47 @@ def _ragged_vector(size: int, amounts: tuple[int, ...]) -> int:
     return max(fitting, key=lambda a: (size / -(-size // a), a), default=1)
 
 
+#: the widest run of columns one row's product sums at a time (``_streamed_columns``), and the
+#: narrowest worth it
+STREAMED_COLUMNS = (1024, 512, 256)
+
+
+def _streamed_columns(
+    nodes: list[UOp], shape: tuple[int, ...], vec_axis: int | None, renderer: Renderer
+) -> KernelOpts | None:
+    """For a single row's product reading its right operand in place along its rows (``x @ w``
+    with ``w`` stored (k, m): a decode step's layer as ONNX files store it), each core sums a
+    run of up to 1024 columns at a time, its sums in a local array (4 KB, in L1), reading one
+    run of each row of ``w`` per step of the sum; else None.
+
+    The register tile walks a panel of 32 columns down all k rows of ``w``, a row (8 KB apart
+    for m = 2048) a step: each step a page of its own, which the prefetcher does not follow.
+    (1, 2048) @ (2048, 2048) on 2 cores (AMD EPYC), in C: 0.90 ms in panels of 32, 0.50 in
+    runs of 512, 0.49 of 1024; torch 0.45-0.51."""
+    if vec_axis is None or any(s != 1 for d, s in enumerate(shape) if d != vec_axis):
+        return None
+    m = shape[vec_axis]
+    reduces = [u for u in nodes if u.op is Ops.RANGE and u.arg.kind is AxisKind.REDUCE]
+    loop = _output_loops(nodes, shape).get(vec_axis)
+    if not isinstance(m, int) or loop is None or len(reduces) != 1:
+        return None
+    rows = columns = False  # (x, read along the sum alone; w, along its rows in runs)
+    for u in nodes:
+        if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX:
+            index = u.src[0].src[1]
+            along, across = stride_along(index, reduces[0]), stride_along(index, loop)
+            rows |= across == 0 and along != 0
+            columns |= across == 1 and along is not None and along >= m
+    if not (rows and columns):  # (a sum over rows alone, not a product, keeps its tile)
+        return None
+    threads = max(1, renderer.cache_threads)
+    width = next((w for w in STREAMED_COLUMNS if w * threads <= m), None)
+    if width is None:
+        return None
+    order = tuple(range(len(shape)))
+    return KernelOpts(order, ((vec_axis, width),), shifted=vec_axis if m % width else None)
+
+
 def _upcast_reads_consecutively(value: UOp, axis: int, amount: int) -> bool:
     """Whether some input is read consecutively along output ``axis`` upcast by ``amount`` (a
     panelled matmul operand moves by one only within its panel: ``j % 16``, visible once the
@@ -262,6 +303,8 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     contiguous = _contiguous_axes(value, nodes, axes, amounts)  # (lowers once per axis)
     vec_axis = _vector_axis(shape, axes, contiguous, amounts)
     reduce_contiguous = _innermost_reduce_is_contiguous(nodes)
+    if (streamed := _streamed_columns(nodes, shape, vec_axis, renderer)) is not None:
+        return streamed
     shifted = None
     if vec_axis is not None and (vec_axis in contiguous or not reduce_contiguous):
         vec = _vector_amount(shape, vec_axis, amounts)
