@@ -531,7 +531,7 @@ class IndexMixin(TensorBase):
             return picked._with_gradient(_selected_gradient, (x, m))
         hit = m._nth_true(size)  # (n, size)
         out = x._pick(hit, x.unsqueeze(1).expand(hit.shape), axis=0)
-        return out if size is None else hit._max(0, False).where(out, fill_value).cast(self.dtype)
+        return hit._max(0, False).where(out, fill_value).cast(self.dtype)
 
     def nonzero(
         self, as_tuple: bool = False, size: int | None = None, fill_value: int = 0
@@ -575,11 +575,9 @@ class IndexMixin(TensorBase):
         dtype = dtypes.int32 if self.shape[0] <= dtypes.int32.max else dtypes.int64
         return type(self)(found.astype(dtype.np), dtype=dtype, device=self.device)
 
-    def _nth_true(self, size: int | None) -> Tensor:
+    def _nth_true(self, size: int) -> Tensor:
         """For this 1-d bool tensor: (n, size) ``hit``, ``hit[k, j]`` true when element k is the
-        j-th true element (from 0); ``size`` is their count (read from the data if None)."""
-        if size is None:
-            size = int(self.sum().item())
+        j-th true element (from 0), for the first ``size`` of them."""
         if size < 0:
             raise ValueError(f"size must be >= 0, got {size}")
         rank = self.cumsum(0) - 1  # how many true elements come before each
@@ -848,7 +846,7 @@ def _selected_gradient(g: Tensor, x: Tensor, mask: Tensor) -> tuple[Tensor, None
     if g.shape[0] == 0:
         return x.zeros_like(), None
     rank = (mask.cast(dtypes.int32).cumsum(0) - 1).clip(0, g.shape[0] - 1)
-    return mask.where(g._gathered(0, rank.cast(dtypes.int32)), 0).cast(x.dtype), None
+    return mask.where(g._gathered(0, rank), 0).cast(x.dtype), None
 
 
 def _rows_gradient(g: Tensor, weight: Tensor, ids: Tensor) -> tuple[Tensor, None]:

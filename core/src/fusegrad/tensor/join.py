@@ -206,6 +206,13 @@ class JoinMixin(TensorBase):
 
     def _index_rows(self, name: str, axis: int, index: Tensor) -> Tensor:
         """(n, k) bool: row j of ``axis`` is index[k]; checks PyTorch's rules for ``index``."""
+        n = self._checked_index(name, axis, index)
+        rows = type(self).arange(n, device=self.device).reshape(n, 1)
+        return rows == index.reshape(1, -1)
+
+    def _checked_index(self, name: str, axis: int, index: Tensor) -> int:
+        """The length of ``axis``, once ``index`` is known to follow PyTorch's rules for an index
+        into it (its values checked at the next read)."""
         if not is_tensor(index) or not index.dtype.is_int:
             raise InvalidArgument(
                 f"{name} needs an integer index tensor, got "
@@ -215,22 +222,20 @@ class JoinMixin(TensorBase):
             raise ShapeError(f"{name} index must be 0-d or 1-d, got shape {index.shape}")
         n = self.shape[axis] if self.ndim else 1
         bounds.check_later(name, index, 0, n, f"dim {axis} (size {n})")
-        rows = type(self).arange(n, device=self.device).reshape(n, 1)
-        return rows == index.reshape(1, -1)
+        return n
 
     def _index_hit(self, name: str, axis: int, index: Tensor) -> Tensor:
         """(n,) bool: whether row j of ``axis`` is among ``index``. Past ``INDEX_COMPARED``
         comparisons of every row with every index, each row is looked up in the sorted index
         instead (a bisection, ``searchsorted``): filling 1,000 rows of 2**20 compared 2**30
         pairs, 301 ms."""
-        rows = self._index_rows(name, axis, index)  # (the checks; nothing runs unless used)
-        n, k = rows.shape[0], index.numel()
-        if n * k <= INDEX_COMPARED:
-            return rows.any(1)
-        keys = index.reshape(-1).sort()[0]
+        n, k = self._checked_index(name, axis, index), index.numel()
         positions = type(self).arange(n, device=self.device)
-        found = keys.searchsorted(positions).clip(0, k - 1)
-        return keys._gathered(0, found.cast(dtypes.int32)) == positions
+        if n * k <= INDEX_COMPARED:
+            return (positions.reshape(n, 1) == index.reshape(1, -1)).any(1)
+        keys = index.reshape(-1).sort()[0]
+        found = keys.searchsorted(positions).clip(0, k - 1)  # (int32)
+        return keys._gathered(0, found) == positions
 
     def index_add(self, dim: int, index: Tensor, source: Tensor, alpha: float = 1) -> Tensor:
         """This tensor plus ``alpha * source`` added at the positions ``index`` along ``dim``

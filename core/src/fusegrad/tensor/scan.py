@@ -132,12 +132,12 @@ class ScanMixin(TensorBase):
         x = cast("Tensor", self)
         n = x.shape[-1]
         blocks = -(-n // SCAN_BLOCK)
-        padded = x.pad((*((None,) * (x.ndim - 1)), (0, blocks * SCAN_BLOCK - n)))
+        padded = x.pad((0, blocks * SCAN_BLOCK - n))  # (F.pad's form: the last axis)
         parts = padded.reshape(*x.shape[:-1], blocks, SCAN_BLOCK)
         within = parts.cumsum(-1)  # (..., blocks, SCAN_BLOCK)
         totals = within[..., -1]  # (..., blocks)
         # the sum of the blocks before each: the totals' running sums moved one block on
-        before = totals[..., :-1].cumsum(-1).pad((*((None,) * (x.ndim - 1)), (1, 0)))
+        before = totals[..., :-1].cumsum(-1).pad((1, 0))
         out = within + before.unsqueeze(-1)
         return out.reshape(*x.shape[:-1], blocks * SCAN_BLOCK)[..., :n]
 
@@ -296,7 +296,7 @@ class ScanMixin(TensorBase):
         keys = x.cast(dtypes.int8) if x.dtype == dtypes.bool else x
         n, lead = x.shape[-1], x.shape[:-1]
         size = 1 << max(0, n - 1).bit_length()
-        values = keys.pad((*((None,) * len(lead)), (0, size - n)))  # (pads go last, by index)
+        values = keys.pad((0, size - n))  # (the last axis; pads go last, by index)
         index = type(x).arange(size, dtype=dtypes.int32, device=x.device)
         index = index.reshape(*((1,) * len(lead)), size).expand(*lead, size)
         # (each step's arrays as (..., runs, 2, distance): its kernel then reads the previous

@@ -100,10 +100,10 @@ class SearchMixin(TensorBase):
         lo = values.zeros_like(dtypes.int32)
         hi = values.full_like(n, dtypes.int32)
         for _ in range(n.bit_length()):
-            mid = (lo + hi) // 2
+            mid, searching = (lo + hi) // 2, lo < hi
             at = table._gathered(table.ndim - 1, mid.clip(0, n - 1))
-            before = (at > values if right else at >= values).logical_not() & (lo < hi)
-            lo, hi = before.where(mid + 1, lo), (before | (lo >= hi)).where(hi, mid)
+            before = (at > values if right else at >= values).logical_not()
+            lo, hi = (searching & before).where(mid + 1, lo), (searching & ~before).where(mid, hi)
         return lo.reshape(shape) if self.ndim == 1 else lo
 
     def bucketize(
