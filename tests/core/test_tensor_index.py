@@ -156,6 +156,52 @@ def test_rows_picked_by_a_tensor_learn_as_torch_through_one_product(device):
     np.testing.assert_allclose(grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("paired", [True, False])
+def test_a_large_vocabulary_learns_as_torch_without_a_one_hot_matmul(device, monkeypatch, paired):
+    """With a vocabulary many times the ids' count (a GPT-2's 50,257 and a batch of 512), each
+    id's gradient is summed over pairs of positions and looked up (a gather), not a (V, N) by
+    (N, C) matmul: 0.4 GFLOP instead of 40. Both forms give torch's gradient: repeated ids add
+    up, ids absent get 0."""
+    from fusegrad.tensor import index
+    from fusegrad.uop.ops import Ops
+
+    if not paired:
+        monkeypatch.setattr(index, "PAIRED_IDS", 10**9)
+    rng = np.random.default_rng(11)
+    vocab, dim = 3000, 12
+    w = rng.standard_normal((vocab, dim)).astype(np.float32)
+    ids = rng.integers(0, 20, (4, 16)).astype(np.int32)  # 64 positions, 20 ids: many repeats
+    ids[0, :3] = vocab - 1
+    seed = rng.standard_normal((4, 16, dim)).astype(np.float32)
+    table = Tensor(w, device=device, requires_grad=True)
+    (grad,) = (
+        (Tensor(ids, device=device).embedding(table) * Tensor(seed, device=device))
+        .sum()
+        .gradient(table)
+    )
+    gathers = [Ops.GATHER in _ops_in(ast) for ast in _kernel_asts(grad)]
+    assert any(gathers) == paired
+    tw = torch.tensor(w, requires_grad=True)
+    (
+        torch.nn.functional.embedding(torch.tensor(ids).long(), tw) * torch.tensor(seed)
+    ).sum().backward()
+    np.testing.assert_allclose(grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_index_add_of_few_indices_keeps_an_inf_to_its_own_row(device):
+    """``index_add`` of k indices into n >= 4k rows sums each index's rows over pairs of
+    indices (k*k, not n*k): a select, so an inf added to one row leaves the others finite."""
+    a = np.zeros((50, 2), np.float32)
+    src = np.array([[np.inf, 1], [2, 3], [4, 5]], np.float32)
+    idx = np.array([7, 9, 7])
+    got = Tensor(a, device=device).index_add(
+        0, Tensor(idx, device=device), Tensor(src, device=device)
+    )
+    want = torch.tensor(a).index_add(0, torch.tensor(idx), torch.tensor(src))
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert np.isfinite(got.numpy()[9]).all() and got.numpy()[7, 0] == np.inf
+
+
 def test_a_lookup_of_computed_rows_fuses_the_computation(device):
     """Rows computed from packed bytes (as a quantized weight is) are computed per element read:
     one kernel reads the bytes, and no float copy of the table is made."""

@@ -655,6 +655,28 @@ SEARCH = [
         index_values(0, shape=()),
         floats(),
     ),
+    # n >= 4 k: each index's rows summed over pairs of indices, then looked up (_paired_rows)
+    case(
+        "index_add-paired-rows",
+        lambda x, i, s: x.index_add(0, i, s, alpha=-2),
+        floats(40, 3),
+        index_values(1, 39, 1, 0, 1),
+        floats(5, 3),
+    ),
+    case(
+        "index_add-paired-dim1",
+        lambda x, i, s: x.index_add(1, i, s),
+        floats(2, 30, 3),
+        indices(30, 6),
+        floats(2, 6, 3),
+    ),
+    case(
+        "index_add-paired-last",
+        lambda x, i, s: x.index_add(-1, i, s),
+        ints(2, 3, 20),
+        index_values(19, 0, 19),
+        ints(2, 3, 3),
+    ),
     case(
         "index_add-empty",
         lambda x, i, s: x.index_add(0, i, s),

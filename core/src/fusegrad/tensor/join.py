@@ -16,6 +16,7 @@ from fusegrad.errors import InvalidArgument, ShapeError
 from fusegrad.helpers import prod
 from fusegrad.tensor import bounds
 from fusegrad.tensor.base import TensorBase, is_tensor
+from fusegrad.tensor.index import PAIRED_IDS, _paired_rows
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -204,12 +205,6 @@ class JoinMixin(TensorBase):
 
     # ---- accumulating at indices -----------------------------------------------------------------
 
-    def _index_rows(self, name: str, axis: int, index: Tensor) -> Tensor:
-        """(n, k) bool: row j of ``axis`` is index[k]; checks PyTorch's rules for ``index``."""
-        n = self._checked_index(name, axis, index)
-        rows = type(self).arange(n, device=self.device).reshape(n, 1)
-        return rows == index.reshape(1, -1)
-
     def _checked_index(self, name: str, axis: int, index: Tensor) -> int:
         """The length of ``axis``, once ``index`` is known to follow PyTorch's rules for an index
         into it (its values checked at the next read)."""
@@ -248,20 +243,28 @@ class JoinMixin(TensorBase):
             one = source.reshape(-1) if source.numel() == 1 else source
             return self.reshape(1).index_add(dim, index.reshape(-1), one, alpha).reshape(())
         axis = self._axis(dim)
-        hit = self._index_rows("index_add", axis, index)
-        expected = self.shape[:axis] + (hit.shape[1],) + self.shape[axis + 1 :]
+        n, k = self._checked_index("index_add", axis, index), index.numel()
+        expected = self.shape[:axis] + (k,) + self.shape[axis + 1 :]
         if source.shape != expected:
             raise ShapeError(
                 f"index_add: source of shape {source.shape} should have shape "
-                f"{expected} ({hit.shape[1]} indices along dim {dim} of {self.shape})"
+                f"{expected} ({k} indices along dim {dim} of {self.shape})"
             )
         if source.dtype != self.dtype:
             raise InvalidArgument(
                 f"index_add: source of dtype {source.dtype.name} into a "
                 f"{self.dtype.name} tensor; cast it first, as PyTorch requires"
             )
-        src = source.transpose(axis, -1).unsqueeze(-2)  # (..., 1, k) against hit (n, k)
-        added = hit.where(src, 0).sum(-1, dtype=self.dtype).transpose(axis, -1)
+        if n >= PAIRED_IDS * k and k > 0:  # each index's sum taken per index: k*k, not n*k
+            rows = source.transpose(axis, 0).reshape(k, -1)
+            spread = _paired_rows(rows, index.reshape(1, k), n, selected=True)
+            moved = list(self.shape)
+            moved[0], moved[axis] = moved[axis], moved[0]
+            added = spread.reshape(moved).transpose(axis, 0)
+        else:
+            hit = type(self).arange(n, device=self.device).reshape(n, 1) == index.reshape(1, -1)
+            src = source.transpose(axis, -1).unsqueeze(-2)  # (..., 1, k) against hit (n, k)
+            added = hit.where(src, 0).sum(-1, dtype=self.dtype).transpose(axis, -1)
         return (self + (added * alpha if alpha != 1 else added)).cast(self.dtype)
 
     def index_fill(self, dim: int, index: Tensor, value: float | Tensor) -> Tensor:
