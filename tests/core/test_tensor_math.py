@@ -203,6 +203,42 @@ def test_long_cumsum_does_linear_work():
     assert out[-1].item() == n and out[12345].item() == 12346
 
 
+@pytest.mark.parametrize("n, axis", [(1000, 0), (3001, 1)])
+def test_blocked_scans_match_torch(monkeypatch, n, axis):
+    """Past ``SCAN_DOUBLED`` elements cumprod, cummax, cummin and logcumsumexp scan blocks, then
+    the blocks' ends (blocked again when those are many): values, indices (the latest among
+    ties; nan wins), integers and gradients as torch's. Patched to 40, 1000 elements take two
+    levels and 3001 three."""
+    from fusegrad.tensor import scan
+
+    monkeypatch.setattr(scan, "SCAN_DOUBLED", 40)
+    rng = np.random.default_rng(n)
+    shape = (n, 2) if axis == 0 else (2, n)
+    x = (1 + rng.standard_normal(shape) * 0.01).astype(np.float32)
+    ties = rng.integers(-3, 4, shape).astype(np.float32)
+    ties[(0, 7) if axis == 1 else (7, 0)] = np.nan  # row 0: nan from 7 on
+    ties[(1, slice(900, None)) if axis == 1 else (slice(900, None), 1)] = np.inf  # row 1: ties
+    ints = rng.integers(-1, 2, shape).astype(np.int32) | 1  # +-1: exact products
+    check(Tensor(x).cumprod(axis), torch.from_numpy(x).cumprod(axis), rtol=1e-4, atol=0)
+    check(Tensor(ints).cumprod(axis), torch.from_numpy(ints).cumprod(axis))
+    for op in ("cummax", "cummin"):
+        for a in (ties, x):
+            got, want = getattr(Tensor(a), op)(axis), getattr(torch.from_numpy(a), op)(axis)
+            check(got.values, want.values)
+            check(got.indices, want.indices.int())
+    check(Tensor(ties).logcumsumexp(axis), torch.from_numpy(ties).logcumsumexp(axis), rtol=1e-5)
+    w = rng.standard_normal(shape).astype(np.float32)
+    for op in ("cumprod", "logcumsumexp"):
+        t, tx = Tensor(x, requires_grad=True), torch.from_numpy(x).requires_grad_()
+        (grad,) = (getattr(t, op)(axis) * Tensor(w)).sum().gradient(t)
+        (getattr(tx, op)(axis) * torch.from_numpy(w)).sum().backward()
+        check(grad, tx.grad, rtol=1e-3, atol=1e-3)
+    t, tx = Tensor(ties, requires_grad=True), torch.from_numpy(ties).requires_grad_()
+    (grad,) = (t.cummax(axis).values * Tensor(w)).sum().gradient(t)
+    (tx.cummax(axis).values * torch.from_numpy(w)).sum().backward()
+    check(grad, tx.grad)
+
+
 @pytest.mark.parametrize("op", ["sin", "cos", "tan"])
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e6, 1e30])
 def test_trigonometry_matches_torch_at_every_magnitude(op, scale):
