@@ -121,6 +121,21 @@ CONV_TRANSPOSES = [
     ),
     ("2d_dilation_stride", (1, 2, 3, 3), (2, 2, 2, 3), {"stride": (2, 1), "dilation": 2}),
     ("1d", (1, 3, 5), (3, 2, 4), {"stride": 3, "padding": 1}),
+    # a stride without dilation: one convolution of every phase's taps (_phased_transpose)
+    (
+        "2d_stride_over_kernel",
+        (1, 2, 3, 4),
+        (2, 3, 2, 1),
+        {"stride": (3, 2), "output_padding": (2, 1)},
+    ),
+    ("2d_stride_mixed", (2, 3, 4, 3), (3, 2, 4, 3), {"stride": (1, 2), "padding": (2, 0)}),
+    ("2d_stride_groups", (1, 4, 3, 3), (4, 2, 4, 4), {"stride": 2, "groups": 2, "padding": 3}),
+    (
+        "3d_stride",
+        (1, 2, 3, 2, 3),
+        (2, 2, 2, 3, 2),
+        {"stride": 2, "padding": 1, "output_padding": (1, 0, 1)},
+    ),
 ]
 RANK = {3: "1d", 4: "2d", 5: "3d"}
 
