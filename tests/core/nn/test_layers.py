@@ -243,3 +243,30 @@ def test_layer_shape_errors_name_the_shapes():
 
 def test_num_batches_tracked_is_int64():
     assert nn.BatchNorm2d(2).num_batches_tracked.dtype == dtypes.int64
+
+
+@pytest.mark.parametrize("kernel, stride", [(4, 2), (2, 2), (3, 2), (5, 3)])
+def test_strided_transposed_convolution_does_no_work_on_zeros(kernel, stride):
+    """A transposed convolution with a stride computes each phase of its output from that
+    phase's taps (one convolution, the phases as output channels): about the multiply-adds the
+    output needs (the kernel padded to a multiple of the stride), not stride**2 times them as a
+    convolution of the input spread with zeros; values and gradients as torch's."""
+    from fusegrad.engine.realize import GlobalCounters
+
+    rng = np.random.default_rng(kernel)
+    x = rng.standard_normal((2, 16, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((16, 8, kernel, kernel)).astype(np.float32)
+    t, tw = Tensor(x, requires_grad=True).realize(), Tensor(w, requires_grad=True).realize()
+    GlobalCounters.reset()
+    out = t.conv_transpose2d(tw, stride=stride, padding=1).realize()
+    padded = -(-kernel // stride) * stride
+    needed = 2 * x.size * 8 * padded * padded  # each input element times each of its taps
+    assert GlobalCounters.global_ops < 1.3 * needed
+    tx, tww = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    want = torch.nn.functional.conv_transpose2d(tx, tww, stride=stride, padding=1)
+    np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-4)
+    seed = rng.standard_normal(want.shape).astype(np.float32)
+    (out * Tensor(seed)).sum().backward()
+    (want * torch.from_numpy(seed)).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(tw.grad.numpy(), tww.grad.numpy(), rtol=1e-4, atol=1e-3)
