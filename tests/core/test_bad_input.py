@@ -523,7 +523,7 @@ CASES = [
         "interpolate_mode",
         lambda: t(1, 1, 4).interpolate((8,), mode="cubicx"),
         FusegradError,
-        r"'cubicx' is not supported; use nearest or linear",
+        r"'cubicx' is not supported; use one of nearest, nearest-exact, linear",
     ),
     (
         "cross_entropy_reduction",

@@ -432,6 +432,9 @@ INTERPOLATIONS = [
     ("bilinear_corners", {"size": (5, 7), "mode": "bilinear", "align_corners": True}),
     ("bilinear_down", {"size": (2, 3), "mode": "bilinear", "align_corners": False}),
     ("bilinear_scale", {"scale_factor": 1.5, "mode": "bilinear", "align_corners": False}),
+    ("bicubic", {"size": (7, 11), "mode": "bicubic", "align_corners": False}),
+    ("bicubic_corners", {"size": (5, 3), "mode": "bicubic", "align_corners": True}),
+    ("bicubic_down", {"scale_factor": 0.5, "mode": "bicubic"}),
 ]
 
 RESIZE = [
@@ -459,6 +462,30 @@ RESIZE = [
         lambda x: x.interpolate(size=(10, 10), mode="bilinear"),
         ints(1, 3, 64, 64, low=0, high=255, dtype=u8),
         ref=lambda x: F.interpolate(x, size=(10, 10), mode="bilinear"),
+    ),
+    *(
+        case(
+            f"interpolate-area_{n}",
+            lambda x, kw=kw: x.interpolate(mode="area", **kw),
+            floats(2, 3, 9, 13),
+            ref=lambda x, kw=kw: F.interpolate(x, mode="area", **kw),
+        )
+        for n, kw in [("size", {"size": (4, 5)}), ("scale", {"scale_factor": 0.5})]
+    ),
+    # axes longer than GATHERED_TAPS times the taps: each tap a gather, the gradient a matmul
+    *(
+        case(
+            f"interpolate-gathered_{n}",
+            lambda x, kw=kw: x.interpolate(**kw),
+            floats(1, 2, 20, 40),
+            ref=lambda x, kw=kw: F.interpolate(x, **kw),
+        )
+        for n, kw in [
+            ("bilinear", {"size": (30, 70), "mode": "bilinear"}),
+            ("bilinear_corners", {"size": (9, 61), "mode": "bilinear", "align_corners": True}),
+            ("bicubic", {"scale_factor": 1.5, "mode": "bicubic"}),
+            ("bicubic_down", {"size": (7, 13), "mode": "bicubic", "align_corners": True}),
+        ]
     ),
     case(
         "interpolate-linear_1d",
