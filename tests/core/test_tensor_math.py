@@ -239,6 +239,45 @@ def test_blocked_scans_match_torch(monkeypatch, n, axis):
     check(grad, tx.grad)
 
 
+@pytest.mark.parametrize("n, dim", [(9, 1), (3001, 1), (700, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_order_statistics_found_bit_by_bit_match_torch(monkeypatch, n, dim, dtype):
+    """Past ``SELECT_SORTED`` elements kthvalue and median find the key of the wanted rank a bit
+    at a time (patched to 4 here, so that 9 elements take that path too): values as torch's
+    (inf, -0.0, nan ranked above inf; repeated integers), each index pointing at its value,
+    median's indices as torch's (the first nan in a row that has one), gradients to the
+    elements picked."""
+    from fusegrad.tensor import search
+
+    monkeypatch.setattr(search, "SELECT_SORTED", 4)
+    rng = np.random.default_rng(n)
+    shape = (4, n) if dim == 1 else (n, 4)
+    if dtype == np.int32:
+        x = rng.integers(-20, 20, shape).astype(np.int32)
+    else:
+        x = rng.standard_normal(shape).astype(dtype)
+        flat = x.reshape(-1)
+        flat[:4] = [np.inf, -np.inf, -0.0, 0.0]
+        x[(1, 2) if dim == 1 else (2, 1)] = np.nan
+    t, tx = Tensor(x), torch.from_numpy(x)
+    for k in (1, 3, (n + 1) // 2, n):
+        got, want = t.kthvalue(k, dim), tx.kthvalue(k, dim)
+        check(got.values, want.values)
+        picked = np.take_along_axis(x, np.expand_dims(got.indices.numpy(), dim), dim)
+        np.testing.assert_array_equal(picked.squeeze(dim), want.values.numpy())
+    for op in ("median", "nanmedian"):
+        got, want = getattr(t, op)(dim), getattr(tx, op)(dim)
+        check(got.values, want.values)
+        if dtype != np.int32:  # (repeated integers: torch's index is one of theirs)
+            check(got.indices, want.indices.int())
+    if dtype == np.float32:
+        g = Tensor(x, requires_grad=True)
+        (grad,) = g.kthvalue(3, dim).values.sum().gradient(g)
+        tg = torch.from_numpy(x).requires_grad_()
+        tg.kthvalue(3, dim).values.sum().backward()
+        check(grad, tg.grad)
+
+
 @pytest.mark.parametrize("op", ["sin", "cos", "tan"])
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e6, 1e30])
 def test_trigonometry_matches_torch_at_every_magnitude(op, scale):

@@ -21,6 +21,7 @@ from fusegrad.dtype import DType, dtypes, to_dtype
 from fusegrad.errors import InvalidIndex, ShapeError
 from fusegrad.tensor.base import TensorBase
 from fusegrad.tensor.movement import ONE_INT, broadcast_shapes
+from fusegrad.tensor.scan import ValuesIndices
 
 if TYPE_CHECKING:
     from fusegrad.tensor.tensor import Tensor
@@ -480,7 +481,7 @@ class AliasMixin(TensorBase):
             return self.reshape(-1)._median(0, False, skip_nan=True)[0]
         return self._median(dim, keepdim, skip_nan=True)
 
-    def _median(self, dim: int, keepdim: bool, skip_nan: bool) -> tuple[Tensor, Tensor]:
+    def _median(self, dim: int, keepdim: bool, skip_nan: bool) -> ValuesIndices:
         """Sort along ``dim`` with nans as inf (so they sort last), then pick the middle of the
         numbers (``skip_nan``) or, in a row with a nan, the first nan."""
         axis = self._axis(dim)
@@ -488,15 +489,20 @@ class AliasMixin(TensorBase):
         if n == 0:
             raise InvalidIndex(f"median over axis {dim} of shape {self.shape}: the axis is empty")
         nans = self.isnan()
-        keys = nans.where(math.inf, self) if self.dtype.is_float else self
-        ordered, order = keys.sort(axis)
         count = n - nans.sum(axis, keepdim=True)  # the numbers in each row
         k = (count - 1).maximum(0) // 2 if skip_nan else (count < n).where(count, (n - 1) // 2)
         no_median = (count == 0) if skip_nan else (count < n)
-        values, indices = ordered.gather(axis, k), order.gather(axis, k)
+        if self._selectable(axis):  # (nans rank above inf there, as here)
+            values, indices = self._rank_select(axis, k.cast(dtypes.int32))
+        else:
+            keys = nans.where(math.inf, self) if self.dtype.is_float else self
+            ordered, order = keys.sort(axis)
+            values, indices = ordered.gather(axis, k), order.gather(axis, k)
         if self.dtype.is_float:
             values = no_median.where(math.nan, values).cast(self.dtype)
-        return (values, indices) if keepdim else (values.squeeze(axis), indices.squeeze(axis))
+        if not keepdim:
+            values, indices = values.squeeze(axis), indices.squeeze(axis)
+        return ValuesIndices(values, indices)
 
     # ---- elementwise -----------------------------------------------------------------------------
 

@@ -605,7 +605,8 @@ class NNMixin(TensorBase):
             term = x._take([(axis, where)]) * w
             out = term if out is None else out + term
         back = type(self)(weights.T.astype(np.float32), device=self.device).cast(self.dtype)
-        return cast("Tensor", out)._with_gradient(_resample_gradient, (self, back), (axis,))
+        source = cast("Tensor", self)
+        return cast("Tensor", out)._with_gradient(_resample_gradient, (source, back), (axis,))
 
     def _resample_uint8(self, axis: int, weights: np.ndarray) -> Tensor:
         """A weighted sum along ``axis`` of uint8 values, to uint8 as PyTorch computes it: the
@@ -918,7 +919,7 @@ def _resize_weights(
     0.5 (not below 0 for linear); taps past the ends read the edge element. Computed in
     ``dtype``: PyTorch computes a float tensor's positions and weights in float32, a uint8
     image's fixed-point weights from float64."""
-    dst = np.arange(o, dtype=dtype)
+    dst: np.ndarray = np.arange(o, dtype=dtype)
     if align_corners:
         pos = dst * dtype((i - 1) / (o - 1)) if o > 1 else np.zeros(o, dtype)
     else:
@@ -932,7 +933,7 @@ def _resize_weights(
         taps += [(1, _cubic_near(1 - t, a)), (2, _cubic_far(2 - t, a))]
     else:
         taps = [(0, 1 - t), (1, t)]
-    weights = np.zeros((i, o), dtype=dtype)
+    weights: np.ndarray = np.zeros((i, o), dtype=dtype)
     for shift, w in taps:
         k = np.clip(base.astype(np.int64) + shift, 0, i - 1)
         np.add.at(weights, (k, np.arange(o)), w)

@@ -32,6 +32,12 @@ INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 #: vectorised sum); a longer one bisects (``_bisected``)
 SEARCH_COUNTED = 128
 
+#: an order statistic (kthvalue, median) along an axis this long or shorter sorts it; a longer
+#: one is found bit by bit (``_rank_select``): the median of 2**20 floats took 0.8 s sorted
+SELECT_SORTED = 256
+#: the dtypes whose values ``_rank_select`` orders through 32-bit integer keys
+_KEYED = ("float32", "float16", "bfloat16", "int32", "int16", "int8", "uint16", "uint8", "bool")
+
 
 class SearchMixin(TensorBase):
     """Searching sorted rows, order statistics and unique elements."""
@@ -148,12 +154,59 @@ class SearchMixin(TensorBase):
                 f"kthvalue: k={k} is out of range for dim {dim} of size {n} (k counts from 1)"
             )
         x = self if self.ndim else self.reshape(1)
-        ordered, order = x.sort(axis)
-        keep = [(k - 1, k) if i == axis else None for i in range(x.ndim)]
-        values, indices = ordered.shrink(keep), order.shrink(keep)
+        if x._selectable(axis):
+            shape = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+            rank = type(self).full(shape, k - 1, dtypes.int32, self.device)
+            values, indices = x._rank_select(axis, rank)
+        else:
+            ordered, order = x.sort(axis)
+            keep = [(k - 1, k) if i == axis else None for i in range(x.ndim)]
+            values, indices = ordered.shrink(keep), order.shrink(keep)
         if not keepdim or self.ndim == 0:
             values, indices = values.squeeze(axis), indices.squeeze(axis)
         return ValuesIndices(values, indices)
+
+    def _selectable(self, axis: int) -> bool:
+        """Whether an order statistic along ``axis`` is found by ``_rank_select``."""
+        return self.shape[axis] > SELECT_SORTED and self.dtype.name in _KEYED
+
+    def _rank_select(self, axis: int, rank: Tensor) -> tuple[Tensor, Tensor]:
+        """The element at ``rank`` (int32, 0 first; this shape with ``axis`` 1) of each row of
+        ``axis`` in a stable ascending sort (nan above inf), and its index, both keeping the
+        axis (size 1). No sort: each value becomes a 32-bit key whose integer order is the
+        values' order, and the wanted key is found a bit at a time, from the top, by counting
+        the keys below a candidate (32 passes over the row, a reduction each); its index is the
+        right occurrence of that key, found by a running count. The median of 2**20 floats:
+        0.8 s by the bitonic sort, ~10 ms so."""
+        x = self.transpose(axis, -1)
+        rank = rank.transpose(axis, -1)
+        keys = x._order_keys().contiguous()  # (..., n)
+        found = rank.zeros_like()  # the wanted key's bits, as unsigned, found so far
+        sign = -(1 << 31)  # (the top bit: an int32's sign)
+        for bit in range(31, -1, -1):
+            candidate = found | (sign if bit == 31 else 1 << bit)
+            below = (keys < (candidate ^ sign)).sum(-1, keepdim=True, dtype=dtypes.int32)
+            found = (below <= rank).where(candidate, found).contiguous()
+        key = found ^ sign
+        before = (keys < key).sum(-1, keepdim=True, dtype=dtypes.int32)
+        equal = keys == key
+        nth = equal.cast(dtypes.int32).cumsum(-1)  # how many equal keys up to each element
+        hit = equal & (nth == rank - before + 1)
+        positions = type(self).arange(x.shape[-1], device=self.device)
+        index = hit.where(positions, -1).max(-1, keepdim=True).cast(dtypes.int32)
+        values = x.gather(-1, index)
+        return values.transpose(axis, -1), index.transpose(axis, -1)
+
+    def _order_keys(self) -> Tensor:
+        """int32 keys in the order of the values: for floats (halves widened to float32) the
+        bits with the 31 below the sign flipped in negative numbers, every nan made the
+        positive quiet one (above inf); smaller integers widened."""
+        if not self.dtype.is_float:
+            return self.cast(dtypes.int32)
+        x = self.cast(dtypes.float32)
+        x = x.isnan().where(math.nan, x)
+        bits = x.bitcast(dtypes.int32)
+        return bits ^ ((bits >> 31) & ((1 << 31) - 1))
 
     def quantile(
         self,
