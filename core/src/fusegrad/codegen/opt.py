@@ -181,7 +181,7 @@ LANE_AMOUNTS = (64, 32, 16, 8, 4)
 #: upcast amounts tried for the vector axis, widest first
 VECTOR_AMOUNTS = (32, 16, 8, 4)
 #: upcast amounts tried for the reuse axis (unrolled, so any count works: 5 of a width of 20)
-REUSE_AMOUNTS = (8, 6, 5, 4, 3, 2)
+REUSE_AMOUNTS = (8, 7, 6, 5, 4, 3, 2)
 
 
 #: a vector that does not divide its axis computes at least this fraction of its elements once
@@ -424,6 +424,9 @@ def _tile_rows(
     budget = regs.rows(vector)
     span = whole or short
     reuse = next((d for d in candidates if _reuse_amount(shape[d], budget, span) > 1), None)
+    if reuse is None and whole and vector > regs.width:
+        # no row count fits at this width (rows of 7 beside 16 floats on AVX2): half as wide
+        return _tile_rows(shape, candidates, vector // 2, regs, whole, short)
     if reuse is None:
         return [], vector
     rows = _reuse_amount(shape[reuse], budget, span)
