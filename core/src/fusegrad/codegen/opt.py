@@ -425,8 +425,10 @@ def _tile_rows(
     span = whole or short
     reuse = next((d for d in candidates if _reuse_amount(shape[d], budget, span) > 1), None)
     if reuse is None and whole and vector > regs.width:
-        # no row count fits at this width (rows of 7 beside 16 floats on AVX2): half as wide
-        return _tile_rows(shape, candidates, vector // 2, regs, whole, short)
+        # no row count fits at this width (rows of 7 beside 16 floats on AVX2): half as wide,
+        # where that finds rows
+        rows, narrow = _tile_rows(shape, candidates, vector // 2, regs, whole, short)
+        return (rows, narrow) if rows else ([], vector)
     if reuse is None:
         return [], vector
     rows = _reuse_amount(shape[reuse], budget, span)
