@@ -278,6 +278,59 @@ def test_order_statistics_found_bit_by_bit_match_torch(monkeypatch, n, dim, dtyp
         check(grad, tg.grad)
 
 
+@pytest.mark.parametrize("n, dim", [(9, 1), (3001, 1), (700, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float16])
+def test_topk_found_by_keys_matches_torch(monkeypatch, n, dim, dtype):
+    """``topk`` of k up to half of an axis longer than ``SELECT_SORTED`` finds the k-th key bit
+    by bit, picks the k up to it and sorts those (patched to 4, so that 9 elements take that
+    path too): values as torch's, largest and smallest, with inf, nan (the largest), -0.0 and
+    repeated integers, each index pointing at its value; the gradient goes to the k picked."""
+    from fusegrad.tensor import search
+
+    monkeypatch.setattr(search, "SELECT_SORTED", 4)
+    rng = np.random.default_rng(n + 1)
+    shape = (3, n) if dim == 1 else (n, 3)
+    if dtype == np.int32:
+        x = rng.integers(-20, 20, shape).astype(np.int32)
+    else:
+        x = rng.standard_normal(shape).astype(dtype)
+        x.reshape(-1)[:6] = [np.inf, -np.inf, -0.0, 0.0, np.nan, np.nan]
+    t, tx = Tensor(x), torch.from_numpy(x)
+    for k in (1, 3, n // 2):
+        for largest in (True, False):
+            got, want = t.topk(k, dim, largest), tx.topk(k, dim, largest)
+            check(got[0], want[0])
+            picked = np.take_along_axis(x, got[1].numpy().astype(np.int64), dim)
+            np.testing.assert_array_equal(picked, want[0].numpy())
+    if dtype == np.float32:
+        x = np.nan_to_num(x, nan=5.0)
+        g, tg = Tensor(x, requires_grad=True), torch.from_numpy(x).requires_grad_()
+        (grad,) = (g.topk(3, dim)[0] * 2).sum().gradient(g)
+        (tg.topk(3, dim)[0] * 2).sum().backward()
+        check(grad, tg.grad)
+
+
+def test_a_search_of_32_dependent_passes_schedules_in_seconds():
+    """The bit-by-bit search reads each pass's result twice: the online-softmax pass walked
+    every path through such a graph (2**32) and a topk never returned. In a subprocess, with
+    a time limit."""
+    import subprocess
+    import sys
+
+    program = (
+        "import numpy as np\n"
+        "from fusegrad import Tensor\n"
+        "x = Tensor(np.random.default_rng(0).standard_normal((2, 1000)).astype(np.float32))\n"
+        "v, i = x.topk(5)\n"
+        "assert v.numpy().shape == (2, 5)\n"
+        "print(x.median(1).values.numpy().shape)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("op", ["sin", "cos", "tan"])
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e6, 1e30])
 def test_trigonometry_matches_torch_at_every_magnitude(op, scale):

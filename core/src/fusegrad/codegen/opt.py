@@ -427,8 +427,8 @@ def _tile_rows(
     if reuse is None and whole and vector > regs.width:
         # no row count fits at this width (rows of 7 beside 16 floats on AVX2): half as wide,
         # where that finds rows
-        rows, narrow = _tile_rows(shape, candidates, vector // 2, regs, whole, short)
-        return (rows, narrow) if rows else ([], vector)
+        halved, narrow = _tile_rows(shape, candidates, vector // 2, regs, whole, short)
+        return (halved, narrow) if halved else ([], vector)
     if reuse is None:
         return [], vector
     rows = _reuse_amount(shape[reuse], budget, span)

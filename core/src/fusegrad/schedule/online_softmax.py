@@ -141,10 +141,36 @@ class _Found:
 
 
 def _walk_product(
-    u: UOp, axis: int | None, found: _Found, realize: set[UOp], product: bool = True
+    u: UOp,
+    axis: int | None,
+    found: _Found,
+    realize: set[UOp],
+    product: bool = True,
+    walked: dict | None = None,
 ) -> bool:
     """Walk a product's factors with the summed axis (None: no longer depends on it). False
-    when the summed axis reaches a softmax weight other than as a factor of the product."""
+    when the summed axis reaches a softmax weight other than as a factor of the product, or
+    reaches more than one (through two paths too).
+
+    ``walked`` remembers each (node, axis, product) already walked, with the weights found
+    under it: a graph whose nodes are each read twice (32 steps of a bit-by-bit search) has
+    2**32 paths, and the walk without it never ended."""
+    walked = {} if walked is None else walked
+    key = (u, axis, product)
+    if key in walked:
+        ok, weights = walked[key]
+        found.weights.extend(weights)  # (reached again: each path counts)
+        return ok and len(found.weights) <= 1
+    before = len(found.weights)
+    ok = _walk_factor(u, axis, found, realize, product, walked)
+    walked[key] = (ok, found.weights[before:])
+    return ok and len(found.weights) <= 1
+
+
+def _walk_factor(
+    u: UOp, axis: int | None, found: _Found, realize: set[UOp], product: bool, walked: dict
+) -> bool:
+    """One step of ``_walk_product``: ``u`` itself, its sources through ``_walk_product``."""
     if u in realize or u.op in (Ops.PARAM, Ops.CONST):
         return True
     if axis is None:
@@ -157,14 +183,14 @@ def _walk_product(
         inner = _axis_through(u, axis)
         if inner is None and u.op is not Ops.EXPAND:  # (a reshape splitting the summed axis)
             return not _has_weight(u.src[0])  # (fine for a plain input: v)
-        return _walk_product(u.src[0], inner, found, realize, product)
+        return _walk_product(u.src[0], inner, found, realize, product, walked)
     if (weight := softmax_weight(u)) is not None:
         if not product or axis != len(weight[0].shape) - 1:
             return False
         found.weights.append(weight)
         return _collect_views(u.src[0], weight[0], found)
     keep = product and u.op is Ops.MUL
-    return all(_walk_product(s, axis, found, realize, keep) for s in u.src)
+    return all(_walk_product(s, axis, found, realize, keep, walked) for s in u.src)
 
 
 def _has_weight(u: UOp) -> bool:

@@ -303,6 +303,9 @@ class ScanMixin(TensorBase):
             raise InvalidArgument(
                 f"topk k={k} is out of range for a dimension of size {n}; k must lie in 0..{n}"
             )
+        if 0 < k <= n // 2 and self._selectable(dim):  # (n past SELECT_SORTED: found by keys)
+            values, positions = self.transpose(dim, -1)._selected_top(k, largest)
+            return values.transpose(dim, -1), positions.transpose(dim, -1)
         if n > SORT_WHOLE and prod(self.shape) * n > SORT_RANK_WORK:
             values, positions = self.transpose(dim, -1)._bitonic_sort(descending=largest)
             return values[..., :k].transpose(dim, -1), positions[..., :k].transpose(dim, -1)
