@@ -864,7 +864,7 @@ def _rows_gradient(g: Tensor, weight: Tensor, ids: Tensor) -> tuple[Tensor, None
     vocab, rest = weight.shape[0], weight.shape[1:]
     flat = ids.reshape(1, -1)  # (checked by the caller: one_hot would check again)
     rows = g.reshape(flat.shape[1], prod(rest))
-    if vocab >= PAIRED_IDS * flat.shape[1]:
+    if 0 < flat.shape[1] and vocab >= PAIRED_IDS * flat.shape[1]:
         return _paired_rows(rows, flat, vocab).reshape(weight.shape).cast(weight.dtype), None
     # (V, N), not the transpose of (N, V): its rows, of the ids' count, seldom alias in the
     # level-1 cache as the rows of a 1024-word vocabulary do (4 KB)
