@@ -586,6 +586,12 @@ CASES = [
         r"int, ints, 'same' or 'valid', got 'full'",
     ),
     (
+        "conv_transpose_channels",
+        lambda: t(1, 3, 4, 4).conv_transpose2d(t(4, 2, 3, 3), stride=2),
+        RuntimeError,
+        r"weight is \(C_in, C_out / groups, \*kernel\), so the input needs shape \(N, 4, \.\.\.\)",
+    ),
+    (
         "conv_transpose_stride_zero",
         lambda: t(1, 1, 3, 3).conv_transpose2d(t(1, 1, 2, 2), stride=0),
         ValueError,

@@ -300,10 +300,16 @@ class NNMixin(TensorBase):
         n = weight.ndim - 2
         x = self.unsqueeze(0) if self.ndim == n + 1 else self
         cin, cout_g, *ks = weight.shape
+        if n < 1 or x.ndim != n + 2 or x.shape[1] != cin or groups < 1 or cin % groups:
+            raise ShapeError(
+                f"conv_transpose of input {self.shape} with weight {weight.shape} and "
+                f"groups={groups}: the weight is (C_in, C_out / groups, *kernel), so the input "
+                f"needs shape (N, {cin}, ...) with {n} spatial axes, and C_in a multiple of groups"
+            )
         stride, dilation = _tuple(stride, n, "stride"), _tuple(dilation, n, "dilation")
         pads = _padding_pairs(padding, n)
         output_padding = _tuple(output_padding, n, "output_padding")
-        if max(stride) > 1 and max(dilation) == 1 and x.ndim == n + 2 and cin % groups == 0:
+        if max(stride) > 1 and max(dilation) == 1:
             out = x._phased_transpose(weight, stride, pads, output_padding, groups)
             if bias is not None:
                 cout = out.shape[1]
