@@ -198,6 +198,21 @@ def test_multinomial_draws_in_proportion_to_the_weights():
     assert Tensor([1.0, 1.0]).multinomial().shape == (1,)
 
 
+def test_multinomial_without_replacement_draws_as_torch_one_at_a_time():
+    """Several samples without replacement (torch's default): never a category twice in a row,
+    never a weight of 0, and each ordered pair as often as drawing one, removing it, then
+    drawing again: (0, 1) from [0.5, 0.3, 0.2] is 0.5 * 0.3 / 0.5."""
+    Tensor.manual_seed(4)
+    draws = Tensor([[0.5, 0.3, 0.2, 0.0]] * 20000).multinomial(2).numpy()
+    assert draws.shape == (20000, 2) and (draws[:, 0] != draws[:, 1]).all()
+    assert (draws != 3).all()
+    w = [0.5, 0.3, 0.2]
+    for a, b in [(0, 1), (1, 0), (2, 1), (1, 2)]:
+        seen = ((draws[:, 0] == a) & (draws[:, 1] == b)).mean()
+        assert abs(seen - w[a] * w[b] / (1 - w[a])) < 0.015
+    assert sorted(Tensor([1.0, 2.0, 3.0]).multinomial(3).tolist()) == [0, 1, 2]
+
+
 @pytest.mark.parametrize(
     "fn, error",
     [
@@ -205,7 +220,8 @@ def test_multinomial_draws_in_proportion_to_the_weights():
         (lambda: Tensor.ones(1, 5, 2, 2).pixel_shuffle(2), "upscale_factor"),
         (lambda: Tensor.ones(2, 3).unbind(2), "out of range"),
         (lambda: Tensor.ones(2, 3).instance_norm(), "spatial"),
-        (lambda: Tensor.ones(3).multinomial(2), "replacement"),
+        (lambda: Tensor.ones(3).multinomial(4), "replacement=True"),
+        (lambda: Tensor([1.0, 0.0, 2.0]).multinomial(3), "only 2 categories of positive"),
         (lambda: Tensor.ones(3).norm("nuc"), "'fro'"),
     ],
 )

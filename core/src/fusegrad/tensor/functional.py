@@ -119,22 +119,43 @@ class FunctionalMixin(TensorBase):
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """``num_samples`` category indices per row of weights (1-d or 2-d, need not sum to 1),
-        drawn by inverting the cumulative distribution. Without replacement only one sample can be
-        drawn here (torch removes each drawn category; that needs a loop)."""
+        drawn by inverting the cumulative distribution; without replacement (torch's default),
+        several samples are the ``num_samples`` first categories of an exponential race, each
+        category's time Exp(1) / weight: drawn in that order, they are distributed as torch's
+        draws one at a time, each removing the category drawn."""
         if self.ndim not in (1, 2):
             raise ShapeError(f"multinomial wants 1-d or 2-d weights, got shape {self.shape}")
         if not isinstance(num_samples, int) or num_samples < 1:
             raise InvalidValue(f"multinomial needs num_samples >= 1, got {num_samples!r}")
-        if not replacement and num_samples > 1:
-            raise InvalidArgument(
-                "multinomial draws several samples only with replacement=True here"
-            )
         weights = self.reshape(1, -1) if self.ndim == 1 else self
+        if not replacement and num_samples > 1:
+            picked = weights._raced(num_samples)
+            return picked.reshape(num_samples) if self.ndim == 1 else picked
         cdf = weights.cumsum(1)
         cdf = cdf / cdf[:, -1:]
         u = self.rand(weights.shape[0], num_samples, 1, device=self.device)
         picked = (cdf.unsqueeze(1) < u).sum(2).cast("int32").minimum(weights.shape[1] - 1)
         return picked.reshape(num_samples) if self.ndim == 1 else picked
+
+    def _raced(self, count: int) -> Tensor:
+        """``count`` categories of each row of these (rows, n) weights without replacement: the
+        first ``count`` to finish a race in which category i takes -log(1 - U) / w_i (an
+        exponential time of rate w_i; a weight of 0 never finishes). The weights are read to
+        check, as torch does, that each row has ``count`` positive ones."""
+        n = self.shape[1]
+        if count > n:
+            raise InvalidArgument(
+                f"multinomial cannot draw {count} samples without replacement from {n} "
+                "categories; draw at most that many, or pass replacement=True"
+            )
+        positive = int((self > 0).sum(1).min().item()) if self.shape[0] else count
+        if positive < count:
+            raise InvalidArgument(
+                f"multinomial without replacement: a row has only {positive} categories of "
+                f"positive weight, fewer than the {count} samples asked for"
+            )
+        finish = -(1 - self.rand(*self.shape, device=self.device)).log() / self
+        return finish.topk(count, 1, largest=False)[1].cast("int32")
 
     # ---- activations -----------------------------------------------------------------------------
 
