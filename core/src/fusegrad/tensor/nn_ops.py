@@ -26,7 +26,7 @@ from fusegrad.errors import (
     UnknownOption,
 )
 from fusegrad.tensor import bounds
-from fusegrad.tensor.base import TensorBase
+from fusegrad.tensor.base import TensorBase, is_tensor
 from fusegrad.uop.ops import GroupOp, Ops, UOp
 
 if TYPE_CHECKING:
@@ -535,9 +535,10 @@ class NNMixin(TensorBase):
             x = x._apply_on_axis(axis, weights)
         return x
 
-    def _apply_on_axis(self, axis: int, matrix: np.ndarray) -> Tensor:
+    def _apply_on_axis(self, axis: int, matrix: np.ndarray | Tensor) -> Tensor:
         """Contract ``axis`` (size I) with an (I, O) matrix: a weighted sum along one axis."""
-        m = type(self)(matrix, device=self.device).cast(self.dtype)
+        m = matrix if is_tensor(matrix) else type(self)(matrix, device=self.device)
+        m = m.cast(self.dtype)
         return self.transpose(axis, -1).matmul(m).transpose(axis, -1)
 
     # ---- resizing --------------------------------------------------------------------------------
@@ -908,7 +909,7 @@ GATHERED_TAPS = 8
 def _resample_gradient(g: Tensor, x: Tensor, back: Tensor, axis: int) -> tuple[Tensor, None]:
     """The gradient of ``x._resampled(axis, W)``: g along ``axis`` times W's transpose, ``back``
     (O, I)."""
-    return g.transpose(axis, -1).matmul(back).transpose(axis, -1), None
+    return g._apply_on_axis(axis, back), None
 
 
 RESIZE_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "trilinear", "bicubic", "area")
@@ -935,8 +936,7 @@ def _resize_weights(
     t = pos - base
     if cubic:
         a = dtype(CUBIC_A)
-        taps = [(-1, _cubic_far(t + 1, a)), (0, _cubic_near(t, a))]
-        taps += [(1, _cubic_near(1 - t, a)), (2, _cubic_far(2 - t, a))]
+        taps = [(shift, cubic_kernel(t - shift, a)) for shift in (-1, 0, 1, 2)]
     else:
         taps = [(0, 1 - t), (1, t)]
     weights: np.ndarray = np.zeros((i, o), dtype=dtype)
@@ -946,14 +946,13 @@ def _resize_weights(
     return weights
 
 
-def _cubic_near(d: np.ndarray, a: Any) -> np.ndarray:
-    """The cubic convolution kernel at distances ``d`` in [0, 1]."""
-    return ((a + 2) * d - (a + 3)) * d * d + 1
-
-
-def _cubic_far(d: np.ndarray, a: Any) -> np.ndarray:
-    """The cubic convolution kernel at distances ``d`` in [1, 2]."""
-    return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+def cubic_kernel(x: np.ndarray, a: Any) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a`` at offsets ``x`` (0 from 2 on), in
+    their dtype: ``interpolate``'s bicubic taps, and ONNX Resize's cubic ones."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
 
 
 def _padding_pairs(padding: Size, n: int) -> list[tuple[int, int]]:

@@ -158,7 +158,7 @@ class SearchMixin(TensorBase):
         x = self if self.ndim else self.reshape(1)
         if x._selectable(axis):
             shape = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
-            rank = type(self).full(shape, k - 1, dtypes.int32, self.device)
+            rank = _int_buffer(cast("Tensor", x), k - 1)._broadcast_to(shape)
             values, indices = x._rank_select(axis, rank)
         else:
             ordered, order = x.sort(axis)
@@ -183,11 +183,8 @@ class SearchMixin(TensorBase):
         x = self.transpose(axis, -1)
         rank = rank.transpose(axis, -1)
         keys = x._order_keys().contiguous()  # (..., n)
-        key = _key_of_rank(keys, rank)
-        before = (keys < key).sum(-1, keepdim=True, dtype=dtypes.int32)
-        equal = keys == key
-        nth = equal.cast(dtypes.int32).cumsum(-1)  # how many equal keys up to each element
-        hit = equal & (nth == rank - before + 1)
+        _, equal, place = _at_rank(keys, rank)
+        hit = equal & (place == 0)
         positions = type(self).arange(x.shape[-1], device=self.device)
         index = hit.where(positions, -1).max(-1, keepdim=True).cast(dtypes.int32)
         values = x.gather(-1, index)
@@ -201,13 +198,9 @@ class SearchMixin(TensorBase):
         50,257-word vocabulary's logits took 193 ms by the bitonic sort."""
         keys = self._order_keys()
         keys = (~keys if largest else keys).contiguous()  # the wanted ones: the k smallest
-        # k in a buffer, not a constant: the kernels are then the same for every k
-        wanted = type(self)(np.full((1,) * self.ndim, k, np.int32), device=self.device)
-        key = _key_of_rank(keys, (wanted - 1)._broadcast_to((*self.shape[:-1], 1)))
-        before = (keys < key).sum(-1, keepdim=True, dtype=dtypes.int32)
-        equal = keys == key
-        nth = equal.cast(dtypes.int32).cumsum(-1)
-        picked = (keys < key) | (equal & (nth <= wanted - before))  # k in each row
+        rank = _int_buffer(cast("Tensor", self), k - 1)._broadcast_to((*self.shape[:-1], 1))
+        key, equal, place = _at_rank(keys, rank)
+        picked = (keys < key) | (equal & (place <= 0))  # k in each row
         count = picked.cast(dtypes.int32).cumsum(-1)  # (..., n): rising to k
         slots = type(self).arange(1, k + 1, dtype=dtypes.int32, device=self.device)
         slots = slots.reshape((1,) * (self.ndim - 1) + (k,)).expand(*self.shape[:-1], k)
@@ -381,13 +374,28 @@ def _key_of_rank(keys: Tensor, rank: Tensor) -> Tensor:
     found = rank.zeros_like()  # the wanted key's bits, as unsigned, found so far
     sign = -(1 << 31)  # (the top bit: an int32's sign)
     for bit in range(31, -1, -1):
-        # the bit comes in a buffer of its own, not as a constant: every pass is then the same
-        # kernel, compiled once (32 kernels took gcc seconds on a first call)
-        value = np.full((1,) * keys.ndim, sign if bit == 31 else 1 << bit, np.int32)
-        candidate = found | type(keys)(value, device=keys.device)
+        candidate = found | _int_buffer(keys, sign if bit == 31 else 1 << bit)
         below = (keys < (candidate ^ sign)).sum(-1, keepdim=True, dtype=dtypes.int32)
         found = (below <= rank).where(candidate, found).contiguous()
     return found ^ sign
+
+
+def _at_rank(keys: Tensor, rank: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """For each row of ``keys`` (..., n): the key at ``rank`` (``_key_of_rank``), which elements
+    hold that key, and each such element's place against the one at ``rank`` in a stable order
+    (0 that one, below 0 the equal ones before it, above 0 those after)."""
+    key = _key_of_rank(keys, rank)
+    before = (keys < key).sum(-1, keepdim=True, dtype=dtypes.int32)
+    equal = keys == key
+    nth = equal.cast(dtypes.int32).cumsum(-1)  # how many equal keys up to each element
+    return key, equal, nth - (rank - before + 1)
+
+
+def _int_buffer(like: Tensor, value: int) -> Tensor:
+    """``value`` as int32 of ``like``'s rank (every axis 1) in a buffer of its own, not a
+    constant: the kernels reading it are the same for every value, compiled once (the 32 passes
+    of ``_key_of_rank`` as constants took gcc seconds on a first call, and again for each k)."""
+    return type(like)(np.full((1,) * like.ndim, value, np.int32), device=like.device)
 
 
 def _interpolate(ordered: Tensor, rank: Tensor, interpolation: str) -> Tensor:

@@ -20,6 +20,7 @@ from fusegrad.nn.onnx.ops_nn import bad_choice, host_value, text
 from fusegrad.nn.onnx.registry import Node, onnx_op
 from fusegrad.nn.onnx.runner import onnx_check
 from fusegrad.tensor import Tensor
+from fusegrad.tensor.nn_ops import cubic_kernel
 
 # ---- Resize: the 1-d sampling grid ----------------------------------------------------------
 
@@ -60,14 +61,6 @@ def source_coords(
     return x, outside
 
 
-def _cubic(x: np.ndarray, a: float) -> np.ndarray:
-    """Keys' cubic convolution kernel with parameter ``a``."""
-    x = np.abs(x)
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
-
-
 def tap_weights(node: Node, mode: str, ratio: np.ndarray, scale: float) -> np.ndarray:
     """(outputs, taps) weights for the fractional positions ``ratio`` in (0, 1]."""
     antialias = bool(node.attr("antialias", 0)) and mode != "nearest"
@@ -89,7 +82,7 @@ def tap_weights(node: Node, mode: str, ratio: np.ndarray, scale: float) -> np.nd
     if mode == "linear":
         w = np.clip(1 - np.abs(args), 0, 1)
     else:
-        w = _cubic(args, float(node.attr("cubic_coeff_a", -0.75)))
+        w = cubic_kernel(args, float(node.attr("cubic_coeff_a", -0.75)))
     return w / w.sum(axis=1, keepdims=True) if antialias else w
 
 
