@@ -615,12 +615,33 @@ def test_ragged_columns_run_as_full_vectors_with_the_last_block_shifted(avx512_h
     for (m, k, n), vector in (((256, 784, 100), 32), ((50, 50, 50), 32), ((40, 30, 20), 8)):
         a, b = Tensor.rand(m, k, device="CPU"), Tensor.rand(k, n, device="CPU")
         opts = heuristic_opts(_reduce_ast(a @ b), AVX512)
-        assert opts.upcast[-1] == (1, vector) and opts.shifted == 1
+        assert opts.upcast[-1] == (1, vector) and 1 in opts.shifted
         source = generate(_reduce_ast(a @ b), Device["CPU"].renderer, opts=opts).source
         assert f"-{n - vector}" in source  # (the clamp of a block's start: max(-start, -68))
         np.testing.assert_allclose((a @ b).numpy(), a.numpy() @ b.numpy(), rtol=1e-5, atol=1e-4)
     a, b = Tensor.rand(64, 32, device="CPU"), Tensor.rand(32, 96, device="CPU")
-    assert heuristic_opts(_reduce_ast(a @ b), AVX512).shifted is None  # (32 divides 96)
+    assert heuristic_opts(_reduce_ast(a @ b), AVX512).shifted == ()  # (32 divides 96, 8 64)
+
+
+def test_ragged_rows_of_a_tile_end_at_the_axis_end():
+    """1024 rows in tiles of 6 (AVX2): the last tile starts at row 1018, overlapping the one
+    before, instead of clamping each row into the axis; its rows then lie a fixed stride apart
+    (gcc loaded two clamped rows as whole vectors to broadcast one element: 2-3% slower). The
+    overlap is computed twice from the same inputs, so values, an in-place residual add among
+    them, are the product's."""
+    a, b = Tensor.rand(1024, 256, device="CPU"), Tensor.rand(256, 64, device="CPU")
+    opts = heuristic_opts(_reduce_ast(a @ b), AVX2)
+    assert opts.upcast[0] == (0, 6) and 0 in opts.shifted
+    source = generate(_reduce_ast(a @ b), Device["CPU"].renderer, opts=opts).source
+    assert "-1018" in source and "-1023" not in source  # (the block's start, not each row)
+    even = _reduce_ast(Tensor.rand(1020, 8) @ Tensor.rand(8, 64))  # (6 divides 1020)
+    assert heuristic_opts(even, AVX2).shifted == ()
+    rng = np.random.default_rng(1)
+    for rows in (1024, 1000, 7):
+        x0, y, w = (rng.standard_normal(s, np.float32) for s in ((rows, 64), (rows, 96), (96, 64)))
+        x = Tensor(x0).realize()
+        x.assign(x + Tensor(y) @ Tensor(w)).realize()
+        np.testing.assert_allclose(x.numpy(), x0 + y @ w, rtol=1e-4, atol=1e-4)
 
 
 def test_ragged_batched_products_and_gradients_match_numpy():
@@ -646,11 +667,11 @@ def test_a_single_row_product_streams_runs_of_columns():
     two_cores.cache_threads = 2
     x, w = Tensor.rand(1, 2048, device="CPU"), Tensor.rand(2048, 2048, device="CPU")
     opts = heuristic_opts(_reduce_ast(x @ w), two_cores)
-    assert opts.upcast == ((1, 1024),) and opts.shifted is None
+    assert opts.upcast == ((1, 1024),) and opts.shifted == ()
     odd = heuristic_opts(
         _reduce_ast(Tensor.rand(1, 64, device="CPU") @ Tensor.rand(64, 600)), two_cores
     )
-    assert odd.upcast == ((1, 256),) and odd.shifted == 1  # (blocks at 0, 256 and 344)
+    assert odd.upcast == ((1, 256),) and odd.shifted == (1,)  # (blocks at 0, 256 and 344)
     two = heuristic_opts(_reduce_ast(Tensor.rand(2, 2048, device="CPU") @ w), two_cores)
     assert two.upcast[-1][1] <= 32
     column_sums = heuristic_opts(

@@ -48,11 +48,12 @@ class KernelOpts:
     #: innermost of the output loops (a matmul walks ``trips`` column panels for each block of
     #: rows, so the rows are read once per panel group, the panels stay in cache for all rows)
     tile: tuple[tuple[int, int], ...] = ()
-    #: an upcast axis its amount does not divide whose last block starts early enough to end at
+    #: upcast axes their amounts do not divide whose last block starts early enough to end at
     #: the axis's end, overlapping the block before it (a vector of 16 of 100 columns: blocks at
     #: 0, 16, ..., 80 and 84), so that every block is one run; else the last block's spare
-    #: elements repeat the last position, which no vector load or store can read
-    shifted: int | None = None
+    #: elements repeat the last position, which no vector load or store can read. A tile's
+    #: rows are shifted too: its rows then lie a fixed stride apart (see ``opt.heuristic_opts``)
+    shifted: tuple[int, ...] = ()
 
 
 #: ``KernelOpts.lanes``' axis meaning each reduction's innermost reduced axis
@@ -344,7 +345,7 @@ def output_index(
         block = idx_const(0, index) if block is None else block
         amount = upcast.get(d, 1)
         ragged = isinstance(size, int) and size % amount
-        if ragged and d == opts.shifted and isinstance(size, int) and size > amount:
+        if ragged and d in opts.shifted and isinstance(size, int) and size > amount:
             # (the overlap is computed twice, from the same inputs: the same values stored)
             i = clamp(block * amount, 0, size - amount) + inner[d]
         else:

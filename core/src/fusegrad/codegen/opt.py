@@ -239,7 +239,7 @@ def _streamed_columns(
     if width is None:
         return None
     order = tuple(range(len(shape)))
-    return KernelOpts(order, ((vec_axis, width),), shifted=vec_axis if m % width else None)
+    return KernelOpts(order, ((vec_axis, width),), shifted=(vec_axis,) if m % width else ())
 
 
 def _upcast_reads_consecutively(value: UOp, axis: int, amount: int) -> bool:
@@ -305,11 +305,11 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     reduce_contiguous = _innermost_reduce_is_contiguous(nodes)
     if (streamed := _streamed_columns(nodes, shape, vec_axis, renderer)) is not None:
         return streamed
-    shifted = None
+    shifted: tuple[int, ...] = ()
     if vec_axis is not None and (vec_axis in contiguous or not reduce_contiguous):
         vec = _vector_amount(shape, vec_axis, amounts)
         if vec < regs.width and (ragged := _ragged_vector(shape[vec_axis], amounts)) > vec:
-            vec, shifted = ragged, vec_axis
+            vec, shifted = ragged, (vec_axis,)
         if vec > 1:
             upcast.append((vec_axis, vec))
     lanes = None if upcast or not reduce_contiguous else _lanes(reduce, regs)
@@ -339,6 +339,11 @@ def heuristic_opts(ast: UOp, renderer: Renderer) -> KernelOpts | None:
     if upcast and vec_axis is not None:
         upcast[0] = (vec_axis, vector)
     upcast[:0] = rows
+    # a tile's last block of rows ends at the axis's end, as a ragged vector's does, instead of
+    # repeating the last row: its rows then lie a fixed stride apart. With the clamped rows
+    # of 1024 by 6 (AVX2) gcc knew four of them a fixed stride apart, loaded two as whole
+    # vectors to broadcast their first element, and the kernel ran 2-3% slower (10.1 vs 9.8 ms)
+    shifted += tuple(d for d, amount in rows if isinstance(shape[d], int) and shape[d] % amount)
     reuse = rows[-1][0] if rows else None
     second = rows[0][0] if len(rows) > 1 else None
     outer = [d for d in range(len(shape)) if d not in (placed, reuse, second)]
