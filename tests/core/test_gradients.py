@@ -18,6 +18,7 @@ import pytest
 
 from fusegrad import Tensor
 from fusegrad.errors import ShapeError
+from fusegrad.uop.ops import Ops, toposort
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -657,6 +658,94 @@ def test_conv_input_gradient_is_a_transposed_convolution():
     (gx,) = x.conv2d(w).sum().gradient(x)
     written = [step.ast.src[0].src[0].arg[1] for step in gx.schedule()]
     assert written and max(written) < 4 * x.numel()
+
+
+def test_conv_input_gradient_computes_the_input_positions_only():
+    """The gradient of a padded convolution's input is the transposed convolution cropped by
+    the padding, not the padded input's gradient cut afterwards: read twice (a batch norm's
+    gradient), that one was realized uncut, a 4x4 map's as 6x6 (2.25x the work). With a stride
+    the phases' convolution computes only the positions of phases that land in the input:
+    (4, 4) for an 8x8 input through a 5x5 kernel of stride 2 and padding 2, not (6, 6)."""
+    for size, kernel, stride, padding, want in ((4, 3, 1, 1, (4, 4)), (8, 5, 2, 2, (4, 4))):
+        x = Tensor.rand(4, 8, size, size, requires_grad=True)
+        w = Tensor.rand(8, 8, kernel, kernel, requires_grad=True)
+        (gx,) = x.conv2d(w, stride=stride, padding=padding).sum().gradient(x)
+        both = gx.sum((0, 2, 3)) + (gx * gx).sum((0, 2, 3))  # (gx realized, read twice)
+        convs = [
+            step.ast.src[0].src[1].shape
+            for step in both.schedule()
+            if any(u.op is Ops.REDUCE_AXIS for u in toposort([step.ast]))
+            and len(step.ast.src[0].src[1].shape) > 2
+        ]
+        assert convs and all(shape[4:6] == want for shape in convs), convs
+
+
+CONV_CASES = [  # (input, weight, stride, padding, dilation, groups)
+    ((2, 4, 7, 7), (6, 4, 3, 3), 1, 1, 1, 1),
+    ((2, 4, 8, 8), (6, 4, 3, 3), 2, 1, 1, 1),
+    ((2, 4, 9, 9), (6, 2, 3, 3), 2, 1, 1, 2),
+    ((1, 3, 10, 7), (4, 3, 5, 5), 3, 2, 1, 1),
+    ((2, 4, 8, 8), (4, 4, 3, 3), 1, 2, 2, 1),
+    ((2, 6, 11, 9), (6, 2, 3, 3), 2, (1, 0), 1, 3),
+    ((1, 2, 6, 6), (2, 2, 3, 3), 1, 3, 1, 1),
+    ((1, 2, 7, 8), (3, 2, 4, 4), 3, 1, 1, 1),
+    ((1, 2, 12, 12), (2, 2, 3, 3), 2, 1, 3, 1),
+    ((1, 2, 9, 9), (2, 2, 3, 3), 2, (2, 1, 0, 1), 1, 1),
+]
+
+
+@pytest.mark.parametrize("shape, wshape, stride, padding, dilation, groups", CONV_CASES)
+def test_conv_gradients_through_padding_match_torch(
+    shape, wshape, stride, padding, dilation, groups
+):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(shape, np.float32), rng.standard_normal(wshape, np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    tpad = padding
+    if isinstance(padding, tuple) and len(padding) == 4:  # (F.pad's order: torch pads first)
+        tx_in = torch.nn.functional.pad(tx, padding)
+        tpad = 0
+    else:
+        tx_in = tx
+    out = torch.nn.functional.conv2d(tx_in, tw, None, stride, tpad, dilation, groups)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    (out * torch.from_numpy(g)).sum().backward()
+    ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    ours = ox.conv2d(ow, None, stride, padding, dilation, groups)
+    (ours * Tensor(g)).sum().backward()
+    np.testing.assert_allclose(ours.numpy(), out.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ow.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+TRANSPOSED_CASES = [  # (input, weight, stride, padding, output_padding, groups)
+    ((2, 4, 4, 4), (4, 6, 3, 3), 2, 1, 1, 1),
+    ((2, 4, 5, 5), (4, 6, 4, 4), 2, 1, 0, 1),
+    ((1, 4, 3, 5), (4, 3, 3, 3), 3, 0, 2, 2),
+    ((1, 2, 6, 6), (2, 4, 5, 5), 2, 2, 1, 1),
+    ((1, 2, 4, 4), (2, 2, 3, 3), 2, 3, 0, 1),
+    ((2, 3, 7, 6), (3, 4, 4, 4), 3, (2, 1), (1, 2), 1),
+    ((1, 2, 3, 3), (2, 2, 1, 1), 2, 0, 1, 1),
+]
+
+
+@pytest.mark.parametrize("shape, wshape, stride, padding, extra, groups", TRANSPOSED_CASES)
+def test_strided_conv_transpose_and_gradients_match_torch(
+    shape, wshape, stride, padding, extra, groups
+):
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal(shape, np.float32), rng.standard_normal(wshape, np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    out = torch.nn.functional.conv_transpose2d(tx, tw, None, stride, padding, extra, groups)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    (out * torch.from_numpy(g)).sum().backward()
+    ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    ours = ox.conv_transpose2d(ow, None, stride, padding, extra, groups)
+    assert ours.shape == tuple(out.shape)
+    (ours * Tensor(g)).sum().backward()
+    np.testing.assert_allclose(ours.numpy(), out.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ow.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_conv_second_order_gradient_matches_torch():
