@@ -210,6 +210,29 @@ def test_split_below_matches_c_division_everywhere():
                 assert _evaluate(simple, {a: av, r: rv}) == fn(av, rv)
 
 
+def test_a_flipped_window_divides_without_division():
+    """i*9 + 8 - (j*3 + k), j and k below 3 (a flipped 3x3 window's tap): divided by 9 it is
+    i, and % 9 is the rest, though two of its terms are negative; the weight copy of a
+    convolution's input gradient divided every element by 9, 3 and its channel count."""
+    i, j, k = var("i", 40), var("j", 3), var("k", 3)
+    x = i * 9 + (-j) * 3 + 6 + (-k) + 2
+    quotient, rest = simplify(x // 9), simplify(x % 9)
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in quotient.toposort())
+    assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in rest.toposort())
+    for iv in range(40):
+        for jv in range(3):
+            for kv in range(3):
+                env, value = {i: iv, j: jv, k: kv}, iv * 9 + 8 - jv * 3 - kv
+                assert _evaluate(quotient, env) == value // 9 and _evaluate(rest, env) == value % 9
+    y = i * 9 + (-j) * 5 + 10  # (the rest, 0..10, reaches past 9: not split, still exact)
+    for iv in range(40):
+        for jv in range(3):
+            value = iv * 9 - jv * 5 + 10
+            env = {i: iv, j: jv}
+            assert _evaluate(simplify(y // 9), env) == value // 9
+            assert _evaluate(simplify(y % 9), env) == value % 9
+
+
 def _evaluate(u: UOp, env: dict) -> int:
     if u in env:
         return env[u]

@@ -135,6 +135,24 @@ def split_below(x: UOp, c: int) -> tuple[int, UOp, UOp] | None:
     return None
 
 
+def split_multiples(x: UOp, c: int) -> tuple[UOp, UOp] | None:
+    """``x = q*c + r`` with ``q`` the terms whose coefficients ``c`` divides and ``0 <= r < c``
+    the rest, for a nonnegative ``x`` whose terms may be negative: then ``x // c = q`` and
+    ``x % c = r``. (A flipped window's position, ``i*9 + 8 - (j*3 + k)`` with ``j, k < 3``,
+    divided by 9 is ``i``: ``split_coefficients`` refuses the negative terms.)"""
+    parts = terms(x)
+    big = [t for t in parts if t.op is not Ops.CONST and coefficient(t) % c == 0]
+    small = [t for t in parts if t.op is not Ops.CONST and coefficient(t) % c]
+    whole, left = divmod(sum(t.arg for t in parts if t.op is Ops.CONST), c)
+    if left:
+        small.append(UOp.const(x.dtype, left))
+    rest = add_all(small, x.dtype)
+    if not big or rest.vmin < 0 or rest.vmax >= c:
+        return None
+    quotient = [divide_term(t, c) for t in big] + ([UOp.const(x.dtype, whole)] if whole else [])
+    return add_all(quotient, x.dtype), rest
+
+
 def may_wrap(x: UOp) -> bool:
     """Whether ``x``, or one of its summands, may have wrapped around its (unsigned or narrow)
     dtype:
@@ -157,6 +175,8 @@ def simplify_div(x: UOp, c: UOp) -> UOp | None:
         if (below := split_below(x, c.arg)) is not None:
             d, a, _ = below
             return a // (c.arg // d)
+        if split is None and (multiples := split_multiples(x, c.arg)) is not None:
+            return multiples[0]
         return None
     quotients, remainders = split
     quotient = add_all(quotients, x.dtype)
@@ -179,6 +199,8 @@ def simplify_mod(x: UOp, c: UOp) -> UOp | None:
         if (below := split_below(x, c.arg)) is not None:
             d, a, b = below
             return (a % (c.arg // d)) * d + b
+        if split is None and (multiples := split_multiples(x, c.arg)) is not None:
+            return multiples[1]
         return None
     rest = add_all(split[1], x.dtype)
     return rest if rest.vmax < c.arg else rest % c.arg
