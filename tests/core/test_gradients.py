@@ -694,28 +694,36 @@ CONV_CASES = [  # (input, weight, stride, padding, dilation, groups)
 ]
 
 
+def _matches_torch(shape, wshape, seed, theirs, ours) -> None:
+    """``ours(x, w)`` against ``theirs(x, w)`` (torch), values and both gradients, for random
+    inputs of ``shape`` and ``wshape`` and a random output gradient."""
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal(shape, np.float32), rng.standard_normal(wshape, np.float32)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    out = theirs(tx, tw)
+    g = rng.standard_normal(out.shape).astype(np.float32)
+    (out * torch.from_numpy(g)).sum().backward()
+    ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+    value = ours(ox, ow)
+    assert value.shape == tuple(out.shape)
+    (value * Tensor(g)).sum().backward()
+    np.testing.assert_allclose(value.numpy(), out.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ow.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("shape, wshape, stride, padding, dilation, groups", CONV_CASES)
 def test_conv_gradients_through_padding_match_torch(
     shape, wshape, stride, padding, dilation, groups
 ):
-    rng = np.random.default_rng(0)
-    x, w = rng.standard_normal(shape, np.float32), rng.standard_normal(wshape, np.float32)
-    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-    tpad = padding
-    if isinstance(padding, tuple) and len(padding) == 4:  # (F.pad's order: torch pads first)
-        tx_in = torch.nn.functional.pad(tx, padding)
-        tpad = 0
-    else:
-        tx_in = tx
-    out = torch.nn.functional.conv2d(tx_in, tw, None, stride, tpad, dilation, groups)
-    g = rng.standard_normal(out.shape).astype(np.float32)
-    (out * torch.from_numpy(g)).sum().backward()
-    ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
-    ours = ox.conv2d(ow, None, stride, padding, dilation, groups)
-    (ours * Tensor(g)).sum().backward()
-    np.testing.assert_allclose(ours.numpy(), out.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(ow.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+    def theirs(x, w):
+        if isinstance(padding, tuple) and len(padding) == 4:  # (F.pad's order: pad first)
+            return F.conv2d(F.pad(x, padding), w, None, stride, 0, dilation, groups)
+        return F.conv2d(x, w, None, stride, padding, dilation, groups)
+
+    _matches_torch(
+        shape, wshape, 0, theirs, lambda x, w: x.conv2d(w, None, stride, padding, dilation, groups)
+    )
 
 
 TRANSPOSED_CASES = [  # (input, weight, stride, padding, output_padding, groups)
@@ -733,19 +741,13 @@ TRANSPOSED_CASES = [  # (input, weight, stride, padding, output_padding, groups)
 def test_strided_conv_transpose_and_gradients_match_torch(
     shape, wshape, stride, padding, extra, groups
 ):
-    rng = np.random.default_rng(1)
-    x, w = rng.standard_normal(shape, np.float32), rng.standard_normal(wshape, np.float32)
-    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-    out = torch.nn.functional.conv_transpose2d(tx, tw, None, stride, padding, extra, groups)
-    g = rng.standard_normal(out.shape).astype(np.float32)
-    (out * torch.from_numpy(g)).sum().backward()
-    ox, ow = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
-    ours = ox.conv_transpose2d(ow, None, stride, padding, extra, groups)
-    assert ours.shape == tuple(out.shape)
-    (ours * Tensor(g)).sum().backward()
-    np.testing.assert_allclose(ours.numpy(), out.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(ox.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(ow.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-4)
+    _matches_torch(
+        shape,
+        wshape,
+        1,
+        lambda x, w: F.conv_transpose2d(x, w, None, stride, padding, extra, groups),
+        lambda x, w: x.conv_transpose2d(w, None, stride, padding, extra, groups),
+    )
 
 
 def test_conv_second_order_gradient_matches_torch():
