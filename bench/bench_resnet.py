@@ -158,14 +158,10 @@ def torch_step(model, x: np.ndarray, y: np.ndarray) -> Callable[[], float]:  # n
     return step
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=8, help="timed steps of each side")
-    parser.add_argument("--batch", type=int, default=32)
-    args = parser.parse_args()
-    x, y = batch(args.batch)
+def measure(steps: int, size: int) -> tuple[dict[str, float], int, dict[str, list[float]]]:
+    """Median seconds per step of fusegrad, fusegrad under TinyJit and torch, timed in turn;
+    fusegrad's kernels per step; and each side's losses over its first three steps."""
+    x, y = batch(size)
     theirs = torch_model()
     # (fusegrad's models copy torch's first weights, before torch's own steps change them)
     runs = {
@@ -174,22 +170,32 @@ def main() -> None:
         "torch": torch_step(theirs, x, y),
     }
     losses = {name: [run() for _ in range(3)] for name, run in runs.items()}  # (compiles too)
-    for name, values in losses.items():
-        print(f"losses of steps 0-2, {name:17s}" + " ".join(f"{v:.4f}" for v in values))
     GlobalCounters.reset()
     runs["fusegrad"]()
     kernels = GlobalCounters.kernel_count
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.steps):
+    for _ in range(steps):
         for name, run in runs.items():
             start = time.perf_counter()
             run()
             samples[name].append(time.perf_counter() - start)
-    torch_ms = statistics.median(samples["torch"]) * 1e3
+    return {name: statistics.median(t) for name, t in samples.items()}, kernels, losses
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=8, help="timed steps of each side")
+    parser.add_argument("--batch", type=int, default=32)
+    args = parser.parse_args()
+    times, kernels, losses = measure(args.steps, args.batch)
+    for name, values in losses.items():
+        print(f"losses of steps 0-2, {name:17s}" + " ".join(f"{v:.4f}" for v in values))
     print(f"ResNet train step, batch {args.batch}, 3x32x32; median of {args.steps} steps")
-    for name, times in samples.items():
-        ms = statistics.median(times) * 1e3
-        print(f"  {name:17s} {ms:7.1f} ms/step   torch / this: {torch_ms / ms:5.2f}x")
+    for name, seconds in times.items():
+        ratio = times["torch"] / seconds
+        print(f"  {name:17s} {seconds * 1e3:7.1f} ms/step   torch / this: {ratio:5.2f}x")
     print(f"  fusegrad kernels per step: {kernels}")
 
 

@@ -8,8 +8,9 @@ this machine's copy bandwidth and a measured FMA peak, so the figures can be rea
 hardware. Compile time is excluded (each workload runs once before timing). Each matmul also
 gets a paired ratio to numpy (``paired_ratios``: both timed in each of 16 rounds), steadier on
 a noisy machine than the ratio of two medians. The MNIST train
-step (batch 128, Adam) is measured as bench/bench_mnist.py does, one step of each side in turn;
-that script also measures the cold first step and peak memory. The GPT step (examples/gpt.py)
+step (batch 128, Adam) is measured as bench/bench_mnist.py does, one step of each side in turn,
+and a small ResNet's (batch 32, bench/bench_resnet.py) likewise; bench_mnist.py also measures
+the cold first step and peak memory. The GPT step (examples/gpt.py)
 comes from bench/bench_gpt.py, with kernels and MB moved per step (against the least a step
 needs, bench/gpt_minimum.py) and the first step of a fresh process; the last line is a matmul
 on each grid device that runs here, against the CPU backend.
@@ -447,6 +448,7 @@ def main() -> None:
         return
     eager_and_jit(found, repeats)
     mnist_step(repeats)
+    resnet_step(repeats)
     gpt_step(args.quick)
     grid_matmuls(512 if args.quick else 1024, repeats)
 
@@ -514,6 +516,20 @@ def grid_matmuls(n: int, repeats: int) -> None:
         for dev, t in times.items()
     ]
     print(f"{f'matmul {n}x{n} f32 by device':<28s} " + "   ".join(cells))
+
+
+def resnet_step(repeats: int) -> None:
+    """A small ResNet's training step (bench/bench_resnet.py), eager and TinyJit, against
+    torch's from the same weights; and fusegrad's kernels per step."""
+    from bench_resnet import measure
+
+    try:
+        times, kernels, _ = measure(repeats, 32)
+    except ImportError:  # (it trains torch's twin too)
+        return
+    times["TinyJit"] = times.pop("fusegrad TinyJit")
+    report("ResNet train step (b=32)", "ms", 0, times)
+    print(f"  kernels/step               fusegrad {kernels}")
 
 
 def mnist_step(repeats: int) -> None:
