@@ -18,7 +18,7 @@ import numpy as np
 
 from fusegrad.errors import FusegradError, InvalidType, InvalidValue
 from fusegrad.tensor import Tensor
-from fusegrad.tensor.autograd import REALIZED
+from fusegrad.tensor.autograd import REALIZED, taken_backward_roots
 from fusegrad.uop.ops import Ops, UOp, toposort
 
 
@@ -93,9 +93,12 @@ class Optimizer:
         ``also``: tensors of the same forward pass to realize in that realize too (the loss, an
         accuracy). Realized on their own after the step, they would run the whole forward pass
         again, from the weights as they were (a GPT step: 65 more kernels, a third more time).
+        The tensors ``backward`` was called on since the last step are realized too (the loss
+        of ``loss.backward(); optimizer.step(); loss.item()``, a PyTorch loop's order).
         """
         updated = self.schedule_step()
-        Tensor.realize(*also, *updated)
+        extra = [t for t in taken_backward_roots() if all(t is not a for a in also)]
+        Tensor.realize(*also, *extra, *updated)
         _forget_graphs(updated)
 
     def schedule_step(self) -> list[Tensor]:

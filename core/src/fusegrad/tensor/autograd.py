@@ -22,6 +22,17 @@ if TYPE_CHECKING:
 _GRAD_TENSORS: weakref.WeakSet = weakref.WeakSet()
 # realized tensor's buffer node -> the graph that computed it, while gradients are tracked
 REALIZED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The tensors backward() was called on since the last optimizer step (``taken_backward_roots``)
+_BACKWARD_ROOTS: weakref.WeakSet = weakref.WeakSet()
+
+
+def taken_backward_roots() -> list[Tensor]:
+    """The tensors ``backward`` was called on since the last call, still held somewhere:
+    ``Optimizer.step`` realizes them with its update, so that a loss read after the step
+    (``loss.item()``, as a PyTorch loop does) is not computed again, forward pass and all."""
+    roots = list(_BACKWARD_ROOTS)
+    _BACKWARD_ROOTS.clear()
+    return roots
 
 
 def check_differentiable(dtype: DType) -> None:
@@ -167,6 +178,7 @@ class AutogradMixin(TensorBase):
                 g = UOp(Ops.SHARD, g.dtype, (g,), t.uop.arg)
             g_tensor = self._wrap(g, t.device)
             t.grad = g_tensor if t.grad is None else t.grad + g_tensor
+        _BACKWARD_ROOTS.add(self)
         return self
 
     def assign(self, x: Tensor | Any) -> Self:
