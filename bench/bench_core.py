@@ -50,6 +50,19 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def medians_in_turn(runs: dict[str, Callable[[], object]], steps: int) -> dict[str, float]:
+    """Median seconds per call of each of ``runs``, over ``steps`` rounds of one call of each in
+    turn, so that a slow spell of the machine hits them all alike (training steps: MNIST's,
+    bench_mnist.py; a ResNet's, bench_resnet.py)."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(steps):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
 def row(name: str, unit: str, ours: float, numpy_: float, higher_is_better: bool = True) -> None:
     ratio = ours / numpy_ if higher_is_better else numpy_ / ours
     print(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
+from bench_core import medians_in_turn  # noqa: E402 - bench/ is on the path when a script there runs
 from mnist import Model  # noqa: E402
 
 from fusegrad import Tensor, TinyJit, nn  # noqa: E402
@@ -88,12 +88,6 @@ def torch_step(x: np.ndarray, y: np.ndarray) -> Callable[[], None] | None:
     return step
 
 
-def timed(fn: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def batch() -> tuple[np.ndarray, np.ndarray]:
     """The images and labels every side trains on: random, seeded, one batch of 128."""
     rng = np.random.default_rng(0)
@@ -111,11 +105,7 @@ def step_medians(steps: int) -> tuple[dict[str, float], float]:
     runs = {"fusegrad": eager, "fusegrad TinyJit": fusegrad_step(x, y, jit=True)[0]}
     if (theirs := torch_step(x, y)) is not None:
         runs["torch"] = theirs
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(steps):
-        for name, run in runs.items():
-            samples[name].append(timed(run))
-    return {name: statistics.median(times) for name, times in samples.items()}, first
+    return medians_in_turn(runs, steps), first
 
 
 def peak_memory(which: str, steps: int) -> float:

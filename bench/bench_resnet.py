@@ -15,14 +15,13 @@ torch and fusegrad's kernels per step.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
+from bench_core import medians_in_turn
 
 from fusegrad import GlobalCounters, Tensor, TinyJit, nn
-from fusegrad.nn.state import get_parameters
+from fusegrad.nn.state import get_parameters, load_state_dict
 
 #: (input channels, output channels, stride) of each residual block
 BLOCKS = ((32, 32, 1), (32, 64, 2), (64, 128, 2), (128, 256, 2))
@@ -98,24 +97,6 @@ def torch_model():  # noqa: ANN201 - torch is optional: no annotation that names
     return TorchResNet()
 
 
-def copy_weights(ours: ResNet, theirs) -> None:  # noqa: ANN001
-    """torch's convolution and linear weights into ``ours`` (batch norms start at 1 and 0 on
-    both sides)."""
-
-    def put(conv: nn.Conv2d | nn.Linear, source) -> None:  # noqa: ANN001
-        conv.weight = Tensor(source.weight.detach().numpy().copy())
-        if getattr(source, "bias", None) is not None:
-            conv.bias = Tensor(source.bias.detach().numpy().copy())
-
-    put(ours.stem, theirs.stem)
-    put(ours.fc, theirs.fc)
-    for block, tblock in zip(ours.blocks, theirs.blocks, strict=True):
-        put(block.c1, tblock.c1)
-        put(block.c2, tblock.c2)
-        if block.short is not None:
-            put(block.short[0], tblock.short[0])
-
-
 def batch(size: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     images = rng.standard_normal((size, 3, 32, 32), dtype=np.float32)
@@ -126,7 +107,8 @@ def fusegrad_step(theirs, x: np.ndarray, y: np.ndarray, jit: bool) -> Callable[[
     """A training step of fusegrad's model (with torch's first weights) that returns its loss;
     under TinyJit when ``jit`` (warmed up: its first two calls capture)."""
     model = ResNet()
-    copy_weights(model, theirs)
+    # (the same names as torch's: ``short.0`` is the shortcut's convolution on both sides)
+    load_state_dict(model, {k: v.detach().numpy().copy() for k, v in theirs.state_dict().items()})
     optimizer = nn.optim.SGD(get_parameters(model), lr=0.01, momentum=0.9)
     images, labels = Tensor(x), Tensor(y)
 
@@ -173,13 +155,7 @@ def measure(steps: int, size: int) -> tuple[dict[str, float], int, dict[str, lis
     GlobalCounters.reset()
     runs["fusegrad"]()
     kernels = GlobalCounters.kernel_count
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(steps):
-        for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in samples.items()}, kernels, losses
+    return medians_in_turn(runs, steps), kernels, losses
 
 
 def main() -> None:

@@ -97,8 +97,7 @@ class Optimizer:
         of ``loss.backward(); optimizer.step(); loss.item()``, a PyTorch loop's order).
         """
         updated = self.schedule_step()
-        extra = [t for t in taken_backward_roots() if all(t is not a for a in also)]
-        Tensor.realize(*also, *extra, *updated)
+        Tensor.realize(*also, *taken_backward_roots(), *updated)  # (one named twice: realized once)
         _forget_graphs(updated)
 
     def schedule_step(self) -> list[Tensor]:
