@@ -8,6 +8,7 @@ axes of sliding windows using only movement ops (repeat the axis, reshape so eac
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -374,48 +375,93 @@ class NNMixin(TensorBase):
         output_padding: tuple[int, ...],
         groups: int,
     ) -> Tensor:
-        """``conv_transpose2d`` with a stride (no dilation) as one stride-1 convolution: output
-        position z = q * s + r (phase r) sums x[q - m] * w[r + s * m] over taps m, a plain
-        convolution of the input with the taps of phase r. The phases' taps become extra output
-        channels (the kernel padded with zero taps to a multiple of the stride), one convolution
-        computes every phase, and their outputs are interleaved. Spreading the input with zeros
-        instead does stride**n times the work: a (4, 256, 8, 8) input to 128 channels, kernel
-        4, stride 2 ran at 0.24x torch."""
-        n = len(stride)
-        cin, cout_g, *ks = weight.shape
-        taps = [-(-k // s) for k, s in zip(ks, stride, strict=True)]  # per phase, each axis
-        w = weight.pad([None, None] + [(0, t * s - k) for t, s, k in zip(taps, stride, ks)])
-        split = [d for t, s in zip(taps, stride) for d in (t, s)]
-        w = w.reshape((groups, cin // groups, cout_g, *split))  # (g, cin_g, cout_g, t1, s1, ..)
-        phases = [4 + 2 * j for j in range(n)]
-        w = w.permute([0, *phases, 2, 1, *(p - 1 for p in phases)])
-        w = w.reshape((groups * math.prod(stride) * cout_g, cin // groups, *taps))
-        w = w.flip(list(range(2, 2 + n)))
-        # The output runs over z = b .. b + L, where L = (i - 1) s - b - a + k + output_padding,
-        # and z = q * s + r: only the q of [b // s, (b + L - 1) // s] are computed (the input
-        # padded by t - 1 on each side would give all i + t - 1; a 4x4 map's gradient through a
-        # stride-2 convolution computed 5x5 phases for 4x4 wanted)
-        lows, highs, lengths = [], [], []
-        for size, k, s, (b, a), extra in zip(
-            self.shape[2:], ks, stride, pads, output_padding, strict=True
-        ):
-            lengths.append((size - 1) * s - b - a + k + extra)
-            lows.append(b // s)
-            highs.append((b + lengths[-1] - 1) // s + 1)
-        edges = zip(taps, lows, highs, self.shape[2:], strict=True)
-        x = self.pad([None, None] + [(t - 1 - lo, hi - size) for t, lo, hi, size in edges])
-        out = x.conv2d(w, None, 1, 0, 1, groups)  # (N, g * phases * cout_g, *q)
-        batch, qs = out.shape[0], out.shape[2:]
-        out = out.reshape((batch, groups, *stride, cout_g, *qs))
-        order = [0, 1, 2 + n] + [a for j in range(n) for a in (3 + n + j, 2 + j)]
-        out = out.permute(order).reshape(
-            (batch, groups * cout_g) + tuple(q * s for q, s in zip(qs, stride))
-        )
-        spans = [
-            (lo * s - b, b + length - hi * s)
-            for lo, hi, s, (b, _), length in zip(lows, highs, stride, pads, lengths, strict=True)
+        """``conv_transpose2d`` with a stride (no dilation) as stride-1 convolutions. An output
+        position z (in the frame before ``padding`` crops it) is q * s + r, and phase r sums
+        x[q - m] * w[r + s * m] over its own taps m: ceil((k - r) / s) of them, none when r >= k
+        (those outputs are 0). Phases with the same number of taps are one convolution of the
+        input, their taps as extra output channels, and the phases are interleaved into the
+        output. Spreading the input with zeros instead does stride**n times the work; all phases
+        as one convolution with the kernel padded by zero taps to a multiple of the stride did
+        16 taps for 9 for a 3x3 kernel of stride 2, and 4 for 1 for a 1x1 (a ResNet's strided
+        input gradients)."""
+        n, (_, cout_g, *ks) = len(stride), weight.shape
+        batch, sizes, cout = self.shape[0], self.shape[2:], groups * weight.shape[1]
+        lengths = [
+            (size - 1) * s - b - a + k + extra
+            for size, k, s, (b, a), extra in zip(
+                sizes, ks, stride, pads, output_padding, strict=True
+            )
         ]
-        return out.pad([None, None] + spans)
+        by_taps: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for phase in itertools.product(*(range(s) for s in stride)):
+            taps = tuple(len(range(r, k, s)) for r, k, s in zip(phase, ks, stride, strict=True))
+            if 0 not in taps:  # (else no tap lands on this phase: its outputs are 0)
+                by_taps.setdefault(taps, []).append(phase)
+        if len(by_taps) == 1 and len(phases := next(iter(by_taps.values()))) == math.prod(stride):
+            # (k a multiple of s) one convolution over the q of every output: a view of it
+            # interleaves the phases, which the scheduler can store in place.
+            low = [b // s for (b, _), s in zip(pads, stride, strict=True)]
+            high = [(b + length - 1) // s + 1 for (b, _), s, length in zip(pads, stride, lengths)]
+            span = [h - lo for h, lo in zip(high, low, strict=True)]
+            (taps,) = by_taps
+            y = self._phase_convolution(weight, stride, phases, taps, low, span, groups)
+            y = y.reshape((batch, groups, *stride, cout_g, *span))
+            order = [0, 1, 2 + n] + [a for j in range(n) for a in (3 + n + j, 2 + j)]
+            out = y.permute(order).reshape((batch, cout, *(v * s for v, s in zip(span, stride))))
+            edges = zip(low, stride, pads, lengths, strict=True)
+            return out.shrink(
+                [None, None] + [(b - lo * s, b - lo * s + ln) for lo, s, (b, _), ln in edges]
+            )
+        # Else slot j of the output, z = u * s + j (u < count), holds phase r = (j + b) % s from
+        # q = (j + b) // s on: each phase's convolution computes its own slot's outputs only.
+        count = [-(-length // s) for length, s in zip(lengths, stride, strict=True)]
+        slots = list(itertools.product(*(range(s) for s in stride)))
+        out = None  # (N, C_out, slots, *count)
+        for taps, phases in by_taps.items():
+            at = [tuple((r - b) % s for r, (b, _), s in zip(p, pads, stride)) for p in phases]
+            firsts = [tuple((j + b) // s for j, (b, _), s in zip(js, pads, stride)) for js in at]
+            low = [min(f[a] for f in firsts) for a in range(n)]
+            span = [c + max(f[a] for f in firsts) - lo for a, (c, lo) in enumerate(zip(count, low))]
+            y = self._phase_convolution(weight, stride, phases, taps, low, span, groups)
+            y = y.reshape((batch, groups, len(phases), cout_g, *span))
+            for m, (js, first) in enumerate(zip(at, firsts)):
+                part = y[:, :, m].reshape((batch, cout, *span))
+                edges = zip(first, low, count)
+                part = part.shrink([None, None] + [(f - lo, f - lo + c) for f, lo, c in edges])
+                i = slots.index(js)
+                placed = part.unsqueeze(2).pad([None, None, (i, len(slots) - 1 - i)] + [None] * n)
+                out = placed if out is None else out + placed
+        assert out is not None  # (phase 0 has a tap: k >= 1)
+        out = out.reshape((batch, cout, *stride, *count))
+        order = [0, 1] + [a for j in range(n) for a in (2 + n + j, 2 + j)]
+        out = out.permute(order).reshape((batch, cout, *(c * s for c, s in zip(count, stride))))
+        return out.shrink([None, None] + [(0, length) for length in lengths])
+
+    def _phase_convolution(
+        self,
+        weight: Tensor,
+        stride: tuple[int, ...],
+        phases: list[tuple[int, ...]],
+        taps: tuple[int, ...],
+        low: list[int],
+        span: list[int],
+        groups: int,
+    ) -> Tensor:
+        """Transposed-convolution phases with ``taps`` each at q in [low, low + span), as one
+        stride-1 convolution: (N, groups * phases * C_out / groups, *span), each group's
+        channels phase-major. For q = low + v, y[v] sums x[q - t + 1 + i] * flipped w[i]."""
+        n, (cin, cout_g) = len(taps), weight.shape[:2]
+        ws = [
+            weight[(slice(None), slice(None)) + tuple(slice(r, None, s) for r, s in zip(p, stride))]
+            .reshape((groups, cin // groups, cout_g, *taps))
+            .transpose(1, 2)
+            for p in phases
+        ]
+        w = ws[0].stack(*ws[1:], dim=1) if len(ws) > 1 else ws[0]
+        w = w.reshape((-1, cin // groups, *taps)).flip(list(range(2, 2 + n)))
+        edges = zip(taps, low, span, self.shape[2:], strict=True)
+        x = self.pad([None, None] + [(t - 1 - lo, lo + v - size) for t, lo, v, size in edges])
+        return x.conv2d(w, None, 1, 0, 1, groups)
 
     def conv_transpose1d(self, weight: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         return self.conv_transpose2d(weight, *args, **kwargs)
