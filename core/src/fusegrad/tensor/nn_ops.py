@@ -407,16 +407,16 @@ class NNMixin(TensorBase):
             y = self._phase_convolution(weight, stride, phases, taps, low, span, groups)
             y = y.reshape((batch, groups, *stride, cout_g, *span))
             order = [0, 1, 2 + n] + [a for j in range(n) for a in (3 + n + j, 2 + j)]
-            out = y.permute(order).reshape((batch, cout, *(v * s for v, s in zip(span, stride))))
-            edges = zip(low, stride, pads, lengths, strict=True)
-            return out.shrink(
-                [None, None] + [(b - lo * s, b - lo * s + ln) for lo, s, (b, _), ln in edges]
+            full = y.permute(order).reshape((batch, cout, *(v * s for v, s in zip(span, stride))))
+            ends = zip(low, stride, pads, lengths, strict=True)
+            return full.shrink(
+                [None, None] + [(b - lo * s, b - lo * s + ln) for lo, s, (b, _), ln in ends]
             )
         # Else slot j of the output, z = u * s + j (u < count), holds phase r = (j + b) % s from
         # q = (j + b) // s on: each phase's convolution computes its own slot's outputs only.
         count = [-(-length // s) for length, s in zip(lengths, stride, strict=True)]
         slots = list(itertools.product(*(range(s) for s in stride)))
-        out = None  # (N, C_out, slots, *count)
+        out: Tensor | None = None  # (N, C_out, slots, *count)
         for taps, phases in by_taps.items():
             at = [tuple((r - b) % s for r, (b, _), s in zip(p, pads, stride)) for p in phases]
             firsts = [tuple((j + b) // s for j, (b, _), s in zip(js, pads, stride)) for js in at]
