@@ -450,14 +450,28 @@ class NNMixin(TensorBase):
         """Transposed-convolution phases with ``taps`` each at q in [low, low + span), as one
         stride-1 convolution: (N, groups * phases * C_out / groups, *span), each group's
         channels phase-major. For q = low + v, y[v] sums x[q - t + 1 + i] * flipped w[i]."""
-        n, (cin, cout_g) = len(taps), weight.shape[:2]
-        ws = [
-            weight[(slice(None), slice(None)) + tuple(slice(r, None, s) for r, s in zip(p, stride))]
-            .reshape((groups, cin // groups, cout_g, *taps))
-            .transpose(1, 2)
-            for p in phases
-        ]
-        w = ws[0].stack(*ws[1:], dim=1) if len(ws) > 1 else ws[0]
+        n, (cin, cout_g, *ks) = len(taps), weight.shape
+        # w[r + s * m] as (C_in, C_out / g, *stride, *most): the kernel padded to a multiple of
+        # the stride on each axis, its axes split (m, r) and the phases' axes moved ahead
+        most = [-(-k // s) for k, s in zip(ks, stride, strict=True)]
+        split = weight.pad([None, None] + [(0, m * s - k) for m, s, k in zip(most, stride, ks)])
+        split = split.reshape((cin, cout_g, *(d for m, s in zip(most, stride) for d in (m, s))))
+        split = split.permute(
+            [0, 1, *(3 + 2 * a for a in range(n)), *(2 + 2 * a for a in range(n))]
+        )
+        if len(phases) == math.prod(stride):  # (every phase, k a multiple of s: all their taps)
+            w = split.reshape((cin, cout_g, len(phases), *most))
+        else:
+            cuts = [
+                split.shrink([None, None, *((r, r + 1) for r in p), *((0, t) for t in taps)])
+                for p in phases
+            ]
+            w = cuts[0].cat(*cuts[1:], dim=2) if len(cuts) > 1 else cuts[0]
+            w = w.reshape((cin, cout_g, len(phases), *taps))
+        # (groups, phases, C_out / g, C_in / g, *taps): each group's output channels phase-major
+        w = w.reshape((groups, cin // groups, cout_g, len(phases), *taps)).permute(
+            0, 3, 2, 1, *range(4, 4 + n)
+        )
         w = w.reshape((-1, cin // groups, *taps)).flip(list(range(2, 2 + n)))
         edges = zip(taps, low, span, self.shape[2:], strict=True)
         x = self.pad([None, None] + [(t - 1 - lo, lo + v - size) for t, lo, v, size in edges])
