@@ -31,6 +31,9 @@ class Context:
     VERIFY: int = getenv("VERIFY")
     #: check index ops' indices at the next read (tensor/bounds.py); 0 skips the checks
     CHECK_BOUNDS: int = getenv("CHECK_BOUNDS", 1)
+    #: keep a weight's layout copy from one eager run of a plan to the next while the weight is
+    #: unchanged (engine/realize.py ``_reuse_constants``); 0 copies at every run
+    KEEP_COPIES: int = getenv("KEEP_COPIES", 1)
 
 
 @contextmanager

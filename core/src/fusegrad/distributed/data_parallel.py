@@ -222,6 +222,8 @@ class _Exchange:
 def _launch(runner: Any, buffers: list[Buffer]) -> None:
     """Run a host step on ``buffers`` now, and record it where TinyJit is capturing."""
     runner([b.handle for b in buffers])
+    for i in runner.written:  # (counted as a kernel's writes: see ``Buffer.version``)
+        buffers[i].version += 1
     if (recording := capture.active()) is not None:
         recording.launched(runner, buffers)
 

@@ -338,6 +338,9 @@ def run_plan(
         plan.compiled = True
     active = profiler.ACTIVE  # one check per plan; per kernel only while profiling
     timing, listeners, recording = Context.DEBUG >= 2, _has_run_listeners(), capture.active()
+    # (a capture sees every launch: TinyJit keeps constant launches its own way)
+    keep = plan.constant and recording is None and not values and Context.KEEP_COPIES
+    skip = _reuse_constants(plan, buffers) if keep else frozenset()
     finished = finished_after(plan) if ready is not None else {}
 
     def tell(roots: list[int]) -> None:
@@ -348,11 +351,13 @@ def run_plan(
     start = time.perf_counter()
     # (a launch that is seen, timed, recorded or followed by ``ready`` goes alone)
     alone = ready is not None or active is not None or timing or listeners or recording is not None
-    if not alone and plan.batchable and _run_batched(plan, buffers, values or {}):
+    if not alone and plan.batchable and _run_batched(plan, buffers, values or {}, skip):
         steps: list[KernelStep | CopyStep] = []  # (all launched)
     else:
         steps = plan.steps
     for index, step in enumerate(steps):
+        if index in skip:
+            continue
         if type(step) is KernelStep:
             if step.runner is None:
                 step.runner = get_runner(step.ast, step.device)
@@ -385,8 +390,9 @@ def run_plan(
     if Context.DEBUG >= 1:
         elapsed = time.perf_counter() - start
         GlobalCounters.time_sum_s += elapsed
-        kernels = sum(type(s) is KernelStep for s in plan.steps)
-        print(f"realized {kernels} kernel(s) in {elapsed * 1e3:.3f} ms")
+        kernels = sum(type(s) is KernelStep for s in plan.steps) - len(skip)
+        kept = f" ({len(skip)} kept from the last run)" if skip else ""
+        print(f"realized {kernels} kernel(s){kept} in {elapsed * 1e3:.3f} ms")
     return buffers
 
 
@@ -394,11 +400,59 @@ def run_plan(
 BATCH_KERNELS = 2
 
 
-def _run_batched(plan: Plan, buffers: list[Buffer], values: dict[UOp, int]) -> bool:
-    """Run ``plan``'s launches as one call of its device's batch (``PlanBatch``), where its
-    program type offers one: an eager step of a model is then its kernels' time, not Python's
-    between them. False, having run nothing, where it cannot (``plan.batchable`` is then
-    cleared: its next runs go straight to the launches one by one)."""
+class _Kept:
+    """What an eager run of a plan's constant step read (the buffers, weakly, and their
+    versions) and, from the second run on the same, the outputs it keeps (``_reuse_constants``)."""
+
+    __slots__ = ("sources", "versions", "outputs")
+
+    def __init__(self, sources: list[Buffer], versions: tuple[int, ...], outputs: list[Buffer]):
+        self.sources = [weakref.ref(b) for b in sources]
+        self.versions, self.outputs = versions, outputs
+
+    def holds(self, sources: list[Buffer], versions: tuple[int, ...]) -> bool:
+        """Whether ``sources`` are the very buffers read then, none written since."""
+        if versions != self.versions or len(sources) != len(self.sources):
+            return False
+        return all(ref() is b for ref, b in zip(self.sources, sources, strict=True))
+
+
+def _reuse_constants(plan: Plan, buffers: list[Buffer]) -> frozenset[int]:
+    """The constant steps (``Plan.constant``: a weight's layout copy) this run may skip, their
+    output slots bound to the buffers kept from an earlier run on the same, unwritten inputs.
+
+    An eager model called again and again on its weights (inference without TinyJit) copied
+    each weight into panels at every call: a 512-channel 3x3 convolution on a 7x7 map spent as
+    long copying its weight as computing. Outputs are kept from the second run that finds a
+    step's inputs unchanged on, so a training step, whose weights change every run, keeps and
+    skips nothing."""
+    skip = set()
+    for i in plan.constant:
+        step = cast(KernelStep, plan.steps[i])
+        sources = [buffers[s] for s in step.slots[step.writes :]]
+        versions = tuple(b.version for b in sources)
+        last = plan.kept.get(i)
+        if last is None or not last.holds(sources, versions):
+            plan.kept[i] = _Kept(sources, versions, [])
+            continue
+        written = step.slots[: step.writes]
+        if last.outputs:
+            skip.add(i)
+        else:  # (the second run on these inputs: computed once more, into buffers to keep)
+            news = [plan.new_slots[s - plan.n_inputs] for s in written]
+            last.outputs = [Buffer(device, size, dtype) for size, dtype, device in news]
+        for slot, kept in zip(written, last.outputs, strict=True):
+            buffers[slot] = kept
+    return frozenset(skip)
+
+
+def _run_batched(
+    plan: Plan, buffers: list[Buffer], values: dict[UOp, int], skip: frozenset[int]
+) -> bool:
+    """Run ``plan``'s launches but ``skip`` as one call of its device's batch (``PlanBatch``),
+    where its program type offers one: an eager step of a model is then its kernels' time, not
+    Python's between them. False, having run nothing, where it cannot (``plan.batchable`` is
+    then cleared where the device has no batch: its next runs go to the launches one by one)."""
     try:
         batch = plan.batches.pop()  # (another thread running this plan builds a batch of its own)
     except IndexError:
@@ -408,12 +462,16 @@ def _run_batched(plan: Plan, buffers: list[Buffer], values: dict[UOp, int]) -> b
             return False
     else:
         batch.bind(buffers, values)
+    if not batch.only(skip):  # (its device cannot switch launches off)
+        plan.batches.append(batch)
+        return False
     batch.batch()
     for s in batch.written:
         buffers[s].version += 1
-    GlobalCounters.kernel_count += batch.kernels
-    GlobalCounters.global_ops += batch.flops
-    GlobalCounters.global_mem += batch.mem_bytes
+    skipped = [cast(KernelStep, plan.steps[i]).runner for i in skip]
+    GlobalCounters.kernel_count += batch.kernels - len(skipped)
+    GlobalCounters.global_ops += batch.flops - sum(r.kernel.flops for r in skipped)
+    GlobalCounters.global_mem += batch.mem_bytes - sum(r.mem_bytes for r in skipped)
     plan.batches.append(batch)
     return True
 
@@ -444,6 +502,7 @@ class PlanBatch:
         self.kernels = len(steps)
         self.flops = sum(step.runner.kernel.flops for step in steps)
         self.mem_bytes = sum(step.runner.mem_bytes for step in steps)
+        self.skipped: frozenset[int] = frozenset()  # the launches switched off (``only``)
         self.bind(buffers, values)  # (notes its handles; writing them again, once, costs nothing)
 
     @staticmethod
@@ -472,6 +531,18 @@ class PlanBatch:
         ]
         batch = make(calls)
         return None if batch is None else PlanBatch(batch, plan, buffers, values)
+
+    def only(self, skip: frozenset[int]) -> bool:
+        """Run every launch but those of ``skip`` from now on; False where some must be skipped
+        and the device's batch cannot (it has no ``set_active``)."""
+        if skip == self.skipped:
+            return True
+        if (set_active := getattr(self.batch, "set_active", None)) is None:
+            return False
+        for i in skip ^ self.skipped:
+            set_active(i, i not in skip)
+        self.skipped = skip
+        return True
 
     def bind(self, buffers: list[Buffer], values: dict[UOp, int]) -> None:
         """Set the buffers and variables' values of this run where they differ from the last."""

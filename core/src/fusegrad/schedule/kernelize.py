@@ -27,6 +27,7 @@ padding. A kernel never sees a size-0 axis, whose index math would divide by zer
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -92,6 +93,10 @@ class Plan:
     #: thread running it at once; ``batchable`` False: its device's programs cannot batch them
     batches: list[Any] = field(default_factory=list)
     batchable: bool = True
+    #: the steps whose outputs depend on the plan's inputs only and may be kept from one run to
+    #: the next (``constant_steps``), and what the engine keeps of them (``run_plan``)
+    constant: list[int] = field(default_factory=list)
+    kept: dict[int, Any] = field(default_factory=dict)
 
 
 def abstract(roots: list[UOp]) -> tuple[tuple[UOp, ...], list[Any], dict[UOp, int]]:
@@ -661,7 +666,8 @@ def make_plan(
         steps.append(KernelStep(ast, slots, device_of[u], reason=reason, writes=len(outs)))
     outputs = [slot_of[r] for r in roots]
     memory = plan_memory(steps, new_slots, n_inputs, set(outputs))
-    return Plan(steps, new_slots, outputs, n_inputs, memory=memory)
+    constant = constant_steps(steps, new_slots, n_inputs, set(outputs))
+    return Plan(steps, new_slots, outputs, n_inputs, memory=memory, constant=constant)
 
 
 def _slots_of(step: KernelStep | CopyStep) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -684,6 +690,31 @@ def _bytes_read(step: KernelStep | CopyStep) -> int:
         return 0
     params = (u for u in toposort([step.ast]) if u.op is Ops.PARAM and u.arg[0] >= step.writes)
     return sum(u.arg[1] * u.dtype.itemsize for u in params if isinstance(u.arg[1], int))
+
+
+def constant_steps(
+    steps: list, new_slots: list[tuple[int, DType, str]], n_inputs: int, outputs: set[int]
+) -> list[int]:
+    """The kernel steps that read only the plan's inputs (or nothing) and write slots of their
+    own (no root, no other step's), each small or no larger than what the step reads: a
+    weight's layout copy, not a dequantized panel several times its source. Run again on the
+    same, unwritten inputs they compute the same, so the engine may keep their outputs from one
+    eager run to the next (``run_plan``), as TinyJit skips them at replays."""
+    writers = Counter(slot for step in steps for slot in _slots_of(step)[0])
+    found = []
+    for i, step in enumerate(steps):
+        writes, read = _slots_of(step)
+        if not isinstance(step, KernelStep) or any(slot >= n_inputs for slot in read):
+            continue
+        if any(slot < n_inputs or slot in outputs or writers[slot] > 1 for slot in writes):
+            continue
+        sizes = [new_slots[slot - n_inputs] for slot in writes]
+        if all(
+            isinstance(size, int) and size * dtype.itemsize <= max(PRIVATE_BYTES, _bytes_read(step))
+            for size, dtype, _ in sizes
+        ):
+            found.append(i)
+    return found
 
 
 def plan_memory(
