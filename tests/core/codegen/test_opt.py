@@ -88,6 +88,19 @@ def test_elementwise_kernels_loop_per_axis_only_when_views_need_division():
     assert heuristic_opts(broadcast.ast, AVX2) == KernelOpts((0, 1))
 
 
+def test_a_copy_into_panels_reads_several_panels_runs_of_a_row_a_step():
+    """A matrix copied into panels of 16 columns (a matmul's right operand on AVX2) reads 64
+    bytes of a row for each panel: 4 panels' runs are taken a step (256 bytes of the row), the
+    run innermost as a vector; a run of 256 bytes already, or a plain copy, is left alone."""
+    m = Tensor.rand(64, 256, device="CPU").realize()
+    panels = m.reshape(64, 16, 16).permute(1, 0, 2).contiguous()
+    (step,) = panels.schedule()
+    assert heuristic_opts(step.ast, AVX2).upcast == ((0, 4), (2, 16))
+    np.testing.assert_array_equal(panels.numpy(), m.numpy().reshape(64, 16, 16).transpose(1, 0, 2))
+    (wide,) = m.reshape(64, 4, 64).permute(1, 0, 2).contiguous().schedule()
+    assert not (heuristic_opts(wide.ast, AVX2) or KernelOpts(())).upcast
+
+
 def test_padded_copy_has_no_division_or_modulo():
     """A pad's load is gated: outside the pad the index is never used, so it needs no modulo
     to stay in range, and a loop per axis needs no division."""
