@@ -140,3 +140,30 @@ def test_keep_copies_0_copies_at_every_run():
     with context(KEEP_COPIES=0):
         counts = [_counted(lambda: (a @ b.T).numpy())[1] for _ in range(4)]
     assert len(set(counts)) == 1 and counts[0] > 1, counts
+
+
+def test_a_kept_copy_goes_with_its_weight():
+    """Deleting the weight frees the copy kept of it (the plan stays cached)."""
+    import gc
+    import weakref
+
+    from fusegrad.engine import realize
+    from fusegrad.engine.realize import _Kept
+    from fusegrad.tensor.movement import buffer_of
+
+    a = Tensor(np.ones((32, 64), np.float32)).realize()
+    b = Tensor(np.ones((64, 64), np.float32)).realize()
+    for _ in range(3):
+        (a @ b.T).realize()
+    buffer = buffer_of(b.uop)
+    kept = [
+        k
+        for k in gc.get_objects()
+        if isinstance(k, _Kept) and k.outputs and any(s() is buffer for s in k.sources)
+    ]
+    assert len(kept) == 1
+    copies = [weakref.ref(out) for out in kept[0].outputs]
+    del b, buffer, kept
+    realize._recent.clear()  # (the last graphs realized hold their input buffers)
+    gc.collect()
+    assert copies and all(c() is None for c in copies)

@@ -402,12 +402,19 @@ BATCH_KERNELS = 2
 
 class _Kept:
     """What an eager run of a plan's constant step read (the buffers, weakly, and their
-    versions) and, from the second run on the same, the outputs it keeps (``_reuse_constants``)."""
+    versions) and, from the second run on the same, the outputs it keeps (``_reuse_constants``).
+    The outputs go when a buffer read dies (a model deleted): nothing holds them past it."""
 
-    __slots__ = ("sources", "versions", "outputs")
+    __slots__ = ("sources", "versions", "outputs", "__weakref__")
 
     def __init__(self, sources: list[Buffer], versions: tuple[int, ...], outputs: list[Buffer]):
-        self.sources = [weakref.ref(b) for b in sources]
+        me = weakref.ref(self)
+
+        def forget(_: object) -> None:
+            if (kept := me()) is not None:
+                kept.outputs = []
+
+        self.sources = [weakref.ref(b, forget) for b in sources]
         self.versions, self.outputs = versions, outputs
 
     def holds(self, sources: list[Buffer], versions: tuple[int, ...]) -> bool:
