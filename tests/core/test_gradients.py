@@ -680,6 +680,28 @@ def test_conv_input_gradient_computes_the_input_positions_only():
         assert convs and all(shape[4:6] == want for shape in convs), convs
 
 
+def test_conv_weight_gradient_sums_chunks_of_the_batch_on_large_maps_only():
+    """A batch of 32 on a 16x16 map sums chunks of 8 samples first, then the chunks (two
+    reductions); on a 4x4 map the whole batch stays in cache and one reduction sums it all
+    (``nn_ops.CHUNK_POSITIONS``). The values match either way."""
+    from fusegrad.tensor.nn_ops import CHUNK_POSITIONS
+
+    for size, reductions in ((4, 1), (16, 2)):
+        assert (size * size >= CHUNK_POSITIONS) == (reductions == 2)
+        rng = np.random.default_rng(size)
+        x_np = rng.standard_normal((32, 8, size, size)).astype(np.float32)
+        w_np = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+        x, w = Tensor(x_np), Tensor(w_np, requires_grad=True)
+        (gw,) = x.conv2d(w, padding=1).sum().gradient(w)
+        steps = gw.schedule()
+        assert sum(any(u.op is Ops.REDUCE_AXIS for u in toposort([s.ast])) for s in steps) == (
+            reductions
+        )
+        tx, tw = torch.from_numpy(x_np), torch.from_numpy(w_np).requires_grad_()
+        torch.nn.functional.conv2d(tx, tw, padding=1).sum().backward()
+        np.testing.assert_allclose(gw.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
 CONV_CASES = [  # (input, weight, stride, padding, dilation, groups)
     ((2, 4, 7, 7), (6, 4, 3, 3), 1, 1, 1, 1),
     ((2, 4, 8, 8), (6, 4, 3, 3), 2, 1, 1, 1),

@@ -105,22 +105,27 @@ def _conv_gradient(
         )
     # The weight gradient sums over the whole batch for each of few outputs: every register tile
     # of outputs would stream all the data from memory. Summing chunks of 8 samples first keeps
-    # a chunk's data in cache across tiles; the partial sums are small.
-    chunks = batch // 8 if batch % 8 == 0 and batch >= 16 else 1
+    # a chunk's data in cache across tiles; the partial sums are small. A small map's whole
+    # batch stays in cache anyway (``CHUNK_POSITIONS``).
+    chunked = batch % 8 == 0 and batch >= 16 and math.prod(outs) >= CHUNK_POSITIONS
+    chunks = batch // 8 if chunked else 1
     win = xp._pool(tuple(ks), stride, dilation)
     win = win.reshape((chunks, batch // chunks, groups, 1, cin_g) + outs + tuple(ks))
     if (cout // groups) % 8 == 0:  # C_out innermost in memory (a copy): it runs as vectors
         grad = _innermost(grad, 1)
     g_win = grad.reshape((chunks, batch // chunks, groups, cout // groups, 1) + outs + (1,) * n)
-    dw = (
-        (win * g_win)
-        .sum([1] + list(range(5, 5 + n)))
-        .reshape(chunks, -1)
-        .sum(0)
-        .reshape(weight.shape)
-    )
-    return dx, dw
+    partial = (win * g_win).sum([1] + list(range(5, 5 + n)))  # (chunks, groups, C_out/g, ...)
+    if chunks == 1:  # (a sum over the one chunk would be a kernel of its own)
+        return dx, partial.reshape(weight.shape)
+    return dx, partial.reshape(chunks, -1).sum(0).reshape(weight.shape)
 
+
+#: a convolution's weight gradient sums chunks of 8 samples first (``_conv_gradient``) when its
+#: output map has this many positions or more. Below, the chunks' partial sums (and the kernel
+#: adding them up) cost more than the cache they save: a ResNet's 256-channel 3x3 on 4x4 maps,
+#: batch 32, 4.35 -> 3.59 ms; MNIST's 64-channel 3x3 on 6x6, batch 128, 2.21 -> 2.05 ms; on
+#: 16x16 even, on 32x32 the chunks 3% faster (2 cores, AMD EPYC, AVX-512)
+CHUNK_POSITIONS = 256
 
 #: (shape, kernel, stride, dilation) -> the movement ops ``_pool`` applies, as (op, arg) pairs
 _POOL_MOVES: dict[tuple, tuple[tuple[Ops, Any], ...]] = {}
