@@ -167,3 +167,30 @@ def test_a_kept_copy_goes_with_its_weight():
     realize._recent.clear()  # (the last graphs realized hold their input buffers)
     gc.collect()
     assert copies and all(c() is None for c in copies)
+
+
+def test_a_run_stopped_halfway_keeps_nothing(monkeypatch):
+    """Outputs are kept once the run that computes them has run its launches: a run that
+    fails first (here the batch raises) leaves no unwritten buffer to be taken later."""
+    from fusegrad.engine import realize
+
+    rng = np.random.default_rng(4)
+    a_np = rng.standard_normal((32, 64)).astype(np.float32)
+    b_np = rng.standard_normal((64, 64)).astype(np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    (a @ b.T).numpy()  # (the first run on these inputs: noted)
+    real = realize._run_batched
+
+    def stopped(*args, **kwargs):  # noqa: ANN002, ANN003
+        raise RuntimeError("stopped")
+
+    monkeypatch.setattr(realize, "_run_batched", stopped)
+    with pytest.raises(RuntimeError, match="stopped"):
+        (a @ b.T).numpy()
+    monkeypatch.setattr(realize, "_run_batched", real)
+    counts = []
+    for _ in range(2):
+        out, kernels = _counted(lambda: (a @ b.T).numpy())
+        np.testing.assert_allclose(out, a_np @ b_np.T, rtol=1e-4, atol=1e-4)
+        counts.append(kernels)
+    assert counts == [2, 1]

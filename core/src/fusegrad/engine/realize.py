@@ -340,7 +340,7 @@ def run_plan(
     timing, listeners, recording = Context.DEBUG >= 2, _has_run_listeners(), capture.active()
     # (a capture sees every launch: TinyJit keeps constant launches its own way)
     keep = plan.constant and recording is None and not values and Context.KEEP_COPIES
-    skip = _reuse_constants(plan, buffers) if keep else frozenset()
+    skip, keeping = _reuse_constants(plan, buffers) if keep else (frozenset(), [])
     finished = finished_after(plan) if ready is not None else {}
 
     def tell(roots: list[int]) -> None:
@@ -384,6 +384,8 @@ def run_plan(
             copy_buffer(buffers[step.dest], buffers[step.source])
         if index in finished:
             tell(finished[index])
+    for kept, outputs in keeping:  # (written now: later runs may take them)
+        kept.outputs = outputs
     for piece, buffer in pieces.items():
         if buffer.is_allocated:
             last[piece] = id(buffer.handle)
@@ -391,8 +393,8 @@ def run_plan(
         elapsed = time.perf_counter() - start
         GlobalCounters.time_sum_s += elapsed
         kernels = sum(type(s) is KernelStep for s in plan.steps) - len(skip)
-        kept = f" ({len(skip)} kept from the last run)" if skip else ""
-        print(f"realized {kernels} kernel(s){kept} in {elapsed * 1e3:.3f} ms")
+        note = f" ({len(skip)} kept from the last run)" if skip else ""
+        print(f"realized {kernels} kernel(s){note} in {elapsed * 1e3:.3f} ms")
     return buffers
 
 
@@ -424,16 +426,20 @@ class _Kept:
         return all(ref() is b for ref, b in zip(self.sources, sources, strict=True))
 
 
-def _reuse_constants(plan: Plan, buffers: list[Buffer]) -> frozenset[int]:
+def _reuse_constants(
+    plan: Plan, buffers: list[Buffer]
+) -> tuple[frozenset[int], list[tuple[_Kept, list[Buffer]]]]:
     """The constant steps (``Plan.constant``: a weight's layout copy) this run may skip, their
-    output slots bound to the buffers kept from an earlier run on the same, unwritten inputs.
+    output slots bound to the buffers kept from an earlier run on the same, unwritten inputs;
+    and the outputs this run computes to keep, each with its record (``run_plan`` hands them
+    over once its launches have run, not before: a run stopped halfway keeps nothing).
 
     An eager model called again and again on its weights (inference without TinyJit) copied
     each weight into panels at every call: a 512-channel 3x3 convolution on a 7x7 map spent as
     long copying its weight as computing. Outputs are kept from the second run that finds a
     step's inputs unchanged on, so a training step, whose weights change every run, keeps and
     skips nothing."""
-    skip = set()
+    skip, keeping = set(), []
     for i in plan.constant:
         step = cast(KernelStep, plan.steps[i])
         sources = [buffers[s] for s in step.slots[step.writes :]]
@@ -443,14 +449,16 @@ def _reuse_constants(plan: Plan, buffers: list[Buffer]) -> frozenset[int]:
             plan.kept[i] = _Kept(sources, versions, [])
             continue
         written = step.slots[: step.writes]
-        if last.outputs:
+        outputs = last.outputs
+        if outputs:
             skip.add(i)
         else:  # (the second run on these inputs: computed once more, into buffers to keep)
             news = [plan.new_slots[s - plan.n_inputs] for s in written]
-            last.outputs = [Buffer(device, size, dtype) for size, dtype, device in news]
-        for slot, kept in zip(written, last.outputs, strict=True):
+            outputs = [Buffer(device, size, dtype) for size, dtype, device in news]
+            keeping.append((last, outputs))
+        for slot, kept in zip(written, outputs, strict=True):
             buffers[slot] = kept
-    return frozenset(skip)
+    return frozenset(skip), keeping
 
 
 def _run_batched(
