@@ -70,15 +70,32 @@ def test_a_weight_written_in_place_is_copied_again():
         )
 
 
+def _conv_case(seed: int) -> tuple[Tensor, np.ndarray, np.ndarray]:
+    """An input (1, 16, 5, 5), realized, its array, and a weight (16, 16, 3, 3) array: a
+    convolution that copies its weight into panels on every target."""
+    rng = np.random.default_rng(seed)
+    x_np = rng.standard_normal((1, 16, 5, 5)).astype(np.float32)
+    return Tensor(x_np).realize(), x_np, rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+
+
+def _copied(x: Tensor, w: Tensor) -> int:
+    """Kernels of ``x.conv2d(w)`` when nothing is kept."""
+    from fusegrad.helpers import context
+
+    with context(KEEP_COPIES=0):
+        return _counted(lambda: x.conv2d(w, padding=1).numpy())[1]
+
+
 def test_another_weight_of_the_same_shape_is_not_mistaken_for_the_kept_one():
+    x, x_np, _ = _conv_case(2)
     rng = np.random.default_rng(2)
-    a = Tensor(rng.standard_normal((32, 64)).astype(np.float32)).realize()
-    ws = [rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3)]
+    ws = [rng.standard_normal((16, 16, 3, 3)).astype(np.float32) for _ in range(3)]
     tensors = [Tensor(w).realize() for w in ws]
     for _ in range(3):
-        for w, t in zip(ws, tensors, strict=True):  # (a @ t.T: t copied into panels)
-            assert _counted(lambda t=t: (a @ t.T).realize())[1] == 2  # (each: another weight)
-            np.testing.assert_allclose((a @ t.T).numpy(), a.numpy() @ w.T, rtol=1e-4, atol=1e-4)
+        for w, t in zip(ws, tensors, strict=True):  # (each call another weight: copied again)
+            out, kernels = _counted(lambda t=t: x.conv2d(t, padding=1).numpy())
+            assert kernels >= 2  # (the weight's copy and the product; x's padded copy may be kept)
+            np.testing.assert_allclose(out, _conv_reference(x_np, w), rtol=1e-4, atol=1e-4)
 
 
 def test_a_training_loop_keeps_nothing():
@@ -135,10 +152,10 @@ def test_constant_steps_are_copies_of_inputs_no_larger_than_them():
 def test_keep_copies_0_copies_at_every_run():
     from fusegrad.helpers import context
 
-    a = Tensor(np.ones((32, 64), np.float32)).realize()
-    b = Tensor(np.ones((64, 64), np.float32)).realize()  # (a @ b.T: b copied into panels)
+    x, _, w_np = _conv_case(5)
+    w = Tensor(w_np).realize()
     with context(KEEP_COPIES=0):
-        counts = [_counted(lambda: (a @ b.T).numpy())[1] for _ in range(4)]
+        counts = [_counted(lambda: x.conv2d(w, padding=1).numpy())[1] for _ in range(4)]
     assert len(set(counts)) == 1 and counts[0] > 1, counts
 
 
@@ -151,11 +168,11 @@ def test_a_kept_copy_goes_with_its_weight():
     from fusegrad.engine.realize import _Kept
     from fusegrad.tensor.movement import buffer_of
 
-    a = Tensor(np.ones((32, 64), np.float32)).realize()
-    b = Tensor(np.ones((64, 64), np.float32)).realize()
+    x, _, w_np = _conv_case(6)
+    w = Tensor(w_np).realize()
     for _ in range(3):
-        (a @ b.T).realize()
-    buffer = buffer_of(b.uop)
+        x.conv2d(w, padding=1).realize()
+    buffer = buffer_of(w.uop)
     kept = [
         k
         for k in gc.get_objects()
@@ -163,7 +180,7 @@ def test_a_kept_copy_goes_with_its_weight():
     ]
     assert len(kept) == 1
     copies = [weakref.ref(out) for out in kept[0].outputs]
-    del b, buffer, kept
+    del w, buffer, kept
     realize._recent.clear()  # (the last graphs realized hold their input buffers)
     gc.collect()
     assert copies and all(c() is None for c in copies)
@@ -174,11 +191,10 @@ def test_a_run_stopped_halfway_keeps_nothing(monkeypatch):
     fails first (here the batch raises) leaves no unwritten buffer to be taken later."""
     from fusegrad.engine import realize
 
-    rng = np.random.default_rng(4)
-    a_np = rng.standard_normal((32, 64)).astype(np.float32)
-    b_np = rng.standard_normal((64, 64)).astype(np.float32)
-    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
-    (a @ b.T).numpy()  # (the first run on these inputs: noted)
+    x, x_np, w_np = _conv_case(7)
+    w = Tensor(w_np).realize()
+    full = _copied(x, w)
+    x.conv2d(w, padding=1).numpy()  # (the first run on these inputs: noted)
     real = realize._run_batched
 
     def stopped(*args, **kwargs):  # noqa: ANN002, ANN003
@@ -186,11 +202,11 @@ def test_a_run_stopped_halfway_keeps_nothing(monkeypatch):
 
     monkeypatch.setattr(realize, "_run_batched", stopped)
     with pytest.raises(RuntimeError, match="stopped"):
-        (a @ b.T).numpy()
+        x.conv2d(w, padding=1).numpy()
     monkeypatch.setattr(realize, "_run_batched", real)
     counts = []
     for _ in range(2):
-        out, kernels = _counted(lambda: (a @ b.T).numpy())
-        np.testing.assert_allclose(out, a_np @ b_np.T, rtol=1e-4, atol=1e-4)
+        out, kernels = _counted(lambda: x.conv2d(w, padding=1).numpy())
+        np.testing.assert_allclose(out, _conv_reference(x_np, w_np), rtol=1e-4, atol=1e-4)
         counts.append(kernels)
-    assert counts == [2, 1]
+    assert counts == [full, 1] and full > 1
