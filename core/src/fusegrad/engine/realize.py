@@ -437,8 +437,8 @@ def _reuse_constants(
     An eager model called again and again on its weights (inference without TinyJit) copied
     each weight into panels at every call: a 512-channel 3x3 convolution on a 7x7 map spent as
     long copying its weight as computing. Outputs are kept from the second run that finds a
-    step's inputs unchanged on, so a training step, whose weights change every run, keeps and
-    skips nothing."""
+    step's inputs unchanged on, so a training step, whose weights change every run, keeps no
+    weight's copy (a causal mask from cached ``arange`` buffers it does keep)."""
     skip, keeping = set(), []
     for i in plan.constant:
         step = cast(KernelStep, plan.steps[i])
