@@ -829,7 +829,7 @@ def _rows_of_runs(
     amount = RUN_BYTES // (run * dtype.itemsize)
     for d, loop in loops.items():
         between = any(d < e < last for e in loops)  # (else the output continues the run too)
-        if d != last and between and stride_along(index, loop) == run and shape[d] % amount == 0:
+        if between and stride_along(index, loop) == run and shape[d] % amount == 0:
             return ((d, amount), (last, run))
     return None
 

@@ -421,9 +421,9 @@ class _Kept:
 
     def holds(self, sources: list[Buffer], versions: tuple[int, ...]) -> bool:
         """Whether ``sources`` are the very buffers read then, none written since."""
-        if versions != self.versions or len(sources) != len(self.sources):
-            return False
-        return all(ref() is b for ref, b in zip(self.sources, sources, strict=True))
+        return versions == self.versions and all(
+            ref() is b for ref, b in zip(self.sources, sources, strict=True)
+        )
 
 
 def _reuse_constants(

@@ -708,13 +708,19 @@ def constant_steps(
             continue
         if any(slot < n_inputs or slot in outputs or writers[slot] > 1 for slot in writes):
             continue
-        sizes = [new_slots[slot - n_inputs] for slot in writes]
-        if all(
-            isinstance(size, int) and size * dtype.itemsize <= max(PRIVATE_BYTES, _bytes_read(step))
-            for size, dtype, _ in sizes
-        ):
+        if all(_own_memory(step, new_slots[slot - n_inputs]) for slot in writes):
             found.append(i)
     return found
+
+
+def _own_memory(step: KernelStep | CopyStep, slot: tuple[int, DType, str]) -> bool:
+    """Whether an output ``slot`` (size, dtype, device) of a step that reads only the plan's
+    inputs is small, or no larger than what the step reads (a weight's layout copy, not a
+    dequantized panel several times its source): such an output keeps memory of its own."""
+    size, dtype, _ = slot
+    return isinstance(size, int) and (
+        size * dtype.itemsize <= PRIVATE_BYTES or size * dtype.itemsize <= _bytes_read(step)
+    )
 
 
 def plan_memory(
@@ -746,8 +752,7 @@ def plan_memory(
             if written < n_inputs:  # an in-place write into an input's buffer
                 continue
             key = new_slots[written - n_inputs]
-            size = key[0] * key[1].itemsize if isinstance(key[0], int) else None
-            if leaf and size is not None and (size <= PRIVATE_BYTES or size <= _bytes_read(step)):
+            if leaf and _own_memory(step, key):
                 private.add(written)
             if (pool := free.get(key)) and written not in outputs and written not in private:
                 memory[written - n_inputs] = pool.pop()
