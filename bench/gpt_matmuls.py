@@ -1,6 +1,6 @@
 """Every matmul of the GPT training step (examples/gpt.py), alone, fusegrad against torch.
 
-    python bench/gpt_matmuls.py [--avx2] [--rounds N] [--back-to-back | --blocks]
+    python bench/gpt_matmuls.py [--avx2] [--threads N] [--rounds N] [--back-to-back | --blocks]
 
 The step's model (``gpt.Config()``): batch 4, context 128 (512 rows), width 256, 4 heads of
 64, an MLP of 1024, a vocabulary of 1024. Each linear layer ``x @ w`` runs three products a
@@ -24,34 +24,51 @@ library's worker threads keep spinning for a while after its call (libgomp's, bo
 on 2 cores the other's next call shares a core with them: in turns a (512, 256) @ (256, 256)
 took fusegrad 423 us on AVX2 code against 298 us of kernel and ~26 us of Python alone.
 
-``--blocks`` times each side in blocks of calls of its own (``blocks``): a pause for the other's
-threads to go idle, two untimed calls, then ``BLOCK_CALLS`` timed ones, the two taking turns
-for ``--rounds`` rounds; each side's figure is its best block's first quartile (the machine's
-slow spells, minutes of everything at half speed on this VM, miss some block of each side).
+``--blocks`` times each side in blocks of calls of its own (``spread_blocks``): a pause for the
+other's threads to go idle, ``WARM_SECONDS`` of untimed calls, then ``BLOCK_CALLS`` timed ones.
+Each of ``--rounds`` rounds gives every product one block of each side, so a product's blocks
+are spread over the whole run; each side's figure is its best block's first quartile (the
+machine's slow spells, seconds to minutes of everything at half speed on this VM, miss some
+block of each side).
 A user's training loop calls one library, so this is the steady state each would run at.
+
+``--threads N`` runs both on N threads (fusegrad's ``CPU_THREADS``, torch's
+``set_num_threads``). On one thread the ratio is the kernels' own, and it holds still: this VM's
+second core comes and goes (two busy processes took 1.0-3x one's time, minute to minute), and
+in the spells without it both sides' two-thread figures fall to about one core's speed, torch's
+and ours by different amounts from block to block.
 """
 
 from __future__ import annotations  # noqa: I001 - run.py loads before numpy (see below)
 
 import argparse
+import os
 import statistics
 import sys
 import time
 
+if "--threads" in sys.argv:  # before fusegrad's CPU device reads it, as run.py loads
+    os.environ["CPU_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
+
 # run.py sets the AVX2 environment as it loads when --avx2 is among the arguments (bench/ is on
 # the path when a script there runs)
-from run import SETTLE_SECONDS, _seconds, paired_ratios
+from run import SETTLE_SECONDS, _seconds, paired_ratios  # noqa: I001, E402
 
 import numpy as np  # noqa: E402
 from bench_gpt import gpt  # noqa: E402  (examples/gpt.py, put on the path by bench_gpt)
 
 from fusegrad import Tensor  # noqa: E402
+from fusegrad.helpers import Context  # noqa: E402
 
 Product = tuple[str, tuple[int, ...], tuple[int, ...], bool, bool]
 #: calls of each side ``--back-to-back`` times (in turns)
 BACK_TO_BACK_CALLS = 40
 #: timed calls in each of ``--blocks``' blocks
 BLOCK_CALLS = 16
+#: seconds of untimed calls before a block's timed ones: after an idle pause this VM runs the
+#: next 10-20 ms of work at about one core's speed (a (512, 256) @ (256, 768) in bursts of ten
+#: calls 0.2 s apart: 98-143 GFLOP/s; run on without pauses: 170-210)
+WARM_SECONDS = 0.05
 
 
 def products(cfg: gpt.Config) -> list[Product]:
@@ -113,25 +130,42 @@ def alternated(ours, theirs, calls: int) -> tuple[float, float]:
     return low[0], low[1]
 
 
-def blocks(ours, theirs, rounds: int, calls: int = BLOCK_CALLS) -> tuple[float, float]:
-    """Each side's best first quartile over ``rounds`` blocks of ``calls`` timed calls of its
-    own, the two sides taking turns (who goes first alternating); each block after a pause
-    (``SETTLE_SECONDS``) and two untimed calls."""
-    best = [float("inf"), float("inf")]
+def block(fn, calls: int = BLOCK_CALLS) -> float:
+    """The first quartile of one block of ``fn``'s calls: after a pause (``SETTLE_SECONDS``),
+    untimed calls for ``WARM_SECONDS`` (two at least), then ``calls`` timed ones."""
+    time.sleep(SETTLE_SECONDS)
+    start = time.perf_counter()
+    fn(), fn()
+    while time.perf_counter() - start < WARM_SECONDS:
+        fn()
+    return statistics.quantiles([_seconds(fn) for _ in range(calls)], n=4)[0]
+
+
+def spread_blocks(pairs, rounds: int, calls: int = BLOCK_CALLS) -> list[tuple[float, float]]:
+    """For each (ours, theirs) of ``pairs``, each side's best first quartile over ``rounds``
+    blocks of ``calls`` timed calls (``block``). A round gives every pair one block of each side,
+    who goes first alternating, so one pair's blocks are spread over the whole run: a slow spell
+    of seconds (one core's speed, on this VM) meets a block or two of each pair, not every
+    block of one."""
+    best = [[float("inf"), float("inf")] for _ in pairs]
     for r in range(rounds):
-        for side in (0, 1)[:: 1 if r % 2 == 0 else -1]:
-            fn = (ours, theirs)[side]
-            time.sleep(SETTLE_SECONDS)
-            fn(), fn()
-            low = statistics.quantiles([_seconds(fn) for _ in range(calls)], n=4)[0]
-            best[side] = min(best[side], low)
-    return best[0], best[1]
+        for pair, low in zip(pairs, best):
+            for side in (0, 1)[:: 1 if r % 2 == 0 else -1]:
+                low[side] = min(low[side], block(pair[side], calls))
+    return [(ours, theirs) for ours, theirs in best]
+
+
+def blocks(ours, theirs, rounds: int, calls: int = BLOCK_CALLS) -> tuple[float, float]:
+    """``spread_blocks`` of one pair: each side's best first quartile over ``rounds`` blocks of
+    its own calls, the two sides taking turns (who goes first alternating)."""
+    return spread_blocks([(ours, theirs)], rounds, calls)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--avx2", action="store_true", help="every contender on AVX2 code")
     parser.add_argument("--rounds", type=int, default=8, help="paired rounds per product")
+    parser.add_argument("--threads", type=int, help="threads of each side (default: every core)")
     parser.add_argument(
         "--back-to-back", action="store_true", help="time the two in turns, without pauses"
     )
@@ -143,9 +177,15 @@ def main() -> None:
         import torch
     except ImportError:
         sys.exit("torch is the peer here: pip install torch==2.13.0")
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads {args.threads}: expected a positive number of threads")
+        torch.set_num_threads(args.threads)
+    # a layout copy fusegrad's plan makes is made at every call, as in training (whose weights
+    # change every step) and as torch makes its own: an eager run would keep it (KEEP_COPIES)
+    Context.KEEP_COPIES = 0
     rng = np.random.default_rng(0)
-    print(f"{'product':<18s} {'shapes':<28s} {'fusegrad':>9s} {'torch':>9s}  torch/fusegrad")
-    ratios = []
+    rows = []
     for name, sa, sb, ta, tb in products(gpt.Config()):
         a, b = stored(rng, sa, ta), stored(rng, sb, tb)
         # each side holds the operands as stored, and takes the transposed view in each call
@@ -156,11 +196,16 @@ def main() -> None:
         got, want = ours().numpy(), theirs().numpy()
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
             sys.exit(f"{name}: fusegrad's product differs from torch's")
-        amount = flops(sa, sb) * 1e-9
         shapes = f"{'x'.join(map(str, sa))} @ {'x'.join(map(str, sb))}"
+        rows.append((name, shapes, flops(sa, sb) * 1e-9, ours, theirs))
+    if args.blocks:
+        found = spread_blocks([(ours, theirs) for *_, ours, theirs in rows], args.rounds)
+    print(f"{'product':<18s} {'shapes':<28s} {'fusegrad':>9s} {'torch':>9s}  torch/fusegrad")
+    ratios = []
+    for i, (name, shapes, amount, ours, theirs) in enumerate(rows):
         if args.back_to_back or args.blocks:
             if args.blocks:
-                mine, torch_s = blocks(ours, theirs, args.rounds)
+                mine, torch_s = found[i]
                 how = f"best of {args.rounds} blocks' first quartiles"
             else:
                 mine, torch_s = alternated(ours, theirs, BACK_TO_BACK_CALLS)

@@ -7,6 +7,7 @@ import platform
 import shutil
 import stat
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from fusegrad import Device, Tensor, kernel_cache
 from fusegrad.codegen.kernel import generate
 from fusegrad.errors import CompileError, DeviceUnavailable
+from fusegrad.helpers import usable_cores
 from fusegrad_cpu import compiler as compiler_module
 from fusegrad_cpu.compiler import (
     FLAGS,
@@ -182,6 +184,35 @@ def test_sin_calls_vector_math_and_stays_within_two_ulp(allocator):
     finite = np.isfinite(x)
     assert np.all(np.abs(got[finite] - exact[finite]) <= 2.5 * ulp[finite])
     assert np.isnan(got[:3]).all() and np.signbit(got[3]) and got[3] == 0.0
+
+
+PROBE_IN_A_THREAD = """
+import os, threading
+from fusegrad_cpu.compiler import CCompiler
+threads = lambda: len(os.listdir("/proc/self/task"))
+compiler = CCompiler(["gcc"])
+before = threads()
+worker = threading.Thread(target=lambda: compiler.vector_math)
+worker.start(); worker.join()
+print(compiler.vector_math, threads() - before)
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("gcc") is None or platform.libc_ver()[0] != "glibc" or usable_cores() < 2,
+    reason="needs gcc, glibc and 2 cores",
+)
+def test_vector_math_probe_starts_no_openmp_team_in_the_thread_that_runs_it():
+    """The probe runs in whichever thread builds the first kernel, a compile thread as a rule.
+    Had it a parallel loop, that thread would start an OpenMP team of its own, whose worker
+    stays (a thread more when the probe's thread has ended); with more threads than cores
+    libgomp's workers then sleep at once after each kernel, and every later short kernel
+    waited to wake one (attention's products at half speed). In a fresh process: it ran there."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_IN_A_THREAD], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "0"]
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")

@@ -57,10 +57,11 @@ def test_back_to_back_times_the_two_in_turns_and_gives_each_a_first_quartile():
 
 
 def test_blocks_time_each_side_in_blocks_of_its_own_calls_and_keep_its_best(monkeypatch):
-    """``blocks`` gives each side blocks of its own calls (two untimed, then ``calls`` timed),
-    the sides taking turns, who goes first alternating; each side's figure is its best block's
-    first quartile."""
+    """``blocks`` gives each side blocks of its own calls (two untimed at least, then ``calls``
+    timed), the sides taking turns, who goes first alternating; each side's figure is its best
+    block's first quartile."""
     monkeypatch.setattr(gpt_matmuls, "SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(gpt_matmuls, "WARM_SECONDS", 0.0)
     order: list[str] = []
     quick = lambda: order.append("ours")  # noqa: E731
     slow = lambda: (order.append("theirs"), sum(range(20000)))  # noqa: E731
@@ -70,3 +71,35 @@ def test_blocks_time_each_side_in_blocks_of_its_own_calls_and_keep_its_best(monk
         order == ours_block + theirs_block + theirs_block + ours_block + ours_block + theirs_block
     )
     assert 0 < ours < theirs
+
+
+def test_spread_blocks_give_every_pair_a_block_of_each_side_in_each_round(monkeypatch):
+    """A round times one block of each side of every pair before the next round starts (who goes
+    first alternating by round), so each pair's blocks are spread over the whole run; each side's
+    figure is its own best block."""
+    monkeypatch.setattr(gpt_matmuls, "SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(gpt_matmuls, "WARM_SECONDS", 0.0)
+    order: list[str] = []
+
+    def side(name: str, work: int):
+        return lambda: (order.append(name), sum(range(work)))
+
+    pairs = [
+        (side("a-ours", 10), side("a-theirs", 20000)),
+        (side("b-ours", 20000), side("b-theirs", 10)),
+    ]
+    found = gpt_matmuls.spread_blocks(pairs, rounds=2, calls=2)
+    blocks = [order[i] for i in range(0, len(order), 4)]  # a block: two untimed calls, two timed
+    assert len(order) == 4 * 8 and all(order[i : i + 4] == [order[i]] * 4 for i in range(0, 32, 4))
+    assert blocks == [
+        "a-ours",
+        "a-theirs",
+        "b-ours",
+        "b-theirs",
+        "a-theirs",
+        "a-ours",
+        "b-theirs",
+        "b-ours",
+    ]
+    (a_ours, a_theirs), (b_ours, b_theirs) = found
+    assert a_ours < a_theirs and b_theirs < b_ours
