@@ -27,16 +27,15 @@ took fusegrad 423 us on AVX2 code against 298 us of kernel and ~26 us of Python 
 ``--blocks`` times each side in blocks of calls of its own (``spread_blocks``): a pause for the
 other's threads to go idle, ``WARM_SECONDS`` of untimed calls, then ``BLOCK_CALLS`` timed ones.
 Each of ``--rounds`` rounds gives every product one block of each side, so a product's blocks
-are spread over the whole run; each side's figure is its best block's first quartile (the
-machine's slow spells, seconds to minutes of everything at half speed on this VM, miss some
-block of each side).
-A user's training loop calls one library, so this is the steady state each would run at.
+are spread over the whole run; each side's figure is its best block's first quartile (a slow
+spell of the machine, seconds of everything at part speed on this VM, misses some block of
+each side). A user's training loop calls one library, so this is the steady state each would
+run at.
 
 ``--threads N`` runs both on N threads (fusegrad's ``CPU_THREADS``, torch's
-``set_num_threads``). On one thread the ratio is the kernels' own, and it holds still: this VM's
-second core comes and goes (two busy processes took 1.0-3x one's time, minute to minute), and
-in the spells without it both sides' two-thread figures fall to about one core's speed, torch's
-and ours by different amounts from block to block.
+``set_num_threads``). On one thread the ratio is the kernels' own, without either library's
+way of sharing work between threads, and it holds stiller on this VM, whose second core comes
+and goes (two busy processes took 1.0-3x one's time, minute to minute).
 """
 
 from __future__ import annotations  # noqa: I001 - run.py loads before numpy (see below)
@@ -47,8 +46,11 @@ import statistics
 import sys
 import time
 
-if "--threads" in sys.argv:  # before fusegrad's CPU device reads it, as run.py loads
-    os.environ["CPU_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
+# --threads N (or --threads=N) reaches fusegrad as CPU_THREADS, set before its CPU device reads
+# it as run.py loads; argparse checks the value
+for _i, _arg in enumerate(sys.argv):
+    if _arg.startswith("--threads=") or (_arg == "--threads" and _i + 1 < len(sys.argv)):
+        os.environ["CPU_THREADS"] = _arg.split("=", 1)[1] if "=" in _arg else sys.argv[_i + 1]
 
 # run.py sets the AVX2 environment as it loads when --avx2 is among the arguments (bench/ is on
 # the path when a script there runs)

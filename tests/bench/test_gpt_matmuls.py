@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,3 +104,24 @@ def test_spread_blocks_give_every_pair_a_block_of_each_side_in_each_round(monkey
     ]
     (a_ours, a_theirs), (b_ours, b_theirs) = found
     assert a_ours < a_theirs and b_theirs < b_ours
+
+
+def test_threads_must_be_positive_and_reach_both_sides():
+    """``--threads 0`` is refused before anything is timed; ``--threads=N`` (either spelling)
+    becomes fusegrad's ``CPU_THREADS`` as the script loads, before its CPU device reads it."""
+    pytest.importorskip("torch")
+    script = Path(gpt_matmuls.__file__)
+    done = subprocess.run(
+        [sys.executable, str(script), "--threads", "0"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and "expected a positive number of threads" in done.stderr
+    probe = (
+        f"import sys; sys.path.insert(0, {str(script.parent)!r}); "
+        "sys.argv = ['gpt_matmuls.py', '--blocks', '--threads=3']; "
+        "import os, gpt_matmuls; print(os.environ['CPU_THREADS'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3"]
