@@ -46,12 +46,6 @@ import statistics
 import sys
 import time
 
-# --threads N (or --threads=N) reaches fusegrad as CPU_THREADS, set before its CPU device reads
-# it as run.py loads; argparse checks the value
-for _i, _arg in enumerate(sys.argv):
-    if _arg.startswith("--threads=") or (_arg == "--threads" and _i + 1 < len(sys.argv)):
-        os.environ["CPU_THREADS"] = _arg.split("=", 1)[1] if "=" in _arg else sys.argv[_i + 1]
-
 # run.py sets the AVX2 environment as it loads when --avx2 is among the arguments (bench/ is on
 # the path when a script there runs)
 from run import SETTLE_SECONDS, _seconds, paired_ratios  # noqa: I001, E402
@@ -157,10 +151,11 @@ def spread_blocks(pairs, rounds: int, calls: int = BLOCK_CALLS) -> list[tuple[fl
     return [(ours, theirs) for ours, theirs in best]
 
 
-def blocks(ours, theirs, rounds: int, calls: int = BLOCK_CALLS) -> tuple[float, float]:
-    """``spread_blocks`` of one pair: each side's best first quartile over ``rounds`` blocks of
-    its own calls, the two sides taking turns (who goes first alternating)."""
-    return spread_blocks([(ours, theirs)], rounds, calls)[0]
+def use_threads(threads: int, torch) -> None:
+    """Both sides on ``threads`` threads: fusegrad's ``CPU_THREADS`` (read when its CPU device
+    opens, at the first tensor) and torch's ``set_num_threads``."""
+    os.environ["CPU_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
 
 
 def main() -> None:
@@ -182,7 +177,7 @@ def main() -> None:
     if args.threads is not None:
         if args.threads < 1:
             parser.error(f"--threads {args.threads}: expected a positive number of threads")
-        torch.set_num_threads(args.threads)
+        use_threads(args.threads, torch)
     # a layout copy fusegrad's plan makes is made at every call, as in training (whose weights
     # change every step) and as torch makes its own: an eager run would keep it (KEEP_COPIES)
     Context.KEEP_COPIES = 0

@@ -58,15 +58,15 @@ def test_back_to_back_times_the_two_in_turns_and_gives_each_a_first_quartile():
 
 
 def test_blocks_time_each_side_in_blocks_of_its_own_calls_and_keep_its_best(monkeypatch):
-    """``blocks`` gives each side blocks of its own calls (two untimed at least, then ``calls``
-    timed), the sides taking turns, who goes first alternating; each side's figure is its best
-    block's first quartile."""
+    """``spread_blocks`` gives each side of a pair blocks of its own calls (two untimed at
+    least, then ``calls`` timed), the sides taking turns, who goes first alternating; each
+    side's figure is its best block's first quartile."""
     monkeypatch.setattr(gpt_matmuls, "SETTLE_SECONDS", 0.0)
     monkeypatch.setattr(gpt_matmuls, "WARM_SECONDS", 0.0)
     order: list[str] = []
     quick = lambda: order.append("ours")  # noqa: E731
     slow = lambda: (order.append("theirs"), sum(range(20000)))  # noqa: E731
-    ours, theirs = gpt_matmuls.blocks(quick, slow, rounds=3, calls=4)
+    ((ours, theirs),) = gpt_matmuls.spread_blocks([(quick, slow)], rounds=3, calls=4)
     ours_block, theirs_block = ["ours"] * 6, ["theirs"] * 6
     assert (
         order == ours_block + theirs_block + theirs_block + ours_block + ours_block + theirs_block
@@ -107,8 +107,8 @@ def test_spread_blocks_give_every_pair_a_block_of_each_side_in_each_round(monkey
 
 
 def test_threads_must_be_positive_and_reach_both_sides():
-    """``--threads 0`` is refused before anything is timed; ``--threads=N`` (either spelling)
-    becomes fusegrad's ``CPU_THREADS`` as the script loads, before its CPU device reads it."""
+    """``--threads 0`` is refused before anything is timed; ``--threads N`` becomes fusegrad's
+    ``CPU_THREADS`` (``use_threads``, before the first tensor opens its CPU device)."""
     pytest.importorskip("torch")
     script = Path(gpt_matmuls.__file__)
     done = subprocess.run(
@@ -116,9 +116,9 @@ def test_threads_must_be_positive_and_reach_both_sides():
     )
     assert done.returncode == 2 and "expected a positive number of threads" in done.stderr
     probe = (
-        f"import sys; sys.path.insert(0, {str(script.parent)!r}); "
-        "sys.argv = ['gpt_matmuls.py', '--blocks', '--threads=3']; "
-        "import os, gpt_matmuls; print(os.environ['CPU_THREADS'])"
+        f"import sys; sys.path.insert(0, {str(script.parent)!r}); sys.argv = ['gpt_matmuls.py']; "
+        "import os, torch, gpt_matmuls; gpt_matmuls.use_threads(3, torch); "
+        "print(os.environ['CPU_THREADS'])"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
